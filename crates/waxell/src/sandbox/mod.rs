@@ -1,0 +1,50 @@
+//! One sandbox interface for every backend (the local `waxell-sandbox`, E2B's cloud, a `waxell-sandbox
+//! serve` over E2B's protocol), auto-instrumented at this boundary.
+//!
+//! Backends implement [`SandboxBackend`] and [`SandboxSession`]; users hold a [`Sandbox`], whose methods
+//! emit spans (`execute_tool {backend}.run_code`, ...) that nest under the caller's `#[tool]` span.
+
+mod types;
+
+pub use types::*;
+
+use async_trait::async_trait;
+
+/// Creates sandboxes of one kind.
+#[async_trait]
+pub trait SandboxBackend: Send + Sync {
+    /// Short backend name recorded on spans: `local`, `e2b`.
+    fn name(&self) -> &'static str;
+
+    /// Create a new sandbox.
+    async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError>;
+}
+
+/// One live sandbox of some backend. Use it through [`Sandbox`], which instruments every call.
+#[async_trait]
+pub trait SandboxSession: Send + Sync {
+    /// The sandbox's id.
+    fn sandbox_id(&self) -> &str;
+
+    /// Run code; errors raised by the code come back in [`Execution::error`], not as `Err`.
+    async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError>;
+
+    /// Create a new, independent execution context.
+    async fn create_context(&self, language: Option<&str>, cwd: Option<&str>)
+        -> Result<CodeContext, SandboxError>;
+    async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError>;
+    /// Restart a context: its state is lost, its id kept.
+    async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError>;
+    async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError>;
+
+    /// Write a file; relative paths are inside the sandbox's working directory.
+    async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError>;
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
+    async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError>;
+
+    /// Reset the sandbox's lifetime to `timeout` from now.
+    async fn set_timeout(&self, timeout: std::time::Duration) -> Result<(), SandboxError>;
+
+    /// Kill the sandbox and everything in it.
+    async fn kill(&self) -> Result<(), SandboxError>;
+}

@@ -1,0 +1,325 @@
+//! Result shapes shared by every sandbox backend, modelled on E2B Code Interpreter's
+//! (`Execution`, `Result`, `Logs`, `ExecutionError`) so agents can switch backends without changes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One rich output of a cell: the last expression's value (`is_main_result`) or a displayed object
+/// such as a matplotlib figure. Each field holds one MIME representation, as E2B's `Result` does.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ExecutionResult {
+    /// `text/plain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `text/html`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub html: Option<String>,
+    /// `text/markdown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub markdown: Option<String>,
+    /// `image/svg+xml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub svg: Option<String>,
+    /// `image/png`, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub png: Option<String>,
+    /// `image/jpeg`, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jpeg: Option<String>,
+    /// `application/pdf`, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pdf: Option<String>,
+    /// `text/latex`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latex: Option<String>,
+    /// `application/json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<serde_json::Value>,
+    /// `application/javascript`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub javascript: Option<String>,
+    /// `e2b/data` (a DataFrame's data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// `e2b/chart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<serde_json::Value>,
+    /// Any other MIME type, by MIME type.
+    #[serde(default)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+    /// True for the value of the cell's last expression.
+    #[serde(default)]
+    pub is_main_result: bool,
+}
+
+impl ExecutionResult {
+    /// The formats this result has, in E2B's names (`text`, `png`, ...), then the `extra` MIME types.
+    pub fn formats(&self) -> Vec<String> {
+        let named: [(&str, bool); 12] = [
+            ("text", self.text.is_some()),
+            ("html", self.html.is_some()),
+            ("markdown", self.markdown.is_some()),
+            ("svg", self.svg.is_some()),
+            ("png", self.png.is_some()),
+            ("jpeg", self.jpeg.is_some()),
+            ("pdf", self.pdf.is_some()),
+            ("latex", self.latex.is_some()),
+            ("json", self.json.is_some()),
+            ("javascript", self.javascript.is_some()),
+            ("data", self.data.is_some()),
+            ("chart", self.chart.is_some()),
+        ];
+        named
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(name, _)| (*name).to_owned())
+            .chain(self.extra.keys().cloned())
+            .collect()
+    }
+}
+
+/// Everything a cell wrote to stdout and stderr, chunk by chunk as it arrived.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Logs {
+    pub stdout: Vec<String>,
+    pub stderr: Vec<String>,
+}
+
+/// An error raised by the code (or reported by the sandbox about the code: timeout, out of memory,
+/// output truncated). `name` is the exception type, e.g. `ZeroDivisionError` or `TimeoutError`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionError {
+    pub name: String,
+    pub value: String,
+    pub traceback: String,
+}
+
+impl fmt::Display for ExecutionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.value)
+    }
+}
+
+/// The outcome of one `run_code` call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Execution {
+    pub results: Vec<ExecutionResult>,
+    pub logs: Logs,
+    pub error: Option<ExecutionError>,
+    pub execution_count: Option<u64>,
+}
+
+impl Execution {
+    /// Text of the main result (the cell's last expression), as E2B's `Execution.text`.
+    pub fn text(&self) -> Option<&str> {
+        self.results.iter().find(|r| r.is_main_result).and_then(|r| r.text.as_deref())
+    }
+
+    /// All stdout chunks joined.
+    pub fn stdout(&self) -> String {
+        self.logs.stdout.concat()
+    }
+
+    /// All stderr chunks joined.
+    pub fn stderr(&self) -> String {
+        self.logs.stderr.concat()
+    }
+}
+
+/// A chunk of stdout or stderr, delivered to a streaming callback as soon as it is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputMessage {
+    pub line: String,
+    /// True for stderr.
+    pub error: bool,
+}
+
+/// Streaming callback for output chunks.
+pub type OutputCallback = Arc<dyn Fn(&OutputMessage) + Send + Sync>;
+/// Streaming callback for rich results.
+pub type ResultCallback = Arc<dyn Fn(&ExecutionResult) + Send + Sync>;
+
+/// Options of one `run_code` call. `Default` runs Python in the default context with the
+/// backend's default timeout.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// Language of the default context to run in (`python` when neither this nor `context` is set).
+    pub language: Option<String>,
+    /// Run in this context instead of the default one.
+    pub context_id: Option<String>,
+    /// Extra environment variables for this execution only.
+    pub env_vars: BTreeMap<String, String>,
+    /// Execution timeout; on expiry the code is interrupted and the state survives.
+    pub timeout: Option<Duration>,
+    pub on_stdout: Option<OutputCallback>,
+    pub on_stderr: Option<OutputCallback>,
+    pub on_result: Option<ResultCallback>,
+}
+
+impl RunOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_language(mut self, language: impl Into<String>) -> Self {
+        self.language = Some(language.into());
+        self
+    }
+    pub fn with_context(mut self, context_id: impl Into<String>) -> Self {
+        self.context_id = Some(context_id.into());
+        self
+    }
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env_vars.insert(key.into(), value.into());
+        self
+    }
+    pub fn on_stdout(mut self, f: impl Fn(&OutputMessage) + Send + Sync + 'static) -> Self {
+        self.on_stdout = Some(Arc::new(f));
+        self
+    }
+    pub fn on_stderr(mut self, f: impl Fn(&OutputMessage) + Send + Sync + 'static) -> Self {
+        self.on_stderr = Some(Arc::new(f));
+        self
+    }
+    pub fn on_result(mut self, f: impl Fn(&ExecutionResult) + Send + Sync + 'static) -> Self {
+        self.on_result = Some(Arc::new(f));
+        self
+    }
+}
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("language", &self.language)
+            .field("context_id", &self.context_id)
+            .field("env_vars", &self.env_vars.keys().collect::<Vec<_>>())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An execution context: an independent interpreter state inside one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeContext {
+    pub id: String,
+    pub language: String,
+    pub cwd: String,
+}
+
+/// One entry of a directory listing inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryInfo {
+    pub name: String,
+    /// Path inside the sandbox.
+    pub path: String,
+    pub is_dir: bool,
+    pub size: u64,
+}
+
+/// Options for creating a sandbox. Backends ignore what does not apply to them.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SandboxOptions {
+    /// Template (E2B) or environment name.
+    pub template: Option<String>,
+    /// Lifetime of the sandbox before it is killed.
+    pub timeout: Option<Duration>,
+    /// Environment variables visible to the code. Nothing of the host's environment is passed otherwise.
+    pub env_vars: BTreeMap<String, String>,
+    /// Free-form metadata (E2B keeps it with the sandbox).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl SandboxOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_template(mut self, template: impl Into<String>) -> Self {
+        self.template = Some(template.into());
+        self
+    }
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env_vars.insert(key.into(), value.into());
+        self
+    }
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// Why a sandbox operation failed. Errors of the *code* are not here: they come back in
+/// [`Execution::error`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The sandbox cannot be set up on this machine; the message names the missing piece and how to get it.
+    #[error("sandbox unavailable: {0}")]
+    Unavailable(String),
+    /// The sandbox does not exist (killed, expired, or never created).
+    #[error("sandbox not found: {0}")]
+    NotFound(String),
+    /// The execution context does not exist.
+    #[error("context not found: {0}")]
+    ContextNotFound(String),
+    /// A request or execution took longer than allowed.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// The service refused the credentials.
+    #[error("authentication failed: {0}")]
+    Authentication(String),
+    /// The service asked us to slow down and retries ran out.
+    #[error("rate limited: {0}")]
+    RateLimited(String),
+    /// A path was rejected (outside the sandbox, a symlink, not a regular file, too large).
+    #[error("invalid path {path:?}: {reason}")]
+    InvalidPath { path: String, reason: String },
+    /// Bad arguments (both a language and a context, an unknown language, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The peer answered something we could not understand; `received` says what.
+    #[error("protocol error: {message} (received: {received})")]
+    Protocol { message: String, received: String },
+    /// Transport failure (connection refused, reset, ...).
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// Local I/O failure.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else, with the backend's message.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SandboxError {
+    /// Short name recorded as `error.type` on spans.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "unavailable",
+            Self::NotFound(_) => "not_found",
+            Self::ContextNotFound(_) => "context_not_found",
+            Self::Timeout(_) => "timeout",
+            Self::Authentication(_) => "authentication",
+            Self::RateLimited(_) => "rate_limited",
+            Self::InvalidPath { .. } => "invalid_path",
+            Self::InvalidArgument(_) => "invalid_argument",
+            Self::Protocol { .. } => "protocol",
+            Self::Transport(_) => "transport",
+            Self::Io(_) => "io",
+            Self::Other(_) => "other",
+        }
+    }
+}
