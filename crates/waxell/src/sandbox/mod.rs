@@ -4,8 +4,10 @@
 //! Backends implement [`SandboxBackend`] and [`SandboxSession`]; users hold a [`Sandbox`], whose methods
 //! emit spans (`execute_tool {backend}.run_code`, ...) that nest under the caller's `#[tool]` span.
 
+mod instrumented;
 mod types;
 
+pub use instrumented::Sandbox;
 pub use types::*;
 
 use async_trait::async_trait;

@@ -1,0 +1,187 @@
+//! Configuration of the local backend: resource limits, the warm pool, timeouts and the interpreter.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Resource limits of one sandbox (all its contexts share the memory, process and CPU caps).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Memory cgroup cap. Exceeding it gets the interpreter OOM-killed, reported as `OutOfMemory`.
+    pub memory_bytes: u64,
+    /// Processes and threads (cgroup `pids.max`; also RLIMIT_NPROC of the sandbox uid).
+    pub max_processes: u64,
+    /// CPU quota in cores (cgroup v1 CFS quota).
+    pub cpus: f64,
+    /// Lifetime CPU seconds of each interpreter (RLIMIT_CPU); when spent the interpreter dies.
+    pub cpu_seconds: u64,
+    /// Characters of stdout+stderr per execution before the kernel truncates (soft cap).
+    pub output_chars: usize,
+    /// Raw protocol bytes per execution before the host kills the interpreter (hard cap, also caps
+    /// one result such as a PNG).
+    pub output_hard_bytes: usize,
+    /// Largest file the code may write (RLIMIT_FSIZE) and the host file API reads or writes.
+    pub max_file_bytes: u64,
+    /// Size of the private `/tmp` tmpfs.
+    pub tmp_bytes: u64,
+    /// Open files per process (RLIMIT_NOFILE).
+    pub open_files: u64,
+    /// Optional address-space cap (RLIMIT_AS): `MemoryError` instead of an OOM kill. Keep it at
+    /// 2-4x `memory_bytes` if set: OpenBLAS fails below ~512 MiB.
+    pub address_space_bytes: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 512 << 20,
+            max_processes: 128,
+            cpus: 1.0,
+            cpu_seconds: 600,
+            output_chars: 1 << 20,
+            output_hard_bytes: 16 << 20,
+            max_file_bytes: 64 << 20,
+            tmp_bytes: 64 << 20,
+            open_files: 256,
+            address_space_bytes: None,
+        }
+    }
+}
+
+/// Configuration of a [`crate::LocalBackend`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LocalConfig {
+    pub limits: Limits,
+    /// Pre-started interpreters kept ready (0 = no pool, every create starts cold).
+    pub pool_size: usize,
+    /// Interpreter to run; `None` = `WAXELL_SANDBOX_PYTHON`, then the setup script's venv, then the
+    /// system python3.
+    pub python: Option<PathBuf>,
+    /// Modules imported before the interpreter reports ready (e.g. `numpy`, `pandas`,
+    /// `matplotlib.pyplot`): a slower pool fill, a faster first cell.
+    pub preload: Vec<String>,
+    /// Default per-run timeout when `RunOptions::timeout` is unset.
+    pub run_timeout: Duration,
+    /// After the timeout interrupt, how long the code gets to stop before it is killed.
+    pub interrupt_grace: Duration,
+    /// Default sandbox lifetime when `SandboxOptions::timeout` is unset (E2B: 300 s).
+    pub lifetime: Duration,
+    /// How long an interpreter may take to start and report ready.
+    pub ready_timeout: Duration,
+    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0).
+    pub uid_base: u32,
+    pub uid_span: u32,
+    /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
+    pub scratch_root: Option<PathBuf>,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            pool_size: 0,
+            python: None,
+            preload: Vec::new(),
+            run_timeout: Duration::from_secs(60),
+            interrupt_grace: Duration::from_secs(2),
+            lifetime: Duration::from_secs(300),
+            ready_timeout: Duration::from_secs(30),
+            uid_base: 200_000,
+            uid_span: 60_000,
+            scratch_root: None,
+        }
+    }
+}
+
+impl LocalConfig {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+    pub fn with_python(mut self, python: impl Into<PathBuf>) -> Self {
+        self.python = Some(python.into());
+        self
+    }
+    pub fn with_preload<I: IntoIterator<Item = S>, S: Into<String>>(mut self, modules: I) -> Self {
+        self.preload = modules.into_iter().map(Into::into).collect();
+        self
+    }
+    pub fn with_run_timeout(mut self, timeout: Duration) -> Self {
+        self.run_timeout = timeout;
+        self
+    }
+    pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
+        self.interrupt_grace = grace;
+        self
+    }
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+}
+
+impl Limits {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn with_memory_bytes(mut self, bytes: u64) -> Self {
+        self.memory_bytes = bytes;
+        self
+    }
+    pub fn with_max_processes(mut self, n: u64) -> Self {
+        self.max_processes = n;
+        self
+    }
+    pub fn with_cpus(mut self, cpus: f64) -> Self {
+        self.cpus = cpus;
+        self
+    }
+    pub fn with_output_chars(mut self, n: usize) -> Self {
+        self.output_chars = n;
+        self
+    }
+    pub fn with_output_hard_bytes(mut self, n: usize) -> Self {
+        self.output_hard_bytes = n;
+        self
+    }
+    pub fn with_max_file_bytes(mut self, n: u64) -> Self {
+        self.max_file_bytes = n;
+        self
+    }
+    pub fn with_tmp_bytes(mut self, n: u64) -> Self {
+        self.tmp_bytes = n;
+        self
+    }
+    pub fn with_address_space_bytes(mut self, n: Option<u64>) -> Self {
+        self.address_space_bytes = n;
+        self
+    }
+
+    /// Reject limits that would make the sandbox unusable or unsafe, naming the field.
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.memory_bytes < 32 << 20 {
+            return Err(format!("limits.memory_bytes = {} is below the 32 MiB minimum", self.memory_bytes));
+        }
+        if self.max_processes < 8 {
+            return Err(format!("limits.max_processes = {} is below 8 (the kernel itself needs threads)", self.max_processes));
+        }
+        if !(self.cpus.is_finite() && self.cpus >= 0.01) {
+            return Err(format!("limits.cpus = {} must be at least 0.01", self.cpus));
+        }
+        if self.output_hard_bytes < 64 << 10 {
+            return Err(format!("limits.output_hard_bytes = {} is below 64 KiB", self.output_hard_bytes));
+        }
+        if self.open_files < 64 {
+            return Err(format!("limits.open_files = {} is below 64", self.open_files));
+        }
+        Ok(())
+    }
+}

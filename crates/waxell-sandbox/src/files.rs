@@ -1,0 +1,179 @@
+//! Host-side file access to a sandbox's scratch directory (requirement R2: the host never follows a
+//! path the sandbox controls). Every lookup goes through a directory fd with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` plus `O_NOFOLLOW`, only
+//! regular files are read or written, and sizes are capped. A symlink planted by the code gives an
+//! error (ELOOP / ENOTDIR), never the target's content.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
+use waxell::sandbox::{EntryInfo, SandboxError};
+
+use crate::launcher::HOME_DIR;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// The scratch directory of one sandbox, seen from the host.
+#[derive(Debug, Clone)]
+pub(crate) struct ScratchFiles {
+    pub(crate) root: PathBuf,
+    pub(crate) uid: u32,
+    pub(crate) max_file_bytes: u64,
+}
+
+fn invalid(path: &str, reason: impl Into<String>) -> SandboxError {
+    SandboxError::InvalidPath { path: path.to_owned(), reason: reason.into() }
+}
+
+fn io_error(path: &str, e: rustix::io::Errno) -> SandboxError {
+    let reason = match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::XDEV => {
+            format!("refused: a component is a symlink or not a directory ({e})")
+        }
+        rustix::io::Errno::NOENT => "no such file or directory".to_owned(),
+        rustix::io::Errno::ISDIR => "is a directory".to_owned(),
+        other => other.to_string(),
+    };
+    invalid(path, reason)
+}
+
+impl ScratchFiles {
+    /// The path relative to the scratch root: relative paths and paths under `/home/user` are
+    /// accepted; `..`, other absolute paths and empty paths are refused.
+    fn relative(&self, path: &str) -> Result<PathBuf, SandboxError> {
+        let p = Path::new(path);
+        let rel = if p.is_absolute() {
+            p.strip_prefix(HOME_DIR)
+                .map_err(|_| invalid(path, format!("only paths inside {HOME_DIR} are accessible")))?
+        } else {
+            p
+        };
+        let mut clean = PathBuf::new();
+        for component in rel.components() {
+            match component {
+                Component::Normal(part) => clean.push(part),
+                Component::CurDir => {}
+                _ => return Err(invalid(path, "`..` is not allowed")),
+            }
+        }
+        Ok(clean)
+    }
+
+    fn open_root(&self) -> Result<OwnedFd, SandboxError> {
+        rustix::fs::open(&self.root, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY, Mode::empty())
+            .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", self.root.display())))
+    }
+
+    fn sandbox_path(rel: &Path) -> String {
+        if rel.as_os_str().is_empty() {
+            HOME_DIR.to_owned()
+        } else {
+            format!("{HOME_DIR}/{}", rel.display())
+        }
+    }
+
+    pub(crate) fn read(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let rel = self.relative(path)?;
+        if rel.as_os_str().is_empty() {
+            return Err(invalid(path, "is a directory"));
+        }
+        let root = self.open_root()?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = rustix::fs::openat2(&root, &rel, flags, Mode::empty(), RESOLVE).map_err(|e| io_error(path, e))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(invalid(path, "not a regular file"));
+        }
+        if stat.st_size as u64 > self.max_file_bytes {
+            return Err(invalid(path, format!("{} bytes exceed the {} byte file limit", stat.st_size, self.max_file_bytes)));
+        }
+        let mut data = Vec::with_capacity(stat.st_size as usize);
+        // Bounded read: the file may grow while we read it.
+        std::fs::File::from(fd).take(self.max_file_bytes + 1).read_to_end(&mut data)?;
+        if data.len() as u64 > self.max_file_bytes {
+            return Err(invalid(path, format!("larger than the {} byte file limit", self.max_file_bytes)));
+        }
+        Ok(data)
+    }
+
+    pub(crate) fn write(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        let rel = self.relative(path)?;
+        let Some(name) = rel.file_name().map(|n| n.to_owned()) else {
+            return Err(invalid(path, "no file name"));
+        };
+        if data.len() as u64 > self.max_file_bytes {
+            return Err(invalid(path, format!("{} bytes exceed the {} byte file limit", data.len(), self.max_file_bytes)));
+        }
+        let mut dir = self.open_root()?;
+        let owner = (Some(Uid::from_raw(self.uid)), Some(Gid::from_raw(self.uid)));
+        // Walk (and create) the parents one component at a time, never following a symlink.
+        if let Some(parent) = rel.parent() {
+            for part in parent.components() {
+                match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o755)) {
+                    Ok(()) => {
+                        let created = self.open_dir_beneath(&dir, part.as_os_str(), path)?;
+                        rustix::fs::fchown(&created, owner.0, owner.1).map_err(|e| io_error(path, e))?;
+                        dir = created;
+                    }
+                    Err(rustix::io::Errno::EXIST) => dir = self.open_dir_beneath(&dir, part.as_os_str(), path)?,
+                    Err(e) => return Err(io_error(path, e)),
+                }
+            }
+        }
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = rustix::fs::openat2(&dir, &name, flags, Mode::from_raw_mode(0o644), RESOLVE).map_err(|e| io_error(path, e))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(invalid(path, "not a regular file"));
+        }
+        rustix::fs::ftruncate(&fd, 0).map_err(|e| io_error(path, e))?;
+        rustix::fs::fchown(&fd, owner.0, owner.1).map_err(|e| io_error(path, e))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(data)?;
+        Ok(EntryInfo {
+            name: name.to_string_lossy().into_owned(),
+            path: Self::sandbox_path(&rel),
+            is_dir: false,
+            size: data.len() as u64,
+        })
+    }
+
+    fn open_dir_beneath(&self, dir: &OwnedFd, name: &std::ffi::OsStr, path: &str) -> Result<OwnedFd, SandboxError> {
+        rustix::fs::openat2(dir, name, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY, Mode::empty(), RESOLVE)
+            .map_err(|e| io_error(path, e))
+    }
+
+    pub(crate) fn list(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+        let rel = self.relative(path)?;
+        let root = self.open_root()?;
+        let dir = if rel.as_os_str().is_empty() {
+            root
+        } else {
+            self.open_dir_beneath(&root, rel.as_os_str(), path)?
+        };
+        let mut entries = Vec::new();
+        let mut reader = rustix::fs::Dir::read_from(dir.as_fd()).map_err(|e| io_error(path, e))?;
+        while let Some(entry) = reader.read() {
+            let entry = entry.map_err(|e| io_error(path, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            // Stat the entry itself (a symlink is reported as a non-directory, never followed).
+            let Ok(stat) = rustix::fs::statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            let is_dir = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
+            entries.push(EntryInfo {
+                path: Self::sandbox_path(&rel.join(&name)),
+                name,
+                is_dir,
+                size: if is_dir { 0 } else { stat.st_size as u64 },
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+}

@@ -1,0 +1,411 @@
+//! Host side of one kernel: the JSON-lines protocol, per-run timeouts (interrupt, then kill) and
+//! output caps. Everything the kernel sends is untrusted (user code can write to the protocol fd):
+//! lines are size-capped, parsed strictly, and messages for other executions are ignored.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::time::Instant;
+use crate::cgroup::Cgroup;
+use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage, RunOptions, SandboxError};
+
+/// Largest `ready` line accepted.
+const READY_LINE_LIMIT: usize = 64 << 10;
+/// bwrap's own stderr kept for error messages.
+const STDERR_TAIL_LIMIT: usize = 8 << 10;
+
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ReadyInfo {
+    pub(crate) pid: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) prefix: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum KernelMessage {
+    Ready(ReadyInfo),
+    Stream { id: Option<u64>, name: String, text: String },
+    Result { id: Option<u64>, is_main: bool, data: serde_json::Map<String, serde_json::Value> },
+    Error { id: Option<u64>, name: String, value: String, traceback: String },
+    Done { id: Option<u64>, execution_count: u64, #[serde(default)] truncated: bool },
+}
+
+/// Why an execution ended without the kernel's `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abort {
+    Timeout,
+    OutputHardCap,
+}
+
+/// Per-execution limits and the hooks the sandbox provides.
+pub(crate) struct ExecLimits {
+    pub(crate) timeout: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) hard_cap_bytes: usize,
+    pub(crate) memory_bytes: u64,
+}
+
+/// Reads newline-terminated lines with a size cap, cancel-safely (state lives in `self`).
+struct LineReader {
+    pipe: pipe::Receiver,
+    buf: Vec<u8>,
+    scanned: usize,
+}
+
+impl LineReader {
+    async fn next_line(&mut self, limit: usize) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(pos) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+                let end = self.scanned + pos;
+                let line = self.buf[..end].to_vec();
+                self.buf.drain(..=end);
+                self.scanned = 0;
+                return Ok(Some(line));
+            }
+            self.scanned = self.buf.len();
+            if self.buf.len() > limit {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("protocol line over {limit} bytes")));
+            }
+            let mut chunk = [0u8; 64 << 10];
+            let n = self.pipe.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// One running interpreter (one bwrap launcher process tree).
+pub(crate) struct KernelProcess {
+    child: Child,
+    to_kernel: pipe::Sender,
+    from_kernel: LineReader,
+    stderr_tail: Arc<Mutex<String>>,
+    next_id: u64,
+    /// False once killed or dead: the context must start a new kernel.
+    alive: bool,
+    /// The launcher has been waited for; its pid must not be signalled any more.
+    reaped: bool,
+}
+
+impl std::fmt::Debug for KernelProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelProcess").field("pid", &self.child.id()).field("alive", &self.alive).finish()
+    }
+}
+
+impl KernelProcess {
+    pub(crate) fn attach(mut child: Child) -> Result<Self, SandboxError> {
+        let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
+        let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
+        let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        let mut kernel = Self {
+            to_kernel: pipe::Sender::from_owned_fd(stdin)?,
+            from_kernel: LineReader { pipe: pipe::Receiver::from_owned_fd(stdout)?, buf: Vec::new(), scanned: 0 },
+            stderr_tail: stderr_tail.clone(),
+            child,
+            next_id: 1,
+            alive: true,
+            reaped: false,
+        };
+        match pipe::Receiver::from_owned_fd(stderr) {
+            Ok(mut stderr) => {
+                tokio::spawn(async move {
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = stderr.read(&mut chunk).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+                        if tail.len() < STDERR_TAIL_LIMIT {
+                            tail.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                kernel.kill();
+                return Err(e.into());
+            }
+        }
+        Ok(kernel)
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.stderr_tail.lock().map(|t| t.trim().to_owned()).unwrap_or_default()
+    }
+
+    pub(crate) async fn wait_ready(&mut self, timeout: Duration) -> Result<ReadyInfo, SandboxError> {
+        let line = match tokio::time::timeout(timeout, self.from_kernel.next_line(READY_LINE_LIMIT)).await {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                self.kill();
+                // Give the stderr reader a moment to collect bwrap's message.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return Err(SandboxError::Unavailable(format!(
+                    "the sandbox failed to start: {}",
+                    non_empty(self.stderr_tail(), "no error output")
+                )));
+            }
+            Err(_) => {
+                self.kill();
+                return Err(SandboxError::Timeout(format!("the sandbox did not become ready within {timeout:?}")));
+            }
+        };
+        match serde_json::from_slice::<KernelMessage>(&line) {
+            Ok(KernelMessage::Ready(info)) => Ok(info),
+            _ => {
+                self.kill();
+                Err(SandboxError::Protocol {
+                    message: "expected the kernel's ready message".into(),
+                    received: String::from_utf8_lossy(&line).chars().take(200).collect(),
+                })
+            }
+        }
+    }
+
+    async fn send(&mut self, message: serde_json::Value) -> io::Result<()> {
+        let mut line = serde_json::to_vec(&message).map_err(io::Error::other)?;
+        line.push(b'\n');
+        self.to_kernel.write_all(&line).await
+    }
+
+    /// Set environment variables (and optionally the working directory) for all later executions.
+    pub(crate) async fn configure(&mut self, env: &BTreeMap<String, String>, cwd: Option<&str>) -> Result<(), SandboxError> {
+        self.send(serde_json::json!({"type": "setenv", "env": env, "cwd": cwd})).await?;
+        Ok(())
+    }
+
+    /// Run one cell. Errors of the code, timeouts, OOM and truncation come back in the
+    /// `Execution`; `Err` means the kernel could not be talked to at all.
+    pub(crate) async fn execute(
+        &mut self,
+        code: &str,
+        options: &RunOptions,
+        limits: &ExecLimits,
+        cgroup: &Cgroup,
+    ) -> Result<Execution, SandboxError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let oom_before = cgroup.oom_kills();
+        let mut execution = Execution::default();
+        let mut truncated = false;
+        let mut received = 0usize;
+        let mut interrupted = false;
+        let mut abort = None;
+        self.send(serde_json::json!({"type": "execute", "id": id, "code": code, "env": options.env_vars}))
+            .await
+            .map_err(|e| SandboxError::Transport(format!("sending to the kernel: {e}")))?;
+        let mut deadline = Instant::now() + limits.timeout;
+        let finished = loop {
+            let line = tokio::select! {
+                line = self.from_kernel.next_line(limits.hard_cap_bytes) => line,
+                _ = tokio::time::sleep_until(deadline) => {
+                    if interrupted {
+                        abort = Some(Abort::Timeout);
+                        break false;
+                    }
+                    interrupted = true;
+                    // Interrupt first: KeyboardInterrupt ends the cell and the state survives.
+                    let _ = self.send(serde_json::json!({"type": "interrupt"})).await;
+                    deadline = Instant::now() + limits.grace;
+                    continue;
+                }
+            };
+            let line = match line {
+                Ok(Some(line)) => line,
+                Ok(None) => break false,
+                Err(_) => {
+                    abort = Some(Abort::OutputHardCap);
+                    break false;
+                }
+            };
+            received += line.len() + 1;
+            if received > limits.hard_cap_bytes {
+                abort = Some(Abort::OutputHardCap);
+                break false;
+            }
+            let Ok(message) = serde_json::from_slice::<KernelMessage>(&line) else {
+                tracing::debug!("ignoring a malformed kernel message");
+                continue;
+            };
+            match message {
+                KernelMessage::Stream { id: Some(mid), name, text } if mid == id => {
+                    let error = name == "stderr";
+                    let callback = if error { &options.on_stderr } else { &options.on_stdout };
+                    if let Some(callback) = callback {
+                        callback(&OutputMessage { line: text.clone(), error });
+                    }
+                    if error { execution.logs.stderr.push(text) } else { execution.logs.stdout.push(text) }
+                }
+                KernelMessage::Result { id: Some(mid), is_main, data } if mid == id => {
+                    let result = to_execution_result(data, is_main);
+                    if let Some(callback) = &options.on_result {
+                        callback(&result);
+                    }
+                    execution.results.push(result);
+                }
+                KernelMessage::Error { id: Some(mid), name, value, traceback } if mid == id => {
+                    execution.error = Some(ExecutionError { name, value, traceback });
+                }
+                KernelMessage::Done { id: Some(mid), execution_count, truncated: t } if mid == id => {
+                    execution.execution_count = Some(execution_count);
+                    truncated = t;
+                    break true;
+                }
+                _ => {}
+            }
+        };
+        let oom = cgroup.oom_kills() > oom_before;
+        if !finished {
+            self.kill();
+            execution.error = Some(self.death_report(abort, oom, limits));
+            return Ok(execution);
+        }
+        if interrupted {
+            let traceback = execution.error.take().map(|e| e.traceback).unwrap_or_default();
+            execution.error = Some(report(
+                "TimeoutError",
+                format!(
+                    "execution exceeded the {:?} timeout and was interrupted (KeyboardInterrupt); the state is kept",
+                    limits.timeout
+                ),
+                traceback,
+            ));
+        } else if oom && execution.error.is_none() {
+            execution.error = Some(report(
+                "OutOfMemory",
+                format!(
+                    "a process of this execution was killed for exceeding the sandbox's {} MiB memory limit",
+                    limits.memory_bytes >> 20
+                ),
+                String::new(),
+            ));
+        } else if truncated && execution.error.is_none() {
+            execution.error = Some(report(
+                "OutputTruncated",
+                "the output exceeded the sandbox's output limit and was truncated".into(),
+                String::new(),
+            ));
+        }
+        Ok(execution)
+    }
+
+    fn death_report(&self, abort: Option<Abort>, oom: bool, limits: &ExecLimits) -> ExecutionError {
+        match (abort, oom) {
+            (Some(Abort::Timeout), _) => report(
+                "TimeoutError",
+                format!(
+                    "execution exceeded the {:?} timeout, ignored the interrupt for {:?} and was killed; the state \
+                     is lost and the context restarts on the next run",
+                    limits.timeout, limits.grace
+                ),
+                String::new(),
+            ),
+            (Some(Abort::OutputHardCap), _) => report(
+                "OutputTruncated",
+                format!(
+                    "the execution produced more than {} bytes of output and was killed; the state is lost and the \
+                     context restarts on the next run",
+                    limits.hard_cap_bytes
+                ),
+                String::new(),
+            ),
+            (None, true) => report(
+                "OutOfMemory",
+                format!(
+                    "the interpreter exceeded the sandbox's {} MiB memory limit and was killed; the state is lost \
+                     and the context restarts on the next run",
+                    limits.memory_bytes >> 20
+                ),
+                String::new(),
+            ),
+            (None, false) => report(
+                "KernelDied",
+                format!(
+                    "the interpreter exited unexpectedly{}; the state is lost and the context restarts on the next \
+                     run",
+                    non_empty(self.stderr_tail(), "").split('\n').next().map(|s| if s.is_empty() { String::new() } else { format!(" ({s})") }).unwrap_or_default()
+                ),
+                String::new(),
+            ),
+        }
+    }
+
+    /// SIGKILL the launcher's process group; with `--die-with-parent` and the pid namespace the whole
+    /// tree goes. Reaps the launcher so no zombie stays.
+    pub(crate) fn kill(&mut self) {
+        self.alive = false;
+        if self.reaped {
+            return;
+        }
+        if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.kill();
+        for _ in 0..500 {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => {
+                    self.reaped = true;
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        tracing::warn!(pid = self.child.id(), "sandbox launcher did not exit after SIGKILL");
+    }
+}
+
+impl Drop for KernelProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn report(name: &str, value: String, traceback: String) -> ExecutionError {
+    ExecutionError { name: name.into(), value, traceback }
+}
+
+fn non_empty(text: String, fallback: &str) -> String {
+    if text.is_empty() { fallback.to_owned() } else { text }
+}
+
+/// Map a kernel MIME bundle onto E2B's result fields.
+fn to_execution_result(data: serde_json::Map<String, serde_json::Value>, is_main: bool) -> ExecutionResult {
+    let mut result = ExecutionResult::default();
+    result.is_main_result = is_main;
+    for (mime, value) in data {
+        let text = || value.as_str().map(str::to_owned);
+        match mime.as_str() {
+            "text/plain" => result.text = text(),
+            "text/html" => result.html = text(),
+            "text/markdown" => result.markdown = text(),
+            "image/svg+xml" => result.svg = text(),
+            "image/png" => result.png = text(),
+            "image/jpeg" => result.jpeg = text(),
+            "application/pdf" => result.pdf = text(),
+            "text/latex" => result.latex = text(),
+            "application/json" => result.json = Some(value),
+            "application/javascript" => result.javascript = text(),
+            _ => {
+                result.extra.insert(mime, value);
+            }
+        }
+    }
+    result
+}

@@ -1,0 +1,246 @@
+//! Builds the bwrap command line and starts one kernel (interpreter) inside a sandbox.
+//!
+//! Root launcher, no user namespace: bwrap sets up pid/net/ipc/uts/cgroup namespaces and a minimal
+//! read-only file system, then `setpriv` drops to the sandbox's own non-zero uid with no capabilities
+//! and no-new-privs before Python starts (requirement R1 of the isolation reference: sandboxed code
+//! never runs as host uid 0, not even through a user-namespace mapping).
+
+use std::ffi::OsString;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use waxell::sandbox::SandboxError;
+
+use crate::cgroup::Cgroup;
+use crate::config::{LocalConfig, Limits};
+use crate::host::{HostTools, PythonRuntime};
+use crate::kernel::KernelProcess;
+use crate::spawn::{self, ChildSetup, Rlimit};
+
+/// The kernel script, shipped in the binary and mounted read-only into every sandbox.
+const KERNEL_SOURCE: &str = include_str!("kernel.py");
+/// Where the kernel sits inside the sandbox.
+const KERNEL_PATH: &str = "/opt/waxell/kernel.py";
+/// The sandbox's home and working directory (the scratch dir is bound here), as on E2B.
+pub(crate) const HOME_DIR: &str = "/home/user";
+
+// Child fd numbers of the data bwrap reads at start-up.
+const FD_SECCOMP: [RawFd; 3] = [10, 11, 12];
+const FD_PASSWD: RawFd = 13;
+const FD_GROUP: RawFd = 14;
+const FD_KERNEL: RawFd = 15;
+
+/// Everything needed to start kernels; shared by all sandboxes of a backend.
+#[derive(Debug)]
+pub(crate) struct Launcher {
+    pub(crate) tools: HostTools,
+    pub(crate) python: PythonRuntime,
+    pub(crate) config: LocalConfig,
+    seccomp_programs: Vec<Vec<u8>>,
+}
+
+/// The per-sandbox pieces a kernel is started into.
+pub(crate) struct Slot<'a> {
+    pub(crate) uid: u32,
+    pub(crate) scratch: &'a Path,
+    pub(crate) cgroup: &'a Cgroup,
+}
+
+impl Launcher {
+    pub(crate) fn new(tools: HostTools, python: PythonRuntime, config: LocalConfig) -> Result<Self, SandboxError> {
+        let seccomp_programs = crate::seccomp::programs().map_err(SandboxError::Unavailable)?;
+        Ok(Self { tools, python, config, seccomp_programs })
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
+    /// Start a kernel in `slot` and wait until it reports ready and passes the identity checks.
+    pub(crate) async fn start_kernel(&self, slot: &Slot<'_>) -> Result<KernelProcess, SandboxError> {
+        if slot.uid == 0 {
+            return Err(SandboxError::InvalidArgument("refusing to run sandboxed code as uid 0".into()));
+        }
+        let mut command = self.command(slot);
+        let setup = self.child_setup(slot)?;
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = spawn::spawn(command, setup).await.map_err(|e| {
+            SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
+        })?;
+        let mut kernel = KernelProcess::attach(child)?;
+        let ready = kernel.wait_ready(self.config.ready_timeout).await?;
+        if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
+            return Err(SandboxError::Other(format!(
+                "sandbox identity check failed: kernel reports uid {} gid {}, expected {}",
+                ready.uid, ready.gid, slot.uid
+            )));
+        }
+        verify_host_identity(slot.cgroup, ready.pid)?;
+        if Path::new(&ready.prefix) != self.python.prefix {
+            return Err(SandboxError::Other(format!(
+                "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
+                 the sandbox",
+                ready.prefix,
+                self.python.prefix.display()
+            )));
+        }
+        Ok(kernel)
+    }
+
+    /// The bwrap argv (see docs/sandbox.md for why each flag is there).
+    fn command(&self, slot: &Slot<'_>) -> Command {
+        let limits = self.limits();
+        let mut args: Vec<OsString> = Vec::new();
+        for fd in FD_SECCOMP {
+            add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
+        }
+        add(&mut args, &["--die-with-parent", "--new-session"]);
+        add(&mut args, &["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"]);
+        add(&mut args, &["--hostname", "sandbox"]);
+        add(&mut args, &["--ro-bind", "/usr", "/usr"]);
+        for (link, target) in [("usr/lib", "/lib"), ("usr/lib64", "/lib64"), ("usr/bin", "/bin"), ("usr/sbin", "/sbin")] {
+            add(&mut args, &["--symlink", link, target]);
+        }
+        add(&mut args, &["--perms", "1777", "--size", &limits.tmp_bytes.to_string(), "--tmpfs", "/tmp"]);
+        // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
+        // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
+        let mut made: Vec<PathBuf> = Vec::new();
+        for root in self.python.bind_roots() {
+            for ancestor in root.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+                if ancestor == Path::new("/") || made.iter().any(|m| m == ancestor) {
+                    continue;
+                }
+                made.push(ancestor.to_path_buf());
+                let dir = ancestor.to_string_lossy();
+                add(&mut args, &["--perms", "0755", "--dir", &dir]);
+            }
+            let root = root.to_string_lossy();
+            add(&mut args, &["--ro-bind", &root, &root]);
+        }
+        add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
+        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_KERNEL.to_string(), KERNEL_PATH]);
+        add(&mut args, &["--perms", "0755", "--dir", "/etc"]);
+        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_PASSWD.to_string(), "/etc/passwd"]);
+        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_GROUP.to_string(), "/etc/group"]);
+        for shared in ["/etc/fonts", "/etc/localtime", "/etc/ssl/certs", "/etc/mime.types"] {
+            add(&mut args, &["--ro-bind-try", shared, shared]);
+        }
+        add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
+        add(&mut args, &["--perms", "1777", "--size", &(16u64 << 20).to_string(), "--tmpfs", "/dev/shm"]);
+        add(&mut args, &["--perms", "0755", "--dir", "/home"]);
+        args.push("--bind".into());
+        args.push(slot.scratch.into());
+        add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        add(&mut args, &["--clearenv"]);
+        let venv_bin = self.python.prefix.join("bin");
+        let path = format!("{}:/usr/bin:/bin", venv_bin.display());
+        let env: [(&str, &str); 13] = [
+            ("PATH", &path),
+            ("HOME", HOME_DIR),
+            ("USER", "user"),
+            ("TMPDIR", "/tmp"),
+            ("LANG", "C.UTF-8"),
+            ("MPLBACKEND", "Agg"),
+            ("MPLCONFIGDIR", "/tmp/matplotlib"),
+            ("OPENBLAS_NUM_THREADS", "1"),
+            ("OMP_NUM_THREADS", "1"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("SBX_OUTPUT_LIMIT", &limits.output_chars.to_string()),
+            ("SBX_RESULT_LIMIT", &(limits.output_hard_bytes / 2).to_string()),
+        ];
+        for (key, value) in env {
+            add(&mut args, &["--setenv", key, value]);
+        }
+        add(&mut args, &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")]);
+        let ids = slot.uid.to_string();
+        add(&mut args, &[
+            "--",
+            &self.tools.setpriv.to_string_lossy(),
+            &format!("--reuid={ids}"),
+            &format!("--regid={ids}"),
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+        ]);
+        args.push(self.python.executable.clone().into());
+        add(&mut args, &["-I", KERNEL_PATH]);
+        let mut command = Command::new(&self.tools.bwrap);
+        command.args(args).env_clear().env("PATH", "/usr/bin:/bin");
+        command
+    }
+
+    fn child_setup(&self, slot: &Slot<'_>) -> Result<ChildSetup, SandboxError> {
+        let limits = self.limits();
+        let mut inherit = Vec::new();
+        for (program, fd) in self.seccomp_programs.iter().zip(FD_SECCOMP) {
+            inherit.push((memfd("waxell-seccomp", program)?, fd));
+        }
+        let passwd = format!("user:x:{0}:{0}:user:{HOME_DIR}:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n", slot.uid);
+        let group = format!("user:x:{}:\nnogroup:x:65534:\n", slot.uid);
+        inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
+        inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
+        inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
+        let rlimit = |resource, soft: u64, hard: u64| Rlimit { resource, soft, hard };
+        let mut rlimits = vec![
+            rlimit(libc::RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
+            rlimit(libc::RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
+            rlimit(libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
+            rlimit(libc::RLIMIT_CORE, 0, 0),
+            // Counted per real uid: bwrap (root) ignores it, the sandbox uid gets it after setpriv.
+            rlimit(libc::RLIMIT_NPROC, limits.max_processes, limits.max_processes),
+        ];
+        if let Some(bytes) = limits.address_space_bytes {
+            rlimits.push(rlimit(libc::RLIMIT_AS, bytes, bytes));
+        }
+        Ok(ChildSetup { inherit, cgroup_procs: slot.cgroup.open_procs_files()?, rlimits })
+    }
+}
+
+fn add(args: &mut Vec<OsString>, parts: &[&str]) {
+    args.extend(parts.iter().map(OsString::from));
+}
+
+/// A sealed-enough memfd holding `data`, rewound so bwrap reads it from the start.
+fn memfd(name: &str, data: &[u8]) -> Result<OwnedFd, SandboxError> {
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(std::io::Error::from)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(data)?;
+    file.seek(SeekFrom::Start(0))?;
+    Ok(file.into())
+}
+
+/// R1 check from the host side: the kernel's host process (found through the cgroup) runs with no
+/// uid or gid 0 in any of its real/effective/saved/fs ids.
+fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<(), SandboxError> {
+    let mut found = false;
+    for pid in cgroup.pids() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.split_whitespace().collect::<Vec<_>>())
+        };
+        let innermost_pid = field("NSpid:").and_then(|ids| ids.last().and_then(|p| p.parse::<u32>().ok()));
+        let is_python = status.lines().next().is_some_and(|l| l.contains("python"));
+        if innermost_pid != Some(sandbox_pid) || !is_python {
+            continue;
+        }
+        found = true;
+        for name in ["Uid:", "Gid:"] {
+            if field(name).unwrap_or_default().contains(&"0") {
+                return Err(SandboxError::Other(format!(
+                    "sandbox identity check failed: host process {pid} has a zero id in `{name}`"
+                )));
+            }
+        }
+    }
+    if found {
+        Ok(())
+    } else {
+        Err(SandboxError::Other(format!(
+            "sandbox identity check failed: kernel pid {sandbox_pid} not found in the sandbox's cgroup"
+        )))
+    }
+}

@@ -1,0 +1,555 @@
+//! `LocalBackend` (creates sandboxes, keeps the warm pool) and `LocalSandbox` (one live sandbox with
+//! its contexts, files and lifetime).
+//!
+//! A sandbox = one cgroup set + one scratch directory + one uid, and one kernel per context. Each
+//! context is its own bwrap instance (its own namespaces, its own interpreter) sharing the sandbox's
+//! scratch directory, uid and cgroups, so the memory/process/CPU caps cover all contexts together.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use waxell::sandbox::{
+    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession,
+};
+
+use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::config::LocalConfig;
+use crate::files::ScratchFiles;
+use crate::host::{self, PythonRuntime};
+use crate::kernel::{ExecLimits, KernelProcess};
+use crate::launcher::{Launcher, Slot, HOME_DIR};
+use crate::naming;
+
+/// Id of the context every sandbox starts with.
+pub const DEFAULT_CONTEXT_ID: &str = "default";
+
+/// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from a warm
+/// pool of pre-started interpreters. Cheap to clone; the pool is shared.
+#[derive(Clone)]
+pub struct LocalBackend {
+    inner: Arc<BackendInner>,
+}
+
+struct BackendInner {
+    launcher: Arc<Launcher>,
+    scratch_root: PathBuf,
+    pool: Mutex<VecDeque<Prepared>>,
+    /// Wakes the refill task; also notified when the backend is dropped so the task exits.
+    refill: Arc<Notify>,
+    refill_started: AtomicBool,
+}
+
+impl Drop for BackendInner {
+    fn drop(&mut self) {
+        self.refill.notify_one();
+    }
+}
+
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("python", &self.inner.launcher.python.executable)
+            .field("pool_size", &self.inner.launcher.config.pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sandbox shell with a ready default kernel: what the pool holds. Field order = drop order:
+/// kernel first, then the cgroup (kills stragglers), then the scratch directory.
+struct Prepared {
+    id: String,
+    uid: u32,
+    kernel: KernelProcess,
+    cgroup: Cgroup,
+    scratch: ScratchDir,
+}
+
+/// A per-sandbox scratch directory (host side of `/home/user`), removed on drop.
+#[derive(Debug)]
+struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    fn create(root: &Path, id: &str, uid: u32) -> std::io::Result<Self> {
+        let path = root.join(id);
+        fs::DirBuilder::new().mode(0o700).create(&path)?;
+        let dir = ScratchDir { path };
+        rustix::fs::chown(&dir.path, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)))
+            .map_err(std::io::Error::from)?;
+        Ok(dir)
+    }
+
+    fn remove(&self) {
+        // remove_dir_all does not follow symlinks (CVE-2022-21658 fixed in Rust 1.58.1).
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), "could not remove sandbox scratch dir: {e}");
+            }
+        }
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+impl LocalBackend {
+    /// Check the host (root, bubblewrap, setpriv, cgroups, Python), sweep leftovers of dead host
+    /// processes, and start filling the warm pool if `config.pool_size > 0` and a tokio runtime is
+    /// running. Fails with [`SandboxError::Unavailable`] naming what is missing and how to get it.
+    pub fn new(config: LocalConfig) -> Result<Self, SandboxError> {
+        config.limits.validate().map_err(SandboxError::InvalidArgument)?;
+        if config.uid_base == 0 || config.uid_span == 0 || config.uid_base.checked_add(config.uid_span).is_none() {
+            return Err(SandboxError::InvalidArgument(format!(
+                "uid_base {} / uid_span {}: sandbox uids must be non-zero and in range",
+                config.uid_base, config.uid_span
+            )));
+        }
+        let tools = host::check_host()?;
+        let python = match &config.python {
+            Some(path) => PythonRuntime::probe(path)
+                .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
+            None => PythonRuntime::detect()?,
+        };
+        let scratch_root = config.scratch_root.clone().unwrap_or_else(|| std::env::temp_dir().join("waxell-sandbox"));
+        fs::create_dir_all(&scratch_root)?;
+        // Root-owned and not listable: sandboxes cannot find each other's directories from the host fs.
+        fs::set_permissions(&scratch_root, fs::Permissions::from_mode(0o711))?;
+        cgroup::sweep_stale();
+        sweep_stale_scratch(&scratch_root);
+        let launcher = Arc::new(Launcher::new(tools, python, config)?);
+        let backend = Self {
+            inner: Arc::new(BackendInner {
+                launcher,
+                scratch_root,
+                pool: Mutex::new(VecDeque::new()),
+                refill: Arc::new(Notify::new()),
+                refill_started: AtomicBool::new(false),
+            }),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            backend.start_refill();
+        }
+        Ok(backend)
+    }
+
+    /// The interpreter sandboxes run.
+    pub fn python(&self) -> &PythonRuntime {
+        &self.inner.launcher.python
+    }
+
+    /// Ready interpreters waiting in the pool.
+    pub fn pool_len(&self) -> usize {
+        self.inner.pool.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Fill the warm pool to `pool_size` and wait until it is full.
+    pub async fn warm_up(&self) -> Result<(), SandboxError> {
+        let target = self.inner.launcher.config.pool_size;
+        while self.pool_len() < target {
+            let prepared = prepare(&self.inner).await?;
+            self.inner.pool.lock().map_err(|_| SandboxError::Other("pool lock poisoned".into()))?.push_back(prepared);
+        }
+        self.start_refill();
+        Ok(())
+    }
+
+    fn start_refill(&self) {
+        if self.inner.launcher.config.pool_size == 0 || self.inner.refill_started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let notify = self.inner.refill.clone();
+        tokio::spawn(async move {
+            loop {
+                let notified = notify.notified();
+                let Some(inner) = weak.upgrade() else { return };
+                let target = inner.launcher.config.pool_size;
+                let len = inner.pool.lock().map(|p| p.len()).unwrap_or(target);
+                if len < target {
+                    match prepare(&inner).await {
+                        Ok(prepared) => {
+                            if let Ok(mut pool) = inner.pool.lock() {
+                                pool.push_back(prepared);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("warm pool refill failed: {e}");
+                            drop(inner);
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                    continue;
+                }
+                drop(inner);
+                notified.await;
+            }
+        });
+    }
+
+    /// Create a sandbox (the concrete type; [`SandboxBackend::create`] boxes it).
+    pub async fn create_sandbox(&self, options: &SandboxOptions) -> Result<LocalSandbox, SandboxError> {
+        let pooled = self.inner.pool.lock().ok().and_then(|mut p| p.pop_front());
+        let prepared = match pooled {
+            Some(prepared) => {
+                self.inner.refill.notify_one();
+                prepared
+            }
+            None => prepare(&self.inner).await?,
+        };
+        LocalSandbox::start(self.inner.launcher.clone(), prepared, options).await
+    }
+}
+
+/// Make a sandbox shell and start its default kernel (cold path, ~75 ms).
+async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
+    let launcher = &inner.launcher;
+    let config = &launcher.config;
+    let id = naming::new_sandbox_id();
+    let uid = naming::slot_uid(config.uid_base, config.uid_span, &id);
+    // Guards exist before the spawn, so a failed spawn leaks nothing.
+    let cgroup = Cgroup::create(
+        &id,
+        CgroupLimits {
+            memory_bytes: config.limits.memory_bytes,
+            max_processes: config.limits.max_processes,
+            cpus: config.limits.cpus,
+        },
+    )
+    .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
+    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid)?;
+    let kernel = launcher.start_kernel(&Slot { uid, scratch: &scratch.path, cgroup: &cgroup }).await?;
+    Ok(Prepared { id, uid, kernel, cgroup, scratch })
+}
+
+fn sweep_stale_scratch(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        if naming::owner_is_dead(&entry.file_name().to_string_lossy()) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxBackend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError> {
+        Ok(Box::new(self.create_sandbox(options).await?))
+    }
+}
+
+/// One live local sandbox. Dropping it (or [`SandboxSession::kill`]) kills every process in it and
+/// removes its cgroups and scratch directory.
+pub struct LocalSandbox {
+    inner: Arc<SandboxInner>,
+}
+
+/// Field order = drop order: kernels, then cgroups, then the scratch dir.
+struct SandboxInner {
+    contexts: Mutex<BTreeMap<String, Arc<Context>>>,
+    cgroup: Cgroup,
+    scratch: ScratchDir,
+    id: String,
+    uid: u32,
+    launcher: Arc<Launcher>,
+    env: BTreeMap<String, String>,
+    killed: AtomicBool,
+    next_context: AtomicU64,
+    /// Lifetime deadline; the watchdog re-reads it when notified.
+    deadline: Mutex<Instant>,
+    lifetime_changed: Arc<Notify>,
+}
+
+struct Context {
+    info: CodeContext,
+    kernel: tokio::sync::Mutex<Option<KernelProcess>>,
+}
+
+impl LocalSandbox {
+    async fn start(launcher: Arc<Launcher>, prepared: Prepared, options: &SandboxOptions) -> Result<Self, SandboxError> {
+        let Prepared { id, uid, mut kernel, cgroup, scratch } = prepared;
+        if !options.env_vars.is_empty() {
+            kernel.configure(&options.env_vars, None).await?;
+        }
+        let lifetime = options.timeout.unwrap_or(launcher.config.lifetime);
+        let default = Arc::new(Context {
+            info: CodeContext { id: DEFAULT_CONTEXT_ID.into(), language: "python".into(), cwd: HOME_DIR.into() },
+            kernel: tokio::sync::Mutex::new(Some(kernel)),
+        });
+        let inner = Arc::new(SandboxInner {
+            contexts: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
+            cgroup,
+            scratch,
+            id,
+            uid,
+            launcher,
+            env: options.env_vars.clone(),
+            killed: AtomicBool::new(false),
+            next_context: AtomicU64::new(1),
+            deadline: Mutex::new(Instant::now() + lifetime),
+            lifetime_changed: Arc::new(Notify::new()),
+        });
+        spawn_lifetime_watchdog(Arc::downgrade(&inner));
+        Ok(Self { inner })
+    }
+
+    /// Host path of the scratch directory (bound at `/home/user` inside). Read it only through the
+    /// file API: the sandbox controls what is in it.
+    pub fn scratch_dir(&self) -> &Path {
+        &self.inner.scratch.path
+    }
+
+    /// The uid the sandboxed code runs as on the host.
+    pub fn uid(&self) -> u32 {
+        self.inner.uid
+    }
+
+    /// Host pids of every process in the sandbox (launchers included).
+    pub fn host_pids(&self) -> Vec<u32> {
+        self.inner.cgroup.pids()
+    }
+
+    /// Whether the process cap (`pids.max`) is currently reached.
+    pub fn process_cap_reached(&self) -> bool {
+        self.inner.cgroup.pids_max_reached()
+    }
+
+    fn files(&self) -> ScratchFiles {
+        ScratchFiles {
+            root: self.inner.scratch.path.clone(),
+            uid: self.inner.uid,
+            max_file_bytes: self.inner.launcher.limits().max_file_bytes,
+        }
+    }
+
+    fn check_alive(&self) -> Result<(), SandboxError> {
+        if self.inner.killed.load(Ordering::SeqCst) {
+            Err(SandboxError::NotFound(format!("sandbox {} was killed or its lifetime expired", self.inner.id)))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn context(&self, id: &str) -> Result<Arc<Context>, SandboxError> {
+        self.inner
+            .contexts
+            .lock()
+            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {id} not found")))
+    }
+
+    async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
+        let inner = &self.inner;
+        let slot = Slot { uid: inner.uid, scratch: &inner.scratch.path, cgroup: &inner.cgroup };
+        let mut kernel = inner.launcher.start_kernel(&slot).await?;
+        if !inner.env.is_empty() || cwd.is_some() {
+            kernel.configure(&inner.env, cwd).await?;
+        }
+        Ok(kernel)
+    }
+
+    async fn run_files<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(ScratchFiles) -> Result<T, SandboxError> + Send + 'static,
+    ) -> Result<T, SandboxError> {
+        self.check_alive()?;
+        let files = self.files();
+        tokio::task::spawn_blocking(move || op(files))
+            .await
+            .map_err(|e| SandboxError::Other(format!("file operation panicked: {e}")))?
+    }
+}
+
+impl SandboxInner {
+    /// Kill everything and remove the cgroups and the scratch dir now (Drop repeats it harmlessly).
+    async fn shutdown(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        // Kill first so runs holding a context lock see EOF and release it.
+        self.cgroup.kill_all();
+        let contexts: Vec<Arc<Context>> =
+            self.contexts.lock().map(|mut c| std::mem::take(&mut *c).into_values().collect()).unwrap_or_default();
+        for context in contexts {
+            if let Some(mut kernel) = context.kernel.lock().await.take() {
+                kernel.kill();
+            }
+        }
+        self.cgroup.remove();
+        self.scratch.remove();
+    }
+}
+
+fn spawn_lifetime_watchdog(weak: Weak<SandboxInner>) {
+    tokio::spawn(async move {
+        loop {
+            // Hold only a weak reference while waiting, so dropping the sandbox cleans up at once.
+            let (deadline, changed) = {
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.killed.load(Ordering::SeqCst) {
+                    return;
+                }
+                let deadline = *inner.deadline.lock().unwrap_or_else(|e| e.into_inner());
+                if Instant::now() >= deadline {
+                    tracing::info!(sandbox = %inner.id, "sandbox lifetime expired, killing it");
+                    inner.shutdown().await;
+                    return;
+                }
+                (deadline, inner.lifetime_changed.clone())
+            };
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    });
+}
+
+#[async_trait]
+impl SandboxSession for LocalSandbox {
+    fn sandbox_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+        self.check_alive()?;
+        if options.language.is_some() && options.context_id.is_some() {
+            return Err(SandboxError::InvalidArgument("Only one of context_id or language can be provided".into()));
+        }
+        if let Some(language) = &options.language {
+            check_language(language)?;
+        }
+        let context = self.context(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
+        let mut slot = context.kernel.lock().await;
+        self.check_alive()?;
+        // A kernel killed by a timeout, OOM or the output cap is replaced with a fresh one.
+        if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
+            let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
+            *slot = Some(self.start_context_kernel(cwd).await?);
+        }
+        let kernel = slot.as_mut().expect("kernel just ensured");
+        let config = &self.inner.launcher.config;
+        let limits = ExecLimits {
+            timeout: options.timeout.unwrap_or(config.run_timeout),
+            grace: config.interrupt_grace,
+            hard_cap_bytes: config.limits.output_hard_bytes,
+            memory_bytes: config.limits.memory_bytes,
+        };
+        let execution = kernel.execute(code, options, &limits, &self.inner.cgroup).await?;
+        // Killed from outside (kill() or the lifetime) while running: report that, not a crash.
+        self.check_alive()?;
+        Ok(execution)
+    }
+
+    async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
+        self.check_alive()?;
+        if let Some(language) = language {
+            check_language(language)?;
+        }
+        if let Some(cwd) = cwd {
+            if !(cwd == HOME_DIR || cwd.starts_with("/home/user/") || cwd == "/tmp" || cwd.starts_with("/tmp/")) {
+                return Err(SandboxError::InvalidArgument(format!(
+                    "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
+                )));
+            }
+        }
+        let kernel = self.start_context_kernel(cwd).await?;
+        let id = format!("ctx-{}", self.inner.next_context.fetch_add(1, Ordering::Relaxed));
+        let info = CodeContext { id: id.clone(), language: "python".into(), cwd: cwd.unwrap_or(HOME_DIR).into() };
+        let context = Arc::new(Context { info: info.clone(), kernel: tokio::sync::Mutex::new(Some(kernel)) });
+        self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?.insert(id, context);
+        Ok(info)
+    }
+
+    async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+        self.check_alive()?;
+        let contexts = self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?;
+        Ok(contexts.values().map(|c| c.info.clone()).collect())
+    }
+
+    async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        let context = self.context(context_id)?;
+        let mut slot = context.kernel.lock().await;
+        if let Some(mut old) = slot.take() {
+            old.kill();
+        }
+        let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
+        *slot = Some(self.start_context_kernel(cwd).await?);
+        Ok(())
+    }
+
+    async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        if context_id == DEFAULT_CONTEXT_ID {
+            return Err(SandboxError::InvalidArgument("the default context cannot be removed".into()));
+        }
+        let removed = self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?.remove(context_id);
+        let context = removed.ok_or_else(|| SandboxError::ContextNotFound(format!("Context {context_id} not found")))?;
+        if let Some(mut kernel) = context.kernel.lock().await.take() {
+            kernel.kill();
+        }
+        Ok(())
+    }
+
+    async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        let (path, data) = (path.to_owned(), data.to_vec());
+        self.run_files(move |files| files.write(&path, &data)).await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let path = path.to_owned();
+        self.run_files(move |files| files.read(&path)).await
+    }
+
+    async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+        let path = path.to_owned();
+        self.run_files(move |files| files.list(&path)).await
+    }
+
+    async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        *self.inner.deadline.lock().map_err(|_| SandboxError::Other("deadline lock poisoned".into()))? =
+            Instant::now() + timeout;
+        self.inner.lifetime_changed.notify_one();
+        Ok(())
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.inner.shutdown().await;
+        Ok(())
+    }
+}
+
+impl Drop for LocalSandbox {
+    fn drop(&mut self) {
+        // The watchdog holds only a weak reference: this drop releases the last strong one, whose
+        // Drop removes kernels, cgroups and the scratch dir (in that order). Wake it so it exits.
+        self.inner.killed.store(true, Ordering::SeqCst);
+        self.inner.lifetime_changed.notify_one();
+    }
+}
+
+fn check_language(language: &str) -> Result<(), SandboxError> {
+    match language.trim().to_ascii_lowercase().as_str() {
+        "" | "python" | "python3" => Ok(()),
+        other => Err(SandboxError::InvalidArgument(format!(
+            "language {other:?} is not supported by the local sandbox (only python)"
+        ))),
+    }
+}

@@ -1,0 +1,235 @@
+//! [`Sandbox`]: the one place where every backend is instrumented. Each call starts a span under the
+//! caller's current context (usually a `#[tool]` span) and runs the backend inside it, so spans the
+//! backend itself emits nest below.
+
+use std::future::Future;
+use std::time::Duration;
+
+use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+
+use super::{CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
+use crate::semconv::*;
+use crate::telemetry;
+
+/// Characters of code or output kept in a span attribute.
+const PREVIEW_CHARS: usize = 2048;
+
+/// A live sandbox of any backend, instrumented at this boundary. Create it with [`Sandbox::create`].
+pub struct Sandbox {
+    backend: &'static str,
+    session: Box<dyn SandboxSession>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("backend", &self.backend).field("id", &self.session.sandbox_id()).finish()
+    }
+}
+
+/// Run `work` inside a new span; record `Err` as the span's error status.
+async fn traced<T, F>(
+    name: String,
+    attributes: Vec<KeyValue>,
+    work: F,
+    on_ok: impl FnOnce(&T) -> Vec<KeyValue>,
+) -> Result<T, SandboxError>
+where
+    F: Future<Output = Result<T, SandboxError>>,
+{
+    let tracer = telemetry::tracer();
+    let span = tracer.span_builder(name).with_kind(SpanKind::Internal).with_attributes(attributes).start(&tracer);
+    let cx = Context::current_with_span(span);
+    let result = work.with_context(cx.clone()).await;
+    let span = cx.span();
+    match &result {
+        Ok(value) => {
+            for attribute in on_ok(value) {
+                span.set_attribute(attribute);
+            }
+        }
+        Err(e) => {
+            span.set_attribute(KeyValue::new(ERROR_TYPE, e.kind()));
+            span.set_status(Status::error(e.to_string()));
+        }
+    }
+    span.end();
+    result
+}
+
+impl Sandbox {
+    /// Create a sandbox with `backend` (span `sandbox.create`).
+    pub async fn create<B: SandboxBackend + ?Sized>(backend: &B, options: &SandboxOptions) -> Result<Self, SandboxError> {
+        let name = backend.name();
+        let mut attributes = vec![KeyValue::new(WAXELL_SANDBOX_BACKEND, name)];
+        if let Some(template) = &options.template {
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_TEMPLATE, template.clone()));
+        }
+        let session = traced("sandbox.create".into(), attributes, backend.create(options), |session| {
+            vec![KeyValue::new(WAXELL_SANDBOX_ID, session.sandbox_id().to_owned())]
+        })
+        .await?;
+        Ok(Self { backend: name, session })
+    }
+
+    /// Wrap an existing session (e.g. one a backend reconnected to).
+    pub fn from_session(backend: &'static str, session: Box<dyn SandboxSession>) -> Self {
+        Self { backend, session }
+    }
+
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    pub fn sandbox_id(&self) -> &str {
+        self.session.sandbox_id()
+    }
+
+    /// The backend session, for backend-specific calls (not instrumented).
+    pub fn session(&self) -> &dyn SandboxSession {
+        self.session.as_ref()
+    }
+
+    fn base_attributes(&self) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new(WAXELL_SANDBOX_BACKEND, self.backend),
+            KeyValue::new(WAXELL_SANDBOX_ID, self.session.sandbox_id().to_owned()),
+        ]
+    }
+
+    /// Run code (span `execute_tool {backend}.run_code`, a TOOL span). Errors of the code are in
+    /// [`Execution::error`] and also mark the span as failed.
+    pub async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+        let tool = format!("{}.run_code", self.backend);
+        let language = options.language.clone().unwrap_or_else(|| "python".into());
+        let mut attributes = self.base_attributes();
+        attributes.extend([
+            KeyValue::new(GEN_AI_OPERATION_NAME, OP_EXECUTE_TOOL),
+            KeyValue::new(GEN_AI_TOOL_NAME, tool.clone()),
+            KeyValue::new(GEN_AI_TOOL_TYPE, "extension"),
+            KeyValue::new(OI_SPAN_KIND, "TOOL"),
+            KeyValue::new(OI_TOOL_NAME, tool.clone()),
+            KeyValue::new(WAXELL_SANDBOX_LANGUAGE, language),
+            KeyValue::new(WAXELL_SANDBOX_CODE_LENGTH, code.chars().count() as i64),
+        ]);
+        if let Some(context) = &options.context_id {
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_CONTEXT_ID, context.clone()));
+        }
+        let capture = telemetry::capture_content();
+        if capture {
+            let preview = telemetry::content_preview(code, PREVIEW_CHARS);
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_CODE_PREVIEW, preview.clone()));
+            attributes.push(KeyValue::new(OI_INPUT_VALUE, preview));
+        }
+        let tracer = telemetry::tracer();
+        let span = tracer
+            .span_builder(format!("{OP_EXECUTE_TOOL} {tool}"))
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attributes)
+            .start(&tracer);
+        let cx = Context::current_with_span(span);
+        let result = self.session.run_code(code, options).with_context(cx.clone()).await;
+        let span = cx.span();
+        match &result {
+            Ok(execution) => {
+                let types: Vec<String> = execution.results.iter().flat_map(|r| r.formats()).collect();
+                span.set_attribute(KeyValue::new(WAXELL_SANDBOX_RESULT_TYPES, types.join(",")));
+                if let Some(count) = execution.execution_count {
+                    span.set_attribute(KeyValue::new(WAXELL_SANDBOX_EXECUTION_COUNT, count as i64));
+                }
+                if capture {
+                    let output = output_text(execution);
+                    let preview = telemetry::content_preview(&output, PREVIEW_CHARS);
+                    span.set_attribute(KeyValue::new(WAXELL_SANDBOX_OUTPUT_PREVIEW, preview.clone()));
+                    span.set_attribute(KeyValue::new(OI_OUTPUT_VALUE, preview));
+                }
+                if let Some(error) = &execution.error {
+                    span.set_attribute(KeyValue::new(WAXELL_SANDBOX_ERROR_NAME, error.name.clone()));
+                    let value = if capture { telemetry::content_preview(&error.value, PREVIEW_CHARS) } else { String::new() };
+                    if capture {
+                        span.set_attribute(KeyValue::new(WAXELL_SANDBOX_ERROR_VALUE, value.clone()));
+                    }
+                    span.set_attribute(KeyValue::new(ERROR_TYPE, error.name.clone()));
+                    span.set_status(Status::error(if capture { format!("{}: {value}", error.name) } else { error.name.clone() }));
+                }
+            }
+            Err(e) => {
+                span.set_attribute(KeyValue::new(ERROR_TYPE, e.kind()));
+                span.set_status(Status::error(e.to_string()));
+            }
+        }
+        span.end();
+        result
+    }
+
+    /// Span `sandbox.write_file`.
+    pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        let mut attributes = self.file_attributes(path);
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64));
+        traced("sandbox.write_file".into(), attributes, self.session.write_file(path, data), |_| Vec::new()).await
+    }
+
+    /// Span `sandbox.read_file`.
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        traced("sandbox.read_file".into(), self.file_attributes(path), self.session.read_file(path), |data| {
+            vec![KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64)]
+        })
+        .await
+    }
+
+    /// Span `sandbox.list_files`.
+    pub async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+        traced("sandbox.list_files".into(), self.file_attributes(path), self.session.list_files(path), |_| Vec::new())
+            .await
+    }
+
+    fn file_attributes(&self, path: &str) -> Vec<KeyValue> {
+        let mut attributes = self.base_attributes();
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_PATH, telemetry::content_preview(path, 512)));
+        attributes
+    }
+
+    /// Span `sandbox.create_context`.
+    pub async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
+        traced("sandbox.create_context".into(), self.base_attributes(), self.session.create_context(language, cwd), |c| {
+            vec![KeyValue::new(WAXELL_SANDBOX_CONTEXT_ID, c.id.clone())]
+        })
+        .await
+    }
+
+    pub async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+        self.session.list_contexts().await
+    }
+
+    pub async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.session.restart_context(context_id).await
+    }
+
+    pub async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.session.remove_context(context_id).await
+    }
+
+    pub async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
+        self.session.set_timeout(timeout).await
+    }
+
+    /// Span `sandbox.kill`.
+    pub async fn kill(&self) -> Result<(), SandboxError> {
+        traced("sandbox.kill".into(), self.base_attributes(), self.session.kill(), |_| Vec::new()).await
+    }
+}
+
+/// What the execution showed: the main result's text, else stdout, plus the error line.
+fn output_text(execution: &Execution) -> String {
+    let mut out = match execution.text() {
+        Some(text) => text.to_owned(),
+        None => execution.stdout(),
+    };
+    if let Some(error) = &execution.error {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&format!("{}: {}", error.name, error.value));
+    }
+    out
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Provision what the local code sandbox (crate waxell-sandbox) needs on Debian/Ubuntu:
+#   * bubblewrap (namespaces, the isolation itself) and util-linux's setpriv (drops to a non-root uid);
+#   * a Python venv with numpy, pandas and matplotlib, like E2B's default template.
+# Idempotent and quick when everything is already there. Runs unattended as root on a fresh machine.
+#
+# Environment:
+#   WAXELL_SANDBOX_VENV        venv location (default: $HOME/.local/share/waxell/sandbox-venv)
+#   WAXELL_SANDBOX_BASE_PYTHON interpreter the venv is made from (default: python3 on PATH)
+#   WAXELL_SANDBOX_PACKAGES    packages to install (default: "numpy pandas matplotlib")
+#   WAXELL_SANDBOX_NO_PACKAGES=1  create the venv without packages (stdlib only)
+set -euo pipefail
+
+VENV="${WAXELL_SANDBOX_VENV:-${HOME:-/root}/.local/share/waxell/sandbox-venv}"
+BASE_PYTHON="${WAXELL_SANDBOX_BASE_PYTHON:-python3}"
+PACKAGES="${WAXELL_SANDBOX_PACKAGES:-numpy pandas matplotlib}"
+
+log() { printf '[setup-sandbox] %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        log "need root to run: $*"; return 1; fi
+}
+
+apt_updated=0
+apt_install() {
+    if ! command -v apt-get >/dev/null; then
+        log "apt-get not found: install these packages with your package manager: $*"
+        return 1
+    fi
+    if [ "$apt_updated" -eq 0 ]; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        apt_updated=1
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+# --- system packages -------------------------------------------------------------------------------
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v setpriv >/dev/null || missing+=(util-linux)
+command -v "$BASE_PYTHON" >/dev/null || missing+=(python3)
+if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing: ${missing[*]}"
+    apt_install "${missing[@]}"
+fi
+# Fonts for matplotlib text in charts (optional; matplotlib ships DejaVu itself).
+log "bubblewrap $(bwrap --version | awk '{print $2}'), $(setpriv --version 2>&1 | head -1)"
+
+# --- sandbox venv ----------------------------------------------------------------------------------
+venv_python="$VENV/bin/python3"
+if [ ! -x "$venv_python" ]; then
+    log "creating venv $VENV from $BASE_PYTHON"
+    mkdir -p "$(dirname "$VENV")"
+    if ! "$BASE_PYTHON" -m venv "$VENV" 2>/dev/null; then
+        # Debian's python3 needs python3-venv for ensurepip.
+        rm -rf "$VENV"
+        apt_install python3-venv
+        "$BASE_PYTHON" -m venv "$VENV"
+    fi
+fi
+
+if [ "${WAXELL_SANDBOX_NO_PACKAGES:-0}" != "1" ]; then
+    # Import names equal the package names for the default set; check before touching the network.
+    check="import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
+    # shellcheck disable=SC2086
+    if ! "$venv_python" -I -c "$check" $PACKAGES; then
+        log "installing into the venv: $PACKAGES (about 20-40 s)"
+        # shellcheck disable=SC2086
+        "$venv_python" -m pip install -q --disable-pip-version-check --no-cache-dir $PACKAGES
+    fi
+fi
+
+# Warm matplotlib's font cache once on the host would not help: the sandbox has its own MPLCONFIGDIR.
+log "ready: WAXELL_SANDBOX_PYTHON defaults to $venv_python ($("$venv_python" -V 2>&1))"
