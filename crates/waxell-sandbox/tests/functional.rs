@@ -1,0 +1,275 @@
+//! Functional behaviour with real Python in the real sandbox.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+use waxell::sandbox::{RunOptions, SandboxOptions, SandboxSession};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_persists_across_runs_in_a_real_main() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let first = run(&sandbox, "x = 41\ndef inc(v):\n    return v + 1\n").await;
+    assert!(first.error.is_none(), "{:?}", first.error);
+    assert!(first.results.is_empty(), "no last expression, no result");
+    assert_eq!(eval(&sandbox, "inc(x)").await, "42");
+    assert_eq!(eval(&sandbox, "__name__").await, "'__main__'");
+    // Cell-defined functions pickle (needs a real __main__ module).
+    assert_eq!(eval(&sandbox, "import pickle; pickle.loads(pickle.dumps(inc))(1)").await, "2");
+    let third = run(&sandbox, "print('a'); x").await;
+    assert_eq!(third.execution_count, Some(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_streams_and_errors_come_back() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let chunks = Arc::new(Mutex::new(Vec::new()));
+    let seen = chunks.clone();
+    let options = RunOptions::default().on_stdout(move |m| seen.lock().unwrap().push(m.line.clone()));
+    let code = "import sys, os, subprocess\nprint('hello')\nsys.stderr.write('warn\\n')\nos.write(1, b'fd-level\\n')\nsubprocess.run(['echo', 'from-child'])\n";
+    let execution = sandbox.run_code(code, &options).await.unwrap();
+    assert!(execution.error.is_none(), "{:?}", execution.error);
+    let stdout = execution.stdout();
+    for expected in ["hello\n", "fd-level\n", "from-child\n"] {
+        assert!(stdout.contains(expected), "{expected:?} missing from {stdout:?}");
+    }
+    assert_eq!(execution.stderr(), "warn\n");
+    assert_eq!(chunks.lock().unwrap().concat(), stdout, "callback saw the same chunks");
+
+    let failed = run(&sandbox, "def f():\n    return 1 / 0\nf()").await;
+    let error = failed.error.expect("error");
+    assert_eq!(error.name, "ZeroDivisionError");
+    assert_eq!(error.value, "division by zero");
+    assert!(error.traceback.contains("line 2, in f"), "{}", error.traceback);
+    assert!(!error.traceback.contains("kernel.py"), "kernel frames stripped: {}", error.traceback);
+
+    let syntax = run(&sandbox, "def (").await;
+    assert_eq!(syntax.error.expect("error").name, "SyntaxError");
+    // exit() ends only the cell.
+    assert_eq!(run(&sandbox, "exit(3)").await.error.expect("error").name, "SystemExit");
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rich_results_carry_every_representation() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let code = r#"
+class Rich:
+    def __repr__(self): return "Rich()"
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_markdown_(self): return "**rich**"
+    def _repr_json_(self): return {"rich": True}
+    def _repr_png_(self): return b"\x89PNG\r\n\x1a\nfake"
+    def _repr_latex_(self): return r"$\rho$"
+Rich()
+"#;
+    let execution = run(&sandbox, code).await;
+    assert!(execution.error.is_none(), "{:?}", execution.error);
+    let main = execution.results.iter().find(|r| r.is_main_result).expect("main result");
+    assert_eq!(main.text.as_deref(), Some("Rich()"));
+    assert_eq!(main.html.as_deref(), Some("<b>rich</b>"));
+    assert_eq!(main.markdown.as_deref(), Some("**rich**"));
+    assert_eq!(main.json, Some(serde_json::json!({"rich": true})));
+    assert_eq!(main.latex.as_deref(), Some(r"$\rho$"));
+    let png = base64::engine::general_purpose::STANDARD.decode(main.png.as_deref().unwrap()).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    assert_eq!(main.formats(), ["text", "html", "markdown", "png", "latex", "json"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pandas_and_matplotlib_when_installed() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let has = eval(&sandbox, "import importlib.util as u; all(u.find_spec(m) for m in ('pandas', 'matplotlib'))").await;
+    if has != "True" {
+        eprintln!("SKIP: pandas/matplotlib not installed in {:?}", backend.python().executable);
+        return;
+    }
+    let frame = run(&sandbox, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})\ndf").await;
+    assert!(frame.error.is_none(), "{:?}", frame.error);
+    let main = &frame.results[0];
+    assert!(main.html.as_deref().unwrap().contains("<table"), "DataFrame has an HTML repr");
+    let chart = run(&sandbox, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nprint(df.x.sum())").await;
+    assert!(chart.error.is_none(), "{:?}", chart.error);
+    assert_eq!(chart.stdout(), "6\n");
+    let figure = chart.results.iter().find(|r| r.png.is_some()).expect("figure as PNG result");
+    assert!(!figure.is_main_result);
+    let png = base64::engine::general_purpose::STANDARD.decode(figure.png.as_deref().unwrap()).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // Figures are closed after being sent.
+    let after = run(&sandbox, "1").await;
+    assert!(after.results.iter().all(|r| r.png.is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_on_timeout_keeps_state() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let execution = run_with_timeout(&sandbox, "kept = 'yes'\nimport time\nwhile True:\n    time.sleep(0.01)", Duration::from_millis(500)).await;
+    let error = execution.error.expect("timeout reported");
+    assert_eq!(error.name, "TimeoutError");
+    assert!(error.value.contains("state is kept"), "{}", error.value);
+    assert_eq!(eval(&sandbox, "kept").await, "'yes'");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contexts_are_independent() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    eval(&sandbox, "a = 1").await;
+    let context = sandbox.create_context(Some("python"), None).await.unwrap();
+    let in_context = RunOptions::default().with_context(context.id.clone());
+    let other = sandbox.run_code("'a' in globals()", &in_context).await.unwrap();
+    assert_eq!(other.text(), Some("False"));
+    // Same scratch directory.
+    eval(&sandbox, "open('shared.txt', 'w').write('hi')").await;
+    let read = sandbox.run_code("open('shared.txt').read()", &in_context).await.unwrap();
+    assert_eq!(read.text(), Some("'hi'"));
+    assert_eq!(sandbox.list_contexts().await.unwrap().len(), 2);
+    sandbox.remove_context(&context.id).await.unwrap();
+    let gone = sandbox.run_code("1", &in_context).await;
+    assert!(matches!(gone, Err(waxell::sandbox::SandboxError::ContextNotFound(_))), "{gone:?}");
+    let both = sandbox.run_code("1", &RunOptions::default().with_context("default").with_language("python")).await;
+    assert!(matches!(both, Err(waxell::sandbox::SandboxError::InvalidArgument(_))));
+    let js = sandbox.run_code("1", &RunOptions::default().with_language("javascript")).await;
+    assert!(matches!(js, Err(waxell::sandbox::SandboxError::InvalidArgument(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_vars_are_exactly_the_ones_passed() {
+    let backend = backend();
+    let options = SandboxOptions::default().with_env("GREETING", "hello");
+    let sandbox = backend.create_sandbox(&options).await.unwrap();
+    assert_eq!(eval(&sandbox, "import os; os.environ['GREETING']").await, "'hello'");
+    let per_run = sandbox.run_code("import os; os.environ['ONCE']", &RunOptions::default().with_env("ONCE", "1")).await.unwrap();
+    assert_eq!(per_run.text(), Some("'1'"));
+    assert_eq!(eval(&sandbox, "'ONCE' in os.environ").await, "False");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_round_trip_and_list() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let info = sandbox.write_file("data/in.csv", b"a,b\n1,2\n").await.unwrap();
+    assert_eq!(info.path, "/home/user/data/in.csv");
+    assert_eq!(info.size, 8);
+    assert_eq!(eval(&sandbox, "open('/home/user/data/in.csv').read()").await, "'a,b\\n1,2\\n'");
+    eval(&sandbox, "open('out.txt', 'w').write('from sandbox')").await;
+    assert_eq!(sandbox.read_file("/home/user/out.txt").await.unwrap(), b"from sandbox");
+    assert_eq!(sandbox.read_file("out.txt").await.unwrap(), b"from sandbox");
+    let names: Vec<(String, bool)> = sandbox.list_files("/home/user").await.unwrap().into_iter().map(|e| (e.name, e.is_dir)).collect();
+    assert_eq!(names, [("data".to_owned(), true), ("out.txt".to_owned(), false)]);
+    // The sandbox can write files it was given (ownership is the sandbox uid).
+    eval(&sandbox, "open('data/in.csv', 'a').write('3,4\\n')").await;
+    for bad in ["/etc/passwd", "../x", "/home/user/../../etc/passwd", ""] {
+        let err = sandbox.read_file(bad).await.unwrap_err();
+        assert!(matches!(err, waxell::sandbox::SandboxError::InvalidPath { .. }), "{bad:?}: {err:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symlink_traps_planted_by_the_sandbox_give_errors_not_content() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let secret = std::env::temp_dir().join(format!("waxell-host-secret-{}", std::process::id()));
+    std::fs::write(&secret, "HOST SECRET").unwrap();
+    let code = format!(
+        "import os\nos.symlink('/etc/shadow', 'report.txt')\nos.symlink('{0}', 'secret.txt')\nos.symlink('/etc', 'etcdir')\nos.mkfifo('pipe')",
+        secret.display()
+    );
+    let planted = run(&sandbox, &code).await;
+    assert!(planted.error.is_none(), "{:?}", planted.error);
+    for path in ["report.txt", "secret.txt", "etcdir/passwd", "/home/user/etcdir/shadow", "pipe"] {
+        let result = sandbox.read_file(path).await;
+        assert!(matches!(result, Err(waxell::sandbox::SandboxError::InvalidPath { .. })), "{path}: {result:?}");
+    }
+    // Writes through the symlinks are refused too, and the targets are untouched.
+    assert!(sandbox.write_file("secret.txt", b"overwritten").await.is_err());
+    assert!(sandbox.write_file("etcdir/evil", b"x").await.is_err());
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "HOST SECRET");
+    assert!(!std::path::Path::new("/etc/evil").exists());
+    assert!(sandbox.list_files("etcdir").await.is_err());
+    std::fs::remove_file(secret).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_sandboxes_in_parallel() {
+    let backend = backend();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let backend = backend.clone();
+            tokio::spawn(async move {
+                let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+                eval(&sandbox, &format!("n = {i}")).await;
+                let text = eval(&sandbox, "n * 10").await;
+                (sandbox.sandbox_id().to_owned(), sandbox.uid(), text, i)
+            })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for task in tasks {
+        let (id, uid, text, i) = task.await.unwrap();
+        assert_eq!(text, (i * 10).to_string());
+        assert_ne!(uid, 0);
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_and_drop_leave_nothing_behind() {
+    let backend = backend();
+    let killed = sandbox(&backend).await;
+    eval(&killed, "import subprocess; p = subprocess.Popen(['sleep', '60'])").await;
+    let before = footprint(&killed);
+    assert!(before.pids.len() >= 3, "launcher, kernel and child in the cgroup: {:?}", before.pids);
+    killed.kill().await.unwrap();
+    assert_gone(&before);
+    assert!(matches!(killed.run_code("1", &RunOptions::default()).await, Err(waxell::sandbox::SandboxError::NotFound(_))));
+
+    let dropped = sandbox(&backend).await;
+    eval(&dropped, "import subprocess; p = subprocess.Popen(['sleep', '60'])").await;
+    let before = footprint(&dropped);
+    drop(dropped);
+    assert_gone(&before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifetime_expiry_kills_the_sandbox() {
+    let backend = backend();
+    let options = SandboxOptions::default().with_timeout(Duration::from_millis(300));
+    let sandbox = backend.create_sandbox(&options).await.unwrap();
+    sandbox.set_timeout(Duration::from_millis(600)).await.unwrap();
+    let before = footprint(&sandbox);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(matches!(sandbox.run_code("1", &RunOptions::default()).await, Err(waxell::sandbox::SandboxError::NotFound(_))));
+    assert_gone(&before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_pool_hands_out_fresh_interpreters() {
+    let backend = backend_with(config().with_pool_size(2));
+    backend.warm_up().await.unwrap();
+    assert_eq!(backend.pool_len(), 2);
+    let first = backend.create_sandbox(&SandboxOptions::default().with_env("WHO", "first")).await.unwrap();
+    eval(&first, "marker = 'first'").await;
+    let second = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    assert_eq!(eval(&second, "'marker' in globals()").await, "False");
+    assert_eq!(eval(&second, "import os; 'WHO' in os.environ").await, "False");
+    assert_eq!(eval(&first, "import os; os.environ.get('WHO')").await, "'first'");
+    assert_ne!(first.scratch_dir(), second.scratch_dir());
+    // The pool refills in the background.
+    for _ in 0..100 {
+        if backend.pool_len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(backend.pool_len(), 2);
+}
