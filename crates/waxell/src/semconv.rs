@@ -161,3 +161,15 @@ pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";
 pub const WAXELL_SDK_NAME: &str = "waxell.sdk.name";
 pub const WAXELL_SDK_VERSION: &str = "waxell.sdk.version";
 pub const OPENINFERENCE_PROJECT_NAME: &str = "openinference.project.name";
+
+// ---- LLM (owned by the `llm` module) ----
+/// Value of `waxell.span_type` on `chat {model}` spans (the Python SDK's name).
+pub const WAXELL_SPAN_TYPE_LLM_CALL: &str = "llm_call";
+pub const OI_LLM_TOKEN_COUNT_PROMPT_CACHE_READ: &str = "llm.token_count.prompt_details.cache_read";
+pub const OI_LLM_TOKEN_COUNT_COMPLETION_REASONING: &str = "llm.token_count.completion_details.reasoning";
+/// Streaming only: seconds from sending the request to the first chunk (gen-ai-metrics.md).
+pub const METRIC_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// Decision name recorded when one response calls several tools at once (the Python SDK's name).
+pub const DECISION_PARALLEL_TOOL_CALLS: &str = "tool_calls";
+/// Prefix of the decision name recorded when a response calls one tool: `tool_call:{name}`.
+pub const DECISION_TOOL_CALL_PREFIX: &str = "tool_call:";

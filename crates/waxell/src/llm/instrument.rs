@@ -1,0 +1,489 @@
+//! The `chat {model}` span, metrics and tool-call decisions of one call. Everything telemetry-related
+//! about a call lives here, so the client code stays about the call itself.
+//!
+//! Nothing here can fail or panic into the caller: attribute values are built from data already in hand,
+//! and serialisation problems only drop the attribute concerned.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
+use serde_json::json;
+
+use super::error::Error;
+use super::pricing::PriceTable;
+use super::transport::ServerAddress;
+use super::types::{ChatRequest, ChatResponse, Message, ToolCall};
+use crate::semconv::*;
+use crate::telemetry;
+
+/// The longest a single captured message part (text, arguments, tool result) may be on a span. Parts are
+/// truncated one by one before serialising, so the attribute stays valid JSON.
+const MAX_PART_CHARS: usize = 8192;
+
+/// Boundaries of `gen_ai.client.token.usage` (gen-ai-metrics.md).
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+/// Boundaries of the duration histograms, in seconds (gen-ai-metrics.md).
+const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+
+/// What the client knows about where a call goes, independent of the request.
+#[derive(Debug, Clone)]
+pub(crate) struct CallTarget {
+    pub(crate) provider: String,
+    pub(crate) server: Option<ServerAddress>,
+    pub(crate) dry_run: bool,
+    pub(crate) prices: Arc<PriceTable>,
+}
+
+/// Timing of a streamed response.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StreamStats {
+    pub(crate) time_to_first_chunk: Option<Duration>,
+    pub(crate) chunks: usize,
+}
+
+/// The telemetry of one call in flight. Ends its span exactly once: through [`Self::succeeded`],
+/// [`Self::failed`], or, if the caller dropped the call midway, on drop (marked `waxell.cancelled`).
+#[derive(Debug)]
+pub(crate) struct CallTelemetry {
+    cx: Context,
+    started: Instant,
+    /// Attributes shared by both metrics.
+    metric_attributes: Vec<KeyValue>,
+    offered_tools: Vec<String>,
+    prices: Arc<PriceTable>,
+    capture: bool,
+    ended: bool,
+}
+
+impl CallTelemetry {
+    /// Start the span as a child of the caller's current context. `request.model` is already resolved.
+    pub(crate) fn start(target: &CallTarget, request: &ChatRequest) -> Self {
+        let model = request.model_name().unwrap_or_default().to_owned();
+        let capture = telemetry::capture_content();
+
+        // Sampling-relevant attributes go into the builder, so a sampler can see them.
+        let mut identity = vec![
+            KeyValue::new(GEN_AI_OPERATION_NAME, OP_CHAT),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, target.provider.clone()),
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()),
+        ];
+        if let Some(server) = &target.server {
+            identity.push(KeyValue::new(SERVER_ADDRESS, server.host.clone()));
+            identity.push(KeyValue::new(SERVER_PORT, i64::from(server.port)));
+        }
+        let mut attributes = identity.clone();
+        attributes.extend([
+            KeyValue::new(OI_SPAN_KIND, OI_KIND_LLM),
+            KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
+            KeyValue::new(OI_LLM_MODEL_NAME, model.clone()),
+            KeyValue::new(OI_LLM_SYSTEM, target.provider.clone()),
+            KeyValue::new(OI_LLM_PROVIDER, target.provider.clone()),
+            KeyValue::new(GEN_AI_REQUEST_STREAM, request.stream),
+        ]);
+        if target.dry_run {
+            attributes.push(KeyValue::new(WAXELL_DRY_RUN, true));
+        }
+        attributes.extend(request_parameters(request));
+        if capture {
+            attributes.extend(input_content(request));
+        }
+
+        let tracer = telemetry::tracer();
+        let span = tracer
+            .span_builder(format!("{OP_CHAT} {model}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes)
+            .start_with_context(&tracer, &Context::current());
+        Self {
+            cx: Context::current().with_span(span),
+            started: Instant::now(),
+            metric_attributes: identity,
+            offered_tools: request.tool_names(),
+            prices: Arc::clone(&target.prices),
+            capture,
+            ended: false,
+        }
+    }
+
+    /// The context to run the call in: the span is current there, and the transport propagates it.
+    pub(crate) fn context(&self) -> &Context {
+        &self.cx
+    }
+
+    /// Record a successful response and end the span.
+    pub(crate) fn succeeded(&mut self, response: &ChatResponse, stream: Option<StreamStats>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let span = self.cx.span();
+        let mut attributes = vec![
+            KeyValue::new(GEN_AI_RESPONSE_ID, response.id.clone()),
+            KeyValue::new(GEN_AI_RESPONSE_FINISH_REASONS, finish_reasons(response)),
+        ];
+        if !response.model.is_empty() {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response.model.clone()));
+            attributes.push(KeyValue::new(OI_LLM_MODEL_NAME, response.model.clone()));
+            self.metric_attributes
+                .push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response.model.clone()));
+        }
+        if let Some(usage) = &response.usage {
+            attributes.extend([
+                KeyValue::new(GEN_AI_USAGE_INPUT_TOKENS, saturating_i64(usage.prompt_tokens)),
+                KeyValue::new(
+                    GEN_AI_USAGE_OUTPUT_TOKENS,
+                    saturating_i64(usage.completion_tokens),
+                ),
+                KeyValue::new(OI_LLM_TOKEN_COUNT_PROMPT, saturating_i64(usage.prompt_tokens)),
+                KeyValue::new(
+                    OI_LLM_TOKEN_COUNT_COMPLETION,
+                    saturating_i64(usage.completion_tokens),
+                ),
+                KeyValue::new(
+                    OI_LLM_TOKEN_COUNT_TOTAL,
+                    saturating_i64(usage.prompt_tokens.saturating_add(usage.completion_tokens)),
+                ),
+            ]);
+            if let Some(cached) = usage.cached_tokens() {
+                attributes.push(KeyValue::new(
+                    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+                    saturating_i64(cached),
+                ));
+                attributes.push(KeyValue::new(
+                    OI_LLM_TOKEN_COUNT_PROMPT_CACHE_READ,
+                    saturating_i64(cached),
+                ));
+            }
+            if let Some(reasoning) = usage.reasoning_tokens() {
+                attributes.push(KeyValue::new(
+                    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+                    saturating_i64(reasoning),
+                ));
+                attributes.push(KeyValue::new(
+                    OI_LLM_TOKEN_COUNT_COMPLETION_REASONING,
+                    saturating_i64(reasoning),
+                ));
+            }
+            // The answering model's price, else the requested one's (a router may not echo the name).
+            let priced_model = [response.model.as_str(), self.request_model()]
+                .into_iter()
+                .find(|model| !model.is_empty() && self.prices.price(model).is_some());
+            if let Some(cost) = priced_model.and_then(|model| self.prices.cost(model, usage)) {
+                attributes.push(KeyValue::new(WAXELL_LLM_COST, cost));
+                attributes.push(KeyValue::new(OI_LLM_COST_TOTAL, cost));
+            }
+        }
+        if let Some(stats) = stream {
+            attributes.push(KeyValue::new(
+                WAXELL_LLM_CHUNK_COUNT,
+                saturating_i64(stats.chunks as u64),
+            ));
+            if let Some(ttfc) = stats.time_to_first_chunk {
+                attributes.push(KeyValue::new(
+                    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+                    ttfc.as_secs_f64(),
+                ));
+            }
+        }
+        if self.capture {
+            attributes.extend(output_content(response));
+        }
+        span.set_attributes(attributes);
+
+        self.record_tool_call_decision(response);
+        self.record_metrics(response, stream, None);
+        span.end();
+    }
+
+    /// Record a failure and end the span.
+    pub(crate) fn failed(&mut self, error: &Error, stream: Option<StreamStats>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let span = self.cx.span();
+        let error_type = error.error_type();
+        span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.clone()));
+        if let Some(stats) = stream {
+            span.set_attribute(KeyValue::new(
+                WAXELL_LLM_CHUNK_COUNT,
+                saturating_i64(stats.chunks as u64),
+            ));
+        }
+        // The server's message can quote the prompt back, so it goes through the scrubber too.
+        span.set_status(Status::error(telemetry::content_preview(
+            &error.to_string(),
+            MAX_PART_CHARS,
+        )));
+        self.record_metrics(&ChatResponse::default(), stream, Some(error_type));
+        span.end();
+    }
+
+    fn request_model(&self) -> &str {
+        self.metric_attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == GEN_AI_REQUEST_MODEL)
+            .and_then(|kv| match &kv.value {
+                Value::String(model) => Some(model.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// `tool_call:{name}` for one call, `tool_calls` for parallel calls, with the offered tools as
+    /// options (as the Python SDK does). Recorded as a child of the chat span: the model decided there.
+    fn record_tool_call_decision(&self, response: &ChatResponse) {
+        let calls = response.tool_calls();
+        let (name, chosen) = match calls {
+            [] => return,
+            [call] => (
+                format!("{DECISION_TOOL_CALL_PREFIX}{}", call.function.name),
+                call.function.name.clone(),
+            ),
+            calls => (
+                DECISION_PARALLEL_TOOL_CALLS.to_owned(),
+                calls
+                    .iter()
+                    .map(|call| call.function.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        };
+        // A synchronous call: the guard is dropped before any await.
+        let _guard = self.cx.clone().attach();
+        telemetry::record_decision(&name, &self.offered_tools, &chosen, None, None);
+    }
+
+    fn record_metrics(
+        &self,
+        response: &ChatResponse,
+        stream: Option<StreamStats>,
+        error_type: Option<String>,
+    ) {
+        // Instruments are looked up per call rather than cached: the global meter provider may be
+        // installed (by `init()`) after the first call, and a cached instrument would stay a no-op.
+        let meter = telemetry::meter();
+        let mut attributes = self.metric_attributes.clone();
+        if let Some(error_type) = error_type {
+            attributes.push(KeyValue::new(ERROR_TYPE, error_type));
+        }
+        meter
+            .f64_histogram(METRIC_OPERATION_DURATION)
+            .with_unit("s")
+            .with_description("GenAI operation duration")
+            .with_boundaries(DURATION_BUCKETS.to_vec())
+            .build()
+            .record(self.started.elapsed().as_secs_f64(), &attributes);
+        if let Some(ttfc) = stream.and_then(|stats| stats.time_to_first_chunk) {
+            meter
+                .f64_histogram(METRIC_TIME_TO_FIRST_CHUNK)
+                .with_unit("s")
+                .with_description("Time to receive the first chunk of a streamed response")
+                .with_boundaries(DURATION_BUCKETS.to_vec())
+                .build()
+                .record(ttfc.as_secs_f64(), &attributes);
+        }
+        if let Some(usage) = &response.usage {
+            let tokens = meter
+                .u64_histogram(METRIC_TOKEN_USAGE)
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build();
+            for (token_type, count) in [
+                ("input", usage.prompt_tokens),
+                ("output", usage.completion_tokens),
+            ] {
+                let mut attributes = attributes.clone();
+                attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, token_type));
+                tokens.record(count, &attributes);
+            }
+        }
+    }
+}
+
+impl Drop for CallTelemetry {
+    fn drop(&mut self) {
+        if !self.ended {
+            // The caller dropped the future or stream before the call completed.
+            let span = self.cx.span();
+            span.set_attribute(KeyValue::new(WAXELL_CANCELLED, true));
+            span.end();
+        }
+    }
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Request parameters as GenAI attributes plus `llm.invocation_parameters` (no content: safe to record
+/// whatever the capture policy).
+fn request_parameters(request: &ChatRequest) -> Vec<KeyValue> {
+    let mut attributes = Vec::new();
+    let mut push_f64 = |key: &'static str, value: Option<f64>| {
+        if let Some(value) = value {
+            attributes.push(KeyValue::new(key, value));
+        }
+    };
+    push_f64(GEN_AI_REQUEST_TEMPERATURE, request.temperature);
+    push_f64(GEN_AI_REQUEST_TOP_P, request.top_p);
+    push_f64(GEN_AI_REQUEST_FREQUENCY_PENALTY, request.frequency_penalty);
+    push_f64(GEN_AI_REQUEST_PRESENCE_PENALTY, request.presence_penalty);
+    if let Some(max_tokens) = request.max_completion_tokens.or(request.max_tokens) {
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_MAX_TOKENS, i64::from(max_tokens)));
+    }
+    if let Some(seed) = request.seed {
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_SEED, seed));
+    }
+    if let Some(n) = request.n.filter(|n| *n != 1) {
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_CHOICE_COUNT, i64::from(n)));
+    }
+    if !request.stop.is_empty() {
+        attributes.push(KeyValue::new(
+            GEN_AI_REQUEST_STOP_SEQUENCES,
+            string_array(request.stop.iter().cloned()),
+        ));
+    }
+    if let Some(format) = &request.response_format {
+        attributes.push(KeyValue::new(GEN_AI_OUTPUT_TYPE, format.output_type()));
+    }
+    if let Ok(serde_json::Value::Object(mut parameters)) = serde_json::to_value(request) {
+        // Content is captured separately (and only when allowed); the rest is configuration.
+        for content_key in ["messages", "tools", "user"] {
+            parameters.remove(content_key);
+        }
+        attributes.push(KeyValue::new(
+            OI_LLM_INVOCATION_PARAMETERS,
+            serde_json::Value::Object(parameters).to_string(),
+        ));
+    }
+    attributes
+}
+
+fn string_array(values: impl Iterator<Item = String>) -> Value {
+    Value::Array(Array::String(values.map(StringValue::from).collect()))
+}
+
+/// The provider's finish reasons, one per choice, as sent (`stop`, `tool_calls`, ...).
+fn finish_reasons(response: &ChatResponse) -> Value {
+    string_array(
+        response
+            .choices
+            .iter()
+            .filter_map(|choice| choice.finish_reason.clone()),
+    )
+}
+
+/// Captured input: `gen_ai.input.messages`, `gen_ai.tool.definitions`, and `input.value`.
+fn input_content(request: &ChatRequest) -> Vec<KeyValue> {
+    let messages: Vec<_> = request.messages.iter().map(input_message).collect();
+    let messages = serde_json::Value::Array(messages).to_string();
+    let mut attributes = vec![
+        KeyValue::new(GEN_AI_INPUT_MESSAGES, messages.clone()),
+        KeyValue::new(OI_INPUT_VALUE, messages),
+        KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON),
+    ];
+    if !request.tools.is_empty() {
+        let definitions: Vec<_> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                let mut definition = json!({"type": tool.kind, "name": tool.function.name});
+                if let Some(description) = &tool.function.description {
+                    definition["description"] = preview(description).into();
+                }
+                if let Some(parameters) = &tool.function.parameters {
+                    definition["parameters"] = parameters.clone();
+                }
+                definition
+            })
+            .collect();
+        attributes.push(KeyValue::new(
+            GEN_AI_TOOL_DEFINITIONS,
+            serde_json::Value::Array(definitions).to_string(),
+        ));
+    }
+    attributes
+}
+
+/// Captured output: `gen_ai.output.messages` and `output.value` (the text alone when the answer is plain
+/// text, the messages JSON otherwise).
+fn output_content(response: &ChatResponse) -> Vec<KeyValue> {
+    let messages: Vec<_> = response
+        .choices
+        .iter()
+        .map(|choice| {
+            let mut parts = Vec::new();
+            if let Some(text) = &choice.message.content {
+                parts.push(text_part(text));
+            }
+            parts.extend(choice.message.tool_calls.iter().map(tool_call_part));
+            json!({
+                "role": "assistant",
+                "parts": parts,
+                "finish_reason": normalised_finish_reason(choice.finish_reason.as_deref()),
+            })
+        })
+        .collect();
+    let messages = serde_json::Value::Array(messages).to_string();
+    let (value, mime) = match (response.text(), response.tool_calls()) {
+        (Some(text), []) => (preview(text), MIME_TEXT),
+        _ => (messages.clone(), MIME_JSON),
+    };
+    vec![
+        KeyValue::new(GEN_AI_OUTPUT_MESSAGES, messages),
+        KeyValue::new(OI_OUTPUT_VALUE, value),
+        KeyValue::new(OI_OUTPUT_MIME_TYPE, mime),
+    ]
+}
+
+/// One request message in the spec's `ChatMessage{role, parts}` shape.
+fn input_message(message: &Message) -> serde_json::Value {
+    let parts = match message {
+        Message::System { content, .. } | Message::User { content, .. } => vec![text_part(content)],
+        Message::Assistant {
+            content, tool_calls, ..
+        } => content
+            .iter()
+            .map(|text| text_part(text))
+            .chain(tool_calls.iter().map(tool_call_part))
+            .collect(),
+        Message::Tool {
+            tool_call_id,
+            content,
+        } => vec![json!({"type": "tool_call_response", "id": tool_call_id, "response": preview(content)})],
+    };
+    json!({"role": message.role(), "parts": parts})
+}
+
+fn text_part(text: &str) -> serde_json::Value {
+    json!({"type": "text", "content": preview(text)})
+}
+
+/// Arguments are embedded as JSON when they parse (as the spec's example shows), else as a string.
+fn tool_call_part(call: &ToolCall) -> serde_json::Value {
+    let arguments = preview(&call.function.arguments);
+    let arguments = serde_json::from_str::<serde_json::Value>(&arguments).unwrap_or(arguments.into());
+    json!({"type": "tool_call", "id": call.id, "name": call.function.name, "arguments": arguments})
+}
+
+/// The output-message schema's finish reasons: `stop|length|content_filter|tool_call|error`.
+fn normalised_finish_reason(reason: Option<&str>) -> &str {
+    match reason {
+        Some("tool_calls" | "function_call") => "tool_call",
+        Some(other) => other,
+        None => "stop",
+    }
+}
+
+fn preview(text: &str) -> String {
+    telemetry::content_preview(text, MAX_PART_CHARS)
+}

@@ -1,0 +1,334 @@
+//! Streamed responses: [`ChatStream`] yields chunks as they arrive and assembles the full response.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::task::{ready, Context as TaskContext, Poll};
+use std::time::Instant;
+
+use futures_util::{Stream, StreamExt};
+
+use super::error::Error;
+use super::instrument::{CallTelemetry, StreamStats};
+use super::transport::{malformed, DataStream};
+use super::types::{AssistantMessage, ChatChunk, ChatResponse, Choice, ToolCall, Usage};
+
+/// A streamed chat response: a [`Stream`] of [`ChatChunk`]s in arrival order.
+///
+/// The text and tool-call fragments are assembled as they pass; once the stream is over,
+/// [`ChatStream::response`] holds the complete response (with usage, since the client asks for it). The
+/// `chat` span ends with the stream: when it finishes, fails, or is dropped early (then marked
+/// `waxell.cancelled`).
+///
+/// ```no_run
+/// # async fn demo(client: waxell::llm::Client) -> Result<(), waxell::llm::Error> {
+/// use futures_util::StreamExt;
+/// use waxell::llm::{ChatRequest, Message};
+///
+/// let mut stream = client.chat_stream(ChatRequest::new([Message::user("Tell me a joke")])).await?;
+/// while let Some(chunk) = stream.next().await {
+///     if let Some(text) = chunk?.text_delta() {
+///         print!("{text}");
+///     }
+/// }
+/// let response = stream.response().expect("the stream completed");
+/// println!("\n{} output tokens", response.usage.map_or(0, |usage| usage.completion_tokens));
+/// # Ok(()) }
+/// ```
+#[must_use = "a stream does nothing unless polled"]
+#[derive(Debug)]
+pub struct ChatStream {
+    payloads: Option<DebugIgnored<DataStream>>,
+    assembler: Assembler,
+    telemetry: CallTelemetry,
+    sent_at: Instant,
+    stats: StreamStats,
+    response: Option<ChatResponse>,
+}
+
+/// Lets `ChatStream` derive `Debug` around the boxed transport stream.
+struct DebugIgnored<T>(T);
+
+impl<T> std::fmt::Debug for DebugIgnored<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("..")
+    }
+}
+
+/// The payload that ends an OpenAI stream.
+const DONE: &str = "[DONE]";
+
+impl ChatStream {
+    pub(crate) fn new(payloads: DataStream, telemetry: CallTelemetry, sent_at: Instant) -> Self {
+        Self {
+            payloads: Some(DebugIgnored(payloads)),
+            assembler: Assembler::default(),
+            telemetry,
+            sent_at,
+            stats: StreamStats::default(),
+            response: None,
+        }
+    }
+
+    /// The assembled response, once the stream has completed successfully.
+    pub fn response(&self) -> Option<&ChatResponse> {
+        self.response.as_ref()
+    }
+
+    /// Read the rest of the stream and return the assembled response.
+    pub async fn into_response(mut self) -> Result<ChatResponse, Error> {
+        while let Some(chunk) = self.next().await {
+            chunk?;
+        }
+        self.response.take().ok_or_else(|| Error::StreamCut {
+            chunks: self.stats.chunks,
+            reason: "the stream had already failed".to_owned(),
+        })
+    }
+
+    /// Handle one `data:` payload: `Some` to yield, `None` when the stream is over.
+    fn accept(&mut self, data: &str) -> Option<Result<ChatChunk, Error>> {
+        if data.trim() == DONE {
+            self.complete();
+            return None;
+        }
+        let chunk = match parse_chunk(data) {
+            Ok(chunk) => chunk,
+            Err(error) => return Some(Err(self.fail(error))),
+        };
+        self.stats.chunks += 1;
+        if self.stats.time_to_first_chunk.is_none() {
+            self.stats.time_to_first_chunk = Some(self.sent_at.elapsed());
+        }
+        self.assembler.push(&chunk);
+        Some(Ok(chunk))
+    }
+
+    fn complete(&mut self) {
+        self.payloads = None;
+        let response = std::mem::take(&mut self.assembler).finish();
+        self.telemetry.succeeded(&response, Some(self.stats));
+        self.response = Some(response);
+    }
+
+    fn fail(&mut self, error: Error) -> Error {
+        self.payloads = None;
+        // The transport cannot know how many chunks the client parsed; this is where that is known.
+        let error = match error {
+            Error::StreamCut { reason, .. } => Error::StreamCut {
+                chunks: self.stats.chunks,
+                reason,
+            },
+            other => other,
+        };
+        self.telemetry.failed(&error, Some(self.stats));
+        error
+    }
+}
+
+impl Stream for ChatStream {
+    type Item = Result<ChatChunk, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let Some(payloads) = this.payloads.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let item = ready!(payloads.0.as_mut().poll_next(cx));
+        Poll::Ready(match item {
+            Some(Ok(data)) => this.accept(&data),
+            Some(Err(error)) => Some(Err(this.fail(error))),
+            // Some compatible servers close without `[DONE]`; the stream is complete if every choice
+            // got its finish reason, and cut otherwise.
+            None if this.assembler.is_finished() => {
+                this.complete();
+                None
+            }
+            None => Some(Err(this.fail(Error::StreamCut {
+                chunks: 0,
+                reason: "the server closed the stream before it was done".to_owned(),
+            }))),
+        })
+    }
+}
+
+/// A chunk, or the error a server sent inside the stream (`data: {"error": {...}}`).
+fn parse_chunk(data: &str) -> Result<ChatChunk, Error> {
+    let value: serde_json::Value = serde_json::from_str(data)
+        .map_err(|e| malformed(format!("a stream chunk is not JSON: {e}"), data))?;
+    if let Some(error) = value.get("error") {
+        let (message, code) =
+            super::error::parse_error_body(&serde_json::json!({ "error": error }).to_string());
+        // The HTTP status was 200: the failure came inside the stream.
+        return Err(Error::Api {
+            status: 200,
+            message,
+            code,
+            attempts: 1,
+        });
+    }
+    serde_json::from_value(value).map_err(|e| {
+        malformed(
+            format!("a stream chunk is not a chat completion chunk: {e}"),
+            data,
+        )
+    })
+}
+
+/// Builds the complete response from chunks: text is concatenated, tool-call fragments are joined by
+/// their `index`, the last usage wins.
+#[derive(Debug, Default)]
+pub(crate) struct Assembler {
+    id: String,
+    model: String,
+    created: u64,
+    system_fingerprint: Option<String>,
+    choices: BTreeMap<u32, PartialChoice>,
+    usage: Option<Usage>,
+}
+
+#[derive(Debug, Default)]
+struct PartialChoice {
+    content: Option<String>,
+    refusal: Option<String>,
+    tool_calls: BTreeMap<u32, ToolCall>,
+    finish_reason: Option<String>,
+}
+
+impl Assembler {
+    pub(crate) fn push(&mut self, chunk: &ChatChunk) {
+        if self.id.is_empty() {
+            self.id.clone_from(&chunk.id);
+        }
+        if self.model.is_empty() {
+            self.model.clone_from(&chunk.model);
+        }
+        if self.created == 0 {
+            self.created = chunk.created;
+        }
+        if chunk.system_fingerprint.is_some() {
+            self.system_fingerprint.clone_from(&chunk.system_fingerprint);
+        }
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
+        }
+        for choice in &chunk.choices {
+            let partial = self.choices.entry(choice.index).or_default();
+            if let Some(text) = &choice.delta.content {
+                partial.content.get_or_insert_with(String::new).push_str(text);
+            }
+            if let Some(text) = &choice.delta.refusal {
+                partial.refusal.get_or_insert_with(String::new).push_str(text);
+            }
+            for fragment in &choice.delta.tool_calls {
+                let call = partial
+                    .tool_calls
+                    .entry(fragment.index)
+                    .or_insert_with(|| ToolCall::function("", "", ""));
+                if let Some(id) = fragment.id.as_deref().filter(|id| !id.is_empty()) {
+                    id.clone_into(&mut call.id);
+                }
+                if let Some(function) = &fragment.function {
+                    // The name arrives whole in the first fragment; some servers repeat it later.
+                    if let Some(name) = function
+                        .name
+                        .as_deref()
+                        .filter(|name| *name != call.function.name)
+                    {
+                        call.function.name.push_str(name);
+                    }
+                    if let Some(arguments) = &function.arguments {
+                        call.function.arguments.push_str(arguments);
+                    }
+                }
+            }
+            if choice.finish_reason.is_some() {
+                partial.finish_reason.clone_from(&choice.finish_reason);
+            }
+        }
+    }
+
+    /// Every choice seen so far has a finish reason.
+    fn is_finished(&self) -> bool {
+        !self.choices.is_empty() && self.choices.values().all(|choice| choice.finish_reason.is_some())
+    }
+
+    pub(crate) fn finish(self) -> ChatResponse {
+        let choices = self
+            .choices
+            .into_iter()
+            .map(|(index, partial)| Choice {
+                index,
+                message: AssistantMessage {
+                    content: partial.content,
+                    tool_calls: partial.tool_calls.into_values().collect(),
+                    refusal: partial.refusal,
+                    ..AssistantMessage::default()
+                },
+                finish_reason: partial.finish_reason,
+            })
+            .collect();
+        ChatResponse {
+            id: self.id,
+            model: self.model,
+            created: self.created,
+            choices,
+            usage: self.usage,
+            system_fingerprint: self.system_fingerprint,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::types::FunctionCall;
+
+    fn chunk(json: serde_json::Value) -> ChatChunk {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn text_and_parallel_tool_call_fragments_are_joined() {
+        let mut assembler = Assembler::default();
+        for json in [
+            serde_json::json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let me "}}]}),
+            serde_json::json!({"id": "c1", "choices": [{"index": 0, "delta": {"content": "check."}}]}),
+            serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "run_python", "arguments": "{\"co"}}]}}]}),
+            serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "search", "arguments": "{}"}}]}}]}),
+            serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "de\": 1}"}}]}}]}),
+            serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            serde_json::json!({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}),
+        ] {
+            assembler.push(&chunk(json));
+        }
+        assert!(assembler.is_finished());
+        let response = assembler.finish();
+        assert_eq!(response.id, "c1");
+        assert_eq!(response.text(), Some("Let me check."));
+        assert_eq!(
+            response.tool_calls(),
+            [
+                ToolCall {
+                    id: "call_a".into(),
+                    kind: "function".into(),
+                    function: FunctionCall {
+                        name: "run_python".into(),
+                        arguments: "{\"code\": 1}".into()
+                    }
+                },
+                ToolCall::function("call_b", "search", "{}"),
+            ]
+        );
+        assert_eq!(response.usage, Some(Usage::new(10, 5)));
+    }
+
+    #[test]
+    fn error_inside_a_stream_keeps_the_server_message() {
+        let error =
+            parse_chunk(r#"{"error": {"message": "overloaded", "code": "server_busy"}}"#).unwrap_err();
+        assert!(
+            matches!(&error, Error::Api { message, code: Some(code), .. } if message == "overloaded" && code == "server_busy"),
+            "{error:?}"
+        );
+    }
+}
