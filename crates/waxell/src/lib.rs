@@ -1,7 +1,65 @@
-//! waxell: observability for AI agents.
+//! # waxell: observability for AI agents
+//!
+//! Attribute macros turn agent code into OpenTelemetry traces that show what the agent did: which agent ran
+//! (`#[agent]`), which tool it called (`#[tool]`), what it reasoned (`#[reasoning]`) and decided
+//! (`#[decision]`), and how well it scored ([`score`]). Every span carries both the OpenTelemetry GenAI
+//! attributes and the OpenInference ones, so Jaeger, Phoenix, Langfuse and MLflow all render it.
+//!
+//! ```
+//! use waxell::{agent, tool, Reasoning};
+//!
+//! #[tool(tool_type = "function")]
+//! fn add(a: i64, b: i64) -> i64 {
+//!     a + b
+//! }
+//!
+//! #[waxell::reasoning(step = "check")]
+//! fn check(sum: i64) -> Reasoning {
+//!     Reasoning::new(format!("the sum is {sum}")).evidence("added two numbers").conclusion("done")
+//! }
+//!
+//! #[agent(name = "calculator")]
+//! fn run() -> i64 {
+//!     let sum = add(2, 3);
+//!     check(sum);
+//!     waxell::score("correct", sum == 5);
+//!     sum
+//! }
+//!
+//! // Without init(), spans go to the global OpenTelemetry provider (a no-op unless you set one).
+//! assert_eq!(run(), 5);
+//! ```
+//!
+//! Call [`init`] once at start-up to export: over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, else to the
+//! embedded default (a trace tree on stderr and OTLP JSON lines under `.waxell/traces/`).
 #![forbid(unsafe_code)]
 
+mod capture;
+mod config;
+mod decision;
+pub mod export;
+mod init;
 pub mod llm;
+mod run;
 pub mod sandbox;
+mod score;
+mod scrub;
 pub mod semconv;
 pub(crate) mod telemetry;
+
+pub use config::Protocol;
+pub use decision::{decide, Decision, DecisionOptions, Reasoning};
+pub use init::{builder, init, Builder, Guard, InitError};
+pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
+
+#[cfg(feature = "macros")]
+#[doc(inline)]
+pub use waxell_macros::{agent, decision, reasoning, retrieval, step, tool, DecisionOptions};
+
+/// Support for the macros' expansions. Not public API: may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::capture::outcome::*;
+    pub use crate::capture::{CaptureViaDebug, CaptureViaSerialize, CaptureViaTypeName, Captured, Probe};
+    pub use crate::run::{Args, Instrumented, Kind, Meta, Run};
+}

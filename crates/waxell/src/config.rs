@@ -1,0 +1,291 @@
+//! Configuration from the standard environment variables, resolved once at `init()`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::InitError;
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// OTLP/HTTP with protobuf bodies (the default).
+    HttpProtobuf,
+    /// OTLP/HTTP with JSON bodies.
+    HttpJson,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl Protocol {
+    pub(crate) fn parse(value: &str, var: &str) -> Result<Self, InitError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "http/protobuf" => Ok(Self::HttpProtobuf),
+            "http/json" => Ok(Self::HttpJson),
+            "grpc" => Ok(Self::Grpc),
+            other => Err(InitError::InvalidVariable {
+                name: var.to_owned(),
+                value: other.to_owned(),
+                expected: "one of http/protobuf, http/json, grpc".to_owned(),
+            }),
+        }
+    }
+}
+
+/// Settings read on the hot path of every instrumented call.
+#[derive(Debug, Clone)]
+pub(crate) struct Capture {
+    /// Record content (arguments, results, messages, code). `WAXELL_CAPTURE_CONTENT`.
+    pub(crate) content: bool,
+    /// Longest captured string, in characters. `WAXELL_MAX_CONTENT_CHARS`.
+    pub(crate) max_chars: usize,
+    /// Scrub secrets from captured content. `WAXELL_SCRUB`.
+    pub(crate) scrub: bool,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Self {
+            content: true,
+            max_chars: 4000,
+            scrub: true,
+        }
+    }
+}
+
+/// Everything `init()` resolves from the environment before the builder's overrides.
+#[derive(Debug, Clone)]
+pub(crate) struct EnvConfig {
+    pub(crate) observe: bool,
+    pub(crate) capture: Capture,
+    /// Full traces URL (`.../v1/traces` for HTTP), when any endpoint variable is set.
+    pub(crate) traces_endpoint: Option<String>,
+    pub(crate) protocol: Protocol,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) export_timeout: Duration,
+    pub(crate) console: bool,
+    /// `None` = default location; `Some(None)` = file output off.
+    pub(crate) trace_file: Option<Option<PathBuf>>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool, InitError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(InitError::InvalidVariable {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            expected: "true or false".to_owned(),
+        }),
+    }
+}
+
+fn bool_var(name: &str) -> Result<Option<bool>, InitError> {
+    var(name).map(|v| parse_bool(name, &v)).transpose()
+}
+
+/// `WAXELL_OBSERVE=false` switches everything off. Read on first use by macros when `init()` was not called.
+pub(crate) fn observe_from_env() -> bool {
+    var("WAXELL_OBSERVE")
+        .and_then(|v| parse_bool("WAXELL_OBSERVE", &v).ok())
+        .unwrap_or(true)
+}
+
+/// Content capture: `WAXELL_CAPTURE_CONTENT` wins; else the OTel GenAI convention variable
+/// (`NO_CONTENT` / `SPAN_ONLY` / `EVENT_ONLY` / `SPAN_AND_EVENT`, or older `true`/`false`); else on.
+pub(crate) fn capture_from_env() -> Result<Capture, InitError> {
+    let mut capture = Capture::default();
+    if let Some(on) = bool_var("WAXELL_CAPTURE_CONTENT")? {
+        capture.content = on;
+    } else if let Some(v) = var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") {
+        capture.content = match v.trim().to_ascii_uppercase().as_str() {
+            "NO_CONTENT" | "FALSE" | "0" | "EVENT_ONLY" => false,
+            "SPAN_ONLY" | "SPAN_AND_EVENT" | "TRUE" | "1" => true,
+            _ => {
+                return Err(InitError::InvalidVariable {
+                    name: "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT".into(),
+                    value: v,
+                    expected: "NO_CONTENT, SPAN_ONLY, EVENT_ONLY, SPAN_AND_EVENT, true or false".into(),
+                })
+            }
+        };
+    }
+    if let Some(v) = var("WAXELL_MAX_CONTENT_CHARS") {
+        capture.max_chars = v.trim().parse().map_err(|_| InitError::InvalidVariable {
+            name: "WAXELL_MAX_CONTENT_CHARS".into(),
+            value: v.clone(),
+            expected: "a whole number of characters".into(),
+        })?;
+    }
+    if let Some(on) = bool_var("WAXELL_SCRUB")?.or(bool_var("WAXELL_REDACT_TELEMETRY")?) {
+        capture.scrub = on;
+    }
+    Ok(capture)
+}
+
+/// Parse `key=value,key2=value2` (values may be percent-encoded, as the OTel spec allows).
+pub(crate) fn parse_headers(name: &str, value: &str) -> Result<Vec<(String, String)>, InitError> {
+    value
+        .split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .enumerate()
+        .map(|(index, pair)| {
+            let (k, v) = pair.split_once('=').ok_or_else(|| InitError::InvalidVariable {
+                name: name.to_owned(),
+                // Never echo the value: headers carry credentials.
+                value: "<hidden>".to_owned(),
+                expected: format!("comma-separated key=value pairs; entry {} has no '='", index + 1),
+            })?;
+            Ok((k.trim().to_owned(), percent_decode(v.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The traces URL: `..._TRACES_ENDPOINT` is used verbatim; the generic `OTEL_EXPORTER_OTLP_ENDPOINT` gets
+/// `/v1/traces` appended for HTTP (the spec's rule, and a classic way to lose every span when missed).
+pub(crate) fn traces_url(generic: Option<&str>, traces: Option<&str>, protocol: Protocol) -> Option<String> {
+    if let Some(t) = traces {
+        return Some(t.trim().to_owned());
+    }
+    let base = generic?.trim().trim_end_matches('/');
+    Some(match protocol {
+        Protocol::Grpc => base.to_owned(),
+        _ => format!("{base}/v1/traces"),
+    })
+}
+
+pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
+    let observe = match var("WAXELL_OBSERVE") {
+        Some(v) => parse_bool("WAXELL_OBSERVE", &v)?,
+        None => true,
+    };
+    let protocol_var = if var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").is_some() {
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    } else {
+        "OTEL_EXPORTER_OTLP_PROTOCOL"
+    };
+    let protocol = Protocol::parse(&var(protocol_var).unwrap_or_default(), protocol_var)?;
+    let traces_endpoint = traces_url(
+        var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
+        protocol,
+    );
+    if let Some(url) = &traces_endpoint {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(InitError::InvalidVariable {
+                name: "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+                value: url.clone(),
+                expected: "an http:// or https:// URL".into(),
+            });
+        }
+    }
+    let mut headers = Vec::new();
+    for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"] {
+        if let Some(v) = var(name) {
+            headers.extend(parse_headers(name, &v)?);
+        }
+    }
+    let export_timeout = match var("OTEL_EXPORTER_OTLP_TIMEOUT") {
+        Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| InitError::InvalidVariable {
+            name: "OTEL_EXPORTER_OTLP_TIMEOUT".into(),
+            value: v.clone(),
+            expected: "milliseconds".into(),
+        })?),
+        None => Duration::from_secs(3),
+    };
+    let console = bool_var("WAXELL_CONSOLE")?.unwrap_or(true);
+    let trace_file = var("WAXELL_TRACE_FILE").map(|v| match v.trim().to_ascii_lowercase().as_str() {
+        "off" | "false" | "0" | "none" => None,
+        _ => Some(PathBuf::from(v)),
+    });
+    Ok(EnvConfig {
+        observe,
+        capture: capture_from_env()?,
+        traces_endpoint,
+        protocol,
+        headers,
+        export_timeout,
+        console,
+        trace_file,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generic_endpoint_gets_the_traces_path_only_for_http() {
+        assert_eq!(
+            traces_url(Some("http://127.0.0.1:4318/"), None, Protocol::HttpProtobuf).as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+        assert_eq!(
+            traces_url(Some("http://127.0.0.1:4317"), None, Protocol::Grpc).as_deref(),
+            Some("http://127.0.0.1:4317")
+        );
+        assert_eq!(
+            traces_url(
+                Some("http://a:1"),
+                Some("http://b:2/custom"),
+                Protocol::HttpProtobuf
+            )
+            .as_deref(),
+            Some("http://b:2/custom")
+        );
+        assert_eq!(traces_url(None, None, Protocol::HttpProtobuf), None);
+    }
+
+    #[test]
+    fn headers_parse_and_decode_and_bad_ones_are_named_without_leaking() {
+        let h = parse_headers("H", "x-wax-key=abc%3D%3D, Authorization=Basic%20Zm9v").unwrap();
+        assert_eq!(
+            h,
+            vec![
+                ("x-wax-key".into(), "abc==".into()),
+                ("Authorization".into(), "Basic Zm9v".into())
+            ]
+        );
+        let err = parse_headers("OTEL_EXPORTER_OTLP_HEADERS", "secretvalue")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("OTEL_EXPORTER_OTLP_HEADERS"), "{err}");
+        assert!(!err.contains("secretvalue"), "{err}");
+    }
+
+    #[test]
+    fn protocol_errors_list_the_choices() {
+        let err = Protocol::parse("thrift", "OTEL_EXPORTER_OTLP_PROTOCOL")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && err.contains("grpc"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,546 @@
+//! `init()`, its builder, and the guard that flushes and shuts down.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
+use opentelemetry_sdk::Resource;
+
+use crate::config::{self, Capture, Protocol};
+use crate::export::{default_trace_file, EmbeddedExporter};
+use crate::scrub::{self, Scrubber};
+use crate::semconv::*;
+use crate::telemetry::{self, State};
+
+/// Why `init()` could not set up telemetry. Every variant names what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// An environment variable has a value we cannot use.
+    #[error("environment variable {name}={value:?} is invalid: expected {expected}")]
+    InvalidVariable {
+        name: String,
+        value: String,
+        expected: String,
+    },
+    /// A builder setting is invalid.
+    #[error("invalid setting {setting}: {message}")]
+    InvalidSetting { setting: &'static str, message: String },
+    /// The OTLP exporter could not be built.
+    #[error("could not build the OTLP {protocol} exporter for {endpoint}: {message}")]
+    Exporter {
+        protocol: &'static str,
+        endpoint: String,
+        message: String,
+    },
+    /// The trace file could not be opened.
+    #[error("could not open the trace file {path}: {source}")]
+    TraceFile { path: String, source: std::io::Error },
+}
+
+/// Set up telemetry from the environment (see the configuration reference in `docs/configuration.md`).
+///
+/// With an OTLP endpoint configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...), spans go there; without one, the
+/// embedded default prints a trace tree to stderr and writes OTLP JSON lines to `.waxell/traces/`.
+/// Keep the returned guard alive: dropping it flushes and shuts down.
+///
+/// ```no_run
+/// fn main() -> Result<(), waxell::InitError> {
+///     let _telemetry = waxell::init()?;
+///     // ... run agents ...
+///     Ok(())
+/// }
+/// ```
+pub fn init() -> Result<Guard, InitError> {
+    builder().init()
+}
+
+/// A builder for [`init`] whose settings override the environment.
+pub fn builder() -> Builder {
+    Builder::default()
+}
+
+/// Settings for [`init`]; each overrides its environment variable.
+#[derive(Default)]
+#[must_use]
+pub struct Builder {
+    service_name: Option<String>,
+    project_name: Option<String>,
+    endpoint: Option<String>,
+    protocol: Option<Protocol>,
+    headers: Vec<(String, String)>,
+    capture_content: Option<bool>,
+    max_content_chars: Option<usize>,
+    scrub: Option<bool>,
+    scrub_patterns: Vec<(String, String)>,
+    console: Option<bool>,
+    trace_file: Option<Option<PathBuf>>,
+    default_export: Option<bool>,
+    processors: Vec<
+        Box<
+            dyn FnOnce(
+                opentelemetry_sdk::trace::TracerProviderBuilder,
+            ) -> opentelemetry_sdk::trace::TracerProviderBuilder,
+        >,
+    >,
+    shutdown_timeout: Option<Duration>,
+}
+
+impl Builder {
+    /// `service.name` of the resource (else `OTEL_SERVICE_NAME`, else `waxell-agent`).
+    pub fn with_service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = Some(name.into());
+        self
+    }
+    /// `openinference.project.name` (Phoenix project), else `WAXELL_PROJECT_NAME`.
+    pub fn with_project_name(mut self, name: impl Into<String>) -> Self {
+        self.project_name = Some(name.into());
+        self
+    }
+    /// Full OTLP traces URL (HTTP: including `/v1/traces`; gRPC: the collector address).
+    pub fn with_otlp_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into());
+        self
+    }
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+    /// An extra header (HTTP) or metadata entry (gRPC) on every export request.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((key.into(), value.into()));
+        self
+    }
+    /// Record content (arguments, results, messages, code); on by default.
+    pub fn with_capture_content(mut self, on: bool) -> Self {
+        self.capture_content = Some(on);
+        self
+    }
+    /// Longest captured string, in characters (default 4,000).
+    pub fn with_max_content_chars(mut self, chars: usize) -> Self {
+        self.max_content_chars = Some(chars);
+        self
+    }
+    /// Scrub secrets from captured content; on by default.
+    pub fn with_scrubbing(mut self, on: bool) -> Self {
+        self.scrub = Some(on);
+        self
+    }
+    /// Also scrub matches of `regex`, tagged `[REDACTED:{kind}]`.
+    pub fn with_scrub_pattern(mut self, kind: impl Into<String>, regex: impl Into<String>) -> Self {
+        self.scrub_patterns.push((kind.into(), regex.into()));
+        self
+    }
+    /// Print the trace tree on stderr (embedded default only; default on, `WAXELL_CONSOLE`).
+    pub fn with_console(mut self, on: bool) -> Self {
+        self.console = Some(on);
+        self
+    }
+    /// Where the embedded default writes OTLP JSON lines; `None` turns the file off (`WAXELL_TRACE_FILE`).
+    pub fn with_trace_file(mut self, path: Option<PathBuf>) -> Self {
+        self.trace_file = Some(path);
+        self
+    }
+    /// Add a span processor (e.g. a `SimpleSpanProcessor` over an in-memory exporter in tests).
+    pub fn with_span_processor<P: SpanProcessor + 'static>(mut self, processor: P) -> Self {
+        self.processors
+            .push(Box::new(move |b| b.with_span_processor(processor)));
+        self
+    }
+    /// Whether to set up the default export (OTLP or the embedded default) besides added processors.
+    pub fn with_default_export(mut self, on: bool) -> Self {
+        self.default_export = Some(on);
+        self
+    }
+    /// How long shutdown may take before it gives up (default 5 s).
+    pub fn with_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = Some(timeout);
+        self
+    }
+
+    /// Build the pipeline, install it globally, and return the guard that shuts it down.
+    pub fn init(self) -> Result<Guard, InitError> {
+        let env = config::from_env()?;
+        let capture = Capture {
+            content: self.capture_content.unwrap_or(env.capture.content),
+            max_chars: self.max_content_chars.unwrap_or(env.capture.max_chars),
+            scrub: self.scrub.unwrap_or(env.capture.scrub),
+        };
+        let scrubber: Option<&'static Scrubber> = match (capture.scrub, self.scrub_patterns.is_empty()) {
+            (false, _) => None,
+            (true, true) => Some(&*scrub::DEFAULT),
+            (true, false) => {
+                let s = Scrubber::new(&self.scrub_patterns).map_err(|message| InitError::InvalidSetting {
+                    setting: "scrub pattern",
+                    message,
+                })?;
+                // One scrubber per init, kept for the process: spans may be captured until the very end.
+                Some(Box::leak(Box::new(s)))
+            }
+        };
+        if !env.observe {
+            telemetry::set_enabled(false);
+            return Ok(Guard::disabled());
+        }
+        telemetry::set_enabled(true);
+
+        let resource = build_resource(self.service_name.as_deref(), self.project_name.as_deref());
+        let mut provider = SdkTracerProvider::builder().with_resource(resource.clone());
+        for add in self.processors {
+            provider = add(provider);
+        }
+        let protocol = self.protocol.unwrap_or(env.protocol);
+        let endpoint = self.endpoint.clone().or(env.traces_endpoint.clone());
+        let mut headers = env.headers.clone();
+        headers.extend(self.headers.iter().cloned());
+        let mut runtime = None;
+        let mut meter_provider = None;
+        let mut target = Target::None;
+        if self.default_export.unwrap_or(true) {
+            match &endpoint {
+                Some(url) => {
+                    let (exporter, rt) = otlp_exporter(url, protocol, &headers, env.export_timeout)?;
+                    runtime = rt;
+                    provider = provider.with_span_processor(batch(exporter));
+                    meter_provider = Some(otlp_meter_provider(
+                        url,
+                        protocol,
+                        &headers,
+                        env.export_timeout,
+                        resource,
+                        runtime.as_ref(),
+                    )?);
+                    target = Target::Otlp(url.clone());
+                }
+                None => {
+                    let file = match self.trace_file.clone().or(env.trace_file.clone()) {
+                        Some(explicit) => explicit,
+                        None => Some(default_trace_file()),
+                    };
+                    let exporter =
+                        EmbeddedExporter::new(self.console.unwrap_or(env.console), file.as_deref()).map_err(
+                            |source| InitError::TraceFile {
+                                path: file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                                source,
+                            },
+                        )?;
+                    provider = provider.with_span_processor(batch(exporter));
+                    target = Target::Embedded(file);
+                }
+            }
+        }
+        let provider = provider.build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        if let Some(mp) = &meter_provider {
+            opentelemetry::global::set_meter_provider(mp.clone());
+        }
+        telemetry::install(State {
+            tracer: opentelemetry::global::BoxedTracer::new(Box::new(
+                provider.tracer_with_scope(telemetry::scope()),
+            )),
+            capture,
+            scrubber,
+        });
+        Ok(Guard {
+            provider: Some(provider),
+            meter_provider,
+            runtime,
+            target,
+            shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
+        })
+    }
+}
+
+fn build_resource(service_name: Option<&str>, project_name: Option<&str>) -> Resource {
+    let mut builder = Resource::builder();
+    let env_name = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty());
+    let in_attributes = std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name="));
+    match (service_name, env_name.is_some() || in_attributes) {
+        (Some(name), _) => builder = builder.with_service_name(name.to_owned()),
+        (None, false) => builder = builder.with_service_name("waxell-agent"),
+        (None, true) => {}
+    }
+    builder = builder.with_attributes([
+        KeyValue::new(WAXELL_SDK_NAME, "waxell-rs"),
+        KeyValue::new(WAXELL_SDK_VERSION, env!("CARGO_PKG_VERSION")),
+    ]);
+    let project = project_name.map(str::to_owned).or_else(|| {
+        std::env::var("WAXELL_PROJECT_NAME")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    if let Some(project) = project {
+        builder = builder.with_attribute(KeyValue::new(OPENINFERENCE_PROJECT_NAME, project));
+    }
+    builder.build()
+}
+
+fn batch<E: opentelemetry_sdk::trace::SpanExporter + 'static>(exporter: E) -> BatchSpanProcessor {
+    BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(8192)
+                .with_max_export_batch_size(512)
+                .with_scheduled_delay(Duration::from_millis(1000))
+                .build(),
+        )
+        .build()
+}
+
+fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::HttpProtobuf => "http/protobuf",
+        Protocol::HttpJson => "http/json",
+        Protocol::Grpc => "grpc",
+    }
+}
+
+/// A private Tokio runtime for tonic: gRPC export then works from a plain `main`, a current-thread
+/// runtime or a multi-thread one alike, and shutdown never waits on the user's runtime.
+fn grpc_runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("waxell-otlp-grpc")
+        .enable_all()
+        .build()
+}
+
+fn otlp_exporter(
+    url: &str,
+    protocol: Protocol,
+    headers: &[(String, String)],
+    timeout: Duration,
+) -> Result<(opentelemetry_otlp::SpanExporter, Option<tokio::runtime::Runtime>), InitError> {
+    let fail = |message: String| InitError::Exporter {
+        protocol: protocol_name(protocol),
+        endpoint: url.to_owned(),
+        message,
+    };
+    match protocol {
+        Protocol::Grpc => {
+            let runtime = grpc_runtime().map_err(|e| fail(e.to_string()))?;
+            let _entered = runtime.enter();
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(url)
+                .with_timeout(timeout)
+                .with_metadata(metadata(headers).map_err(fail)?)
+                .build()
+                .map_err(|e| fail(e.to_string()))?;
+            Ok((exporter, Some(runtime)))
+        }
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(if protocol == Protocol::HttpJson {
+                    opentelemetry_otlp::Protocol::HttpJson
+                } else {
+                    opentelemetry_otlp::Protocol::HttpBinary
+                })
+                .with_endpoint(url)
+                .with_timeout(timeout)
+                .with_headers(headers.iter().cloned().collect())
+                .build()
+                .map_err(|e| fail(e.to_string()))?;
+            Ok((exporter, None))
+        }
+    }
+}
+
+fn metadata(headers: &[(String, String)]) -> Result<tonic::metadata::MetadataMap, String> {
+    let mut map = tonic::metadata::MetadataMap::new();
+    for (k, v) in headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+            .map_err(|_| format!("header name {k:?} is not valid gRPC metadata"))?;
+        let value = v
+            .parse()
+            .map_err(|_| format!("the value of header {k:?} is not valid gRPC metadata"))?;
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+/// Metrics go next to the traces: `/v1/metrics` beside `/v1/traces` for HTTP, the same address for gRPC.
+fn otlp_meter_provider(
+    traces_url: &str,
+    protocol: Protocol,
+    headers: &[(String, String)],
+    timeout: Duration,
+    resource: Resource,
+    runtime: Option<&tokio::runtime::Runtime>,
+) -> Result<SdkMeterProvider, InitError> {
+    let fail = |message: String| InitError::Exporter {
+        protocol: protocol_name(protocol),
+        endpoint: traces_url.to_owned(),
+        message,
+    };
+    let exporter = match protocol {
+        Protocol::Grpc => {
+            let _entered = runtime.map(|rt| rt.enter());
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .with_endpoint(traces_url)
+                .with_timeout(timeout)
+                .with_metadata(metadata(headers).map_err(fail)?)
+                .build()
+        }
+        _ => {
+            let url = std::env::var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| match traces_url.strip_suffix("/v1/traces") {
+                    Some(base) => format!("{base}/v1/metrics"),
+                    None => traces_url.to_owned(),
+                });
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_endpoint(url)
+                .with_timeout(timeout)
+                .with_headers(headers.iter().cloned().collect())
+                .build()
+        }
+    }
+    .map_err(|e| fail(e.to_string()))?;
+    Ok(SdkMeterProvider::builder()
+        .with_periodic_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+/// Where spans are going.
+#[derive(Debug, Clone)]
+enum Target {
+    None,
+    Otlp(String),
+    Embedded(Option<PathBuf>),
+}
+
+/// Keeps telemetry running; dropping it flushes and shuts down (bounded by the shutdown timeout).
+#[must_use = "dropping the guard shuts telemetry down at once"]
+pub struct Guard {
+    provider: Option<SdkTracerProvider>,
+    meter_provider: Option<SdkMeterProvider>,
+    runtime: Option<tokio::runtime::Runtime>,
+    target: Target,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Guard {
+    fn disabled() -> Self {
+        Self {
+            provider: None,
+            meter_provider: None,
+            runtime: None,
+            target: Target::None,
+            shutdown_timeout: Duration::ZERO,
+        }
+    }
+
+    /// Whether telemetry is on (`WAXELL_OBSERVE` is not false).
+    pub fn is_enabled(&self) -> bool {
+        self.provider.is_some()
+    }
+
+    /// The OTLP traces URL spans are exported to, if any.
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        match &self.target {
+            Target::Otlp(url) => Some(url),
+            _ => None,
+        }
+    }
+
+    /// The JSON-lines file the embedded default writes, if any.
+    pub fn trace_file(&self) -> Option<&std::path::Path> {
+        match &self.target {
+            Target::Embedded(Some(path)) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// Export everything ended so far. Runs off the calling thread, so it cannot deadlock a
+    /// current-thread Tokio runtime; bounded by the shutdown timeout.
+    pub fn force_flush(&self) -> Result<(), String> {
+        let Some(provider) = self.provider.clone() else {
+            return Ok(());
+        };
+        let meter = self.meter_provider.clone();
+        run_bounded("flush", self.shutdown_timeout, move || {
+            let traces = provider.force_flush().map_err(|e| e.to_string());
+            if let Some(m) = meter {
+                let _ = m.force_flush();
+            }
+            traces
+        })
+    }
+
+    /// Flush and shut down now, reporting what went wrong.
+    pub fn shutdown(mut self) -> Result<(), String> {
+        self.shutdown_inner()
+    }
+
+    fn shutdown_inner(&mut self) -> Result<(), String> {
+        let Some(provider) = self.provider.take() else {
+            return Ok(());
+        };
+        let meter = self.meter_provider.take();
+        let timeout = self.shutdown_timeout;
+        telemetry::uninstall();
+        let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
+            let traces = provider.shutdown_with_timeout(timeout).map_err(|e| e.to_string());
+            if let Some(m) = meter {
+                let _ = m.shutdown_with_timeout(timeout);
+            }
+            traces
+        });
+        if let Some(rt) = self.runtime.take() {
+            // Never blocks, so the guard may be dropped inside async code.
+            rt.shutdown_background();
+        }
+        result
+    }
+}
+
+/// Run `work` on its own thread and wait at most `timeout`: export and shutdown block, and on a
+/// current-thread runtime blocking the caller's thread can deadlock.
+fn run_bounded(
+    what: &str,
+    timeout: Duration,
+    work: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("waxell-{what}"))
+        .spawn(move || {
+            let _ = tx.send(work());
+        });
+    if let Err(e) = spawned {
+        return Err(format!("could not start the {what} thread: {e}"));
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "telemetry {what} did not finish within {timeout:?}; unsent spans were dropped"
+        )),
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown_inner() {
+            eprintln!("waxell: {e}");
+        }
+    }
+}

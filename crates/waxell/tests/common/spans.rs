@@ -1,0 +1,79 @@
+//! In-memory span capture for behaviour tests: a real OpenTelemetry SDK pipeline with a
+//! `SimpleSpanProcessor` over an `InMemorySpanExporter`, installed through `waxell::builder()`.
+//! Tests run under cargo-nextest, one process per test, so the global pipeline is per test.
+
+#![allow(dead_code, unreachable_pub)]
+
+use opentelemetry::trace::Status;
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
+
+pub struct Capture {
+    pub exporter: InMemorySpanExporter,
+    pub guard: waxell::Guard,
+}
+
+pub fn install() -> Capture {
+    install_with(|b| b)
+}
+
+pub fn install_with(configure: impl FnOnce(waxell::Builder) -> waxell::Builder) -> Capture {
+    let exporter = InMemorySpanExporter::default();
+    let builder = waxell::builder()
+        .with_span_processor(SimpleSpanProcessor::new(exporter.clone()))
+        .with_default_export(false);
+    let guard = configure(builder).init().expect("init");
+    Capture { exporter, guard }
+}
+
+impl Capture {
+    pub fn spans(&self) -> Vec<SpanData> {
+        self.exporter.get_finished_spans().expect("finished spans")
+    }
+
+    pub fn span(&self, name: &str) -> SpanData {
+        let spans = self.spans();
+        spans.iter().find(|s| s.name == name).cloned().unwrap_or_else(|| {
+            panic!(
+                "no span named {name:?}; have {:?}",
+                spans.iter().map(|s| s.name.to_string()).collect::<Vec<_>>()
+            )
+        })
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.spans().iter().map(|s| s.name.to_string()).collect()
+    }
+}
+
+pub fn attr(span: &SpanData, key: &str) -> Option<Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.clone())
+}
+
+pub fn attr_str(span: &SpanData, key: &str) -> String {
+    match attr(span, key) {
+        Some(Value::String(s)) => s.as_str().to_owned(),
+        Some(other) => other.to_string(),
+        None => panic!(
+            "span {:?} has no attribute {key:?}; has {:?}",
+            span.name,
+            span.attributes.iter().map(|k| k.key.as_str()).collect::<Vec<_>>()
+        ),
+    }
+}
+
+pub fn attr_json(span: &SpanData, key: &str) -> serde_json::Value {
+    serde_json::from_str(&attr_str(span, key)).unwrap_or_else(|e| panic!("{key} is not JSON: {e}"))
+}
+
+pub fn is_child_of(child: &SpanData, parent: &SpanData) -> bool {
+    child.parent_span_id == parent.span_context.span_id()
+        && child.span_context.trace_id() == parent.span_context.trace_id()
+}
+
+pub fn is_error(span: &SpanData) -> bool {
+    matches!(span.status, Status::Error { .. })
+}
