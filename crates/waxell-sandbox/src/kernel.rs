@@ -96,6 +96,8 @@ pub(crate) struct KernelProcess {
     alive: bool,
     /// The launcher has been waited for; its pid must not be signalled any more.
     reaped: bool,
+    /// Host pids of the interpreter and of bwrap's init, waited for on kill.
+    inner_pids: Vec<u32>,
 }
 
 impl std::fmt::Debug for KernelProcess {
@@ -118,6 +120,7 @@ impl KernelProcess {
             next_id: 1,
             alive: true,
             reaped: false,
+            inner_pids: Vec::new(),
         };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
@@ -140,6 +143,10 @@ impl KernelProcess {
             }
         }
         Ok(kernel)
+    }
+
+    pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
+        self.inner_pids = pids.to_vec();
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -362,18 +369,43 @@ impl KernelProcess {
             match self.child.try_wait() {
                 Ok(Some(_)) | Err(_) => {
                     self.reaped = true;
-                    return;
+                    break;
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
-        tracing::warn!(pid = self.child.id(), "sandbox launcher did not exit after SIGKILL");
+        if !self.reaped {
+            tracing::warn!(pid = self.child.id(), "sandbox launcher did not exit after SIGKILL");
+        }
+        // The pid namespace collapses asynchronously once bwrap's init dies; wait for the interpreter
+        // and the init so "killed" means gone.
+        for pid in std::mem::take(&mut self.inner_pids) {
+            let mut tries = 0;
+            while process_running(pid) && tries < 1000 {
+                if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                tries += 1;
+            }
+            if tries == 1000 {
+                tracing::warn!(pid, "sandboxed process did not exit after SIGKILL");
+            }
+        }
     }
 }
 
 impl Drop for KernelProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+fn process_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
     }
 }
 

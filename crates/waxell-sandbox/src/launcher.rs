@@ -77,7 +77,8 @@ impl Launcher {
                 ready.uid, ready.gid, slot.uid
             )));
         }
-        verify_host_identity(slot.cgroup, ready.pid)?;
+        let host_pid = verify_host_identity(slot.cgroup, ready.pid)?;
+        kernel.set_inner_pids(host_pid);
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::Other(format!(
                 "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
@@ -214,9 +215,10 @@ fn memfd(name: &str, data: &[u8]) -> Result<OwnedFd, SandboxError> {
 }
 
 /// R1 check from the host side: the kernel's host process (found through the cgroup) runs with no
-/// uid or gid 0 in any of its real/effective/saved/fs ids.
-fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<(), SandboxError> {
-    let mut found = false;
+/// uid or gid 0 in any of its real/effective/saved/fs ids. Returns the interpreter's host pid and
+/// its parent's (bwrap's init in the pid namespace).
+fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<[u32; 2], SandboxError> {
+    let mut found = None;
     for pid in cgroup.pids() {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
         let field = |name: &str| {
@@ -227,7 +229,8 @@ fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<(), Sandbox
         if innermost_pid != Some(sandbox_pid) || !is_python {
             continue;
         }
-        found = true;
+        let parent = field("PPid:").and_then(|ids| ids.first().and_then(|p| p.parse::<u32>().ok()));
+        found = Some([pid, parent.unwrap_or(pid)]);
         for name in ["Uid:", "Gid:"] {
             if field(name).unwrap_or_default().contains(&"0") {
                 return Err(SandboxError::Other(format!(
@@ -236,11 +239,9 @@ fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<(), Sandbox
             }
         }
     }
-    if found {
-        Ok(())
-    } else {
-        Err(SandboxError::Other(format!(
+    found.ok_or_else(|| {
+        SandboxError::Other(format!(
             "sandbox identity check failed: kernel pid {sandbox_pid} not found in the sandbox's cgroup"
-        )))
-    }
+        ))
+    })
 }

@@ -45,6 +45,8 @@ struct BackendInner {
     /// Wakes the refill task; also notified when the backend is dropped so the task exits.
     refill: Arc<Notify>,
     refill_started: AtomicBool,
+    /// The refill task's last failure, reported by `warm_up`.
+    refill_error: Mutex<Option<String>>,
 }
 
 impl Drop for BackendInner {
@@ -136,6 +138,7 @@ impl LocalBackend {
                 pool: Mutex::new(VecDeque::new()),
                 refill: Arc::new(Notify::new()),
                 refill_started: AtomicBool::new(false),
+                refill_error: Mutex::new(None),
             }),
         };
         if tokio::runtime::Handle::try_current().is_ok() {
@@ -154,14 +157,17 @@ impl LocalBackend {
         self.inner.pool.lock().map(|p| p.len()).unwrap_or(0)
     }
 
-    /// Fill the warm pool to `pool_size` and wait until it is full.
+    /// Fill the warm pool to `pool_size` and wait until it is full (needs a tokio runtime).
     pub async fn warm_up(&self) -> Result<(), SandboxError> {
         let target = self.inner.launcher.config.pool_size;
-        while self.pool_len() < target {
-            let prepared = prepare(&self.inner).await?;
-            self.inner.pool.lock().map_err(|_| SandboxError::Other("pool lock poisoned".into()))?.push_back(prepared);
-        }
         self.start_refill();
+        self.inner.refill.notify_one();
+        while self.pool_len() < target {
+            if let Some(error) = self.inner.refill_error.lock().ok().and_then(|mut e| e.take()) {
+                return Err(SandboxError::Unavailable(format!("warm pool refill failed: {error}")));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         Ok(())
     }
 
@@ -186,6 +192,9 @@ impl LocalBackend {
                         }
                         Err(e) => {
                             tracing::warn!("warm pool refill failed: {e}");
+                            if let Ok(mut slot) = inner.refill_error.lock() {
+                                *slot = Some(e.to_string());
+                            }
                             drop(inner);
                             tokio::time::sleep(Duration::from_secs(1)).await;
                         }

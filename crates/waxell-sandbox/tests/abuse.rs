@@ -1,0 +1,398 @@
+//! Abuse suite: every category of docs/sandbox.md ("Abuse categories", from sandbox-isolation.md §5).
+//! Each case asserts that the host is unaffected and that the sandbox reported what happened.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use common::*;
+use waxell::sandbox::{RunOptions, SandboxSession};
+use waxell_sandbox::Limits;
+
+/// Python helpers defined in every abuse sandbox: `attempt(fn)` and `syscall(nr, *args)` return
+/// "OK" or the errno name.
+const PRELUDE: &str = r#"
+import ctypes, errno, json, os, signal, socket, subprocess, sys
+_libc = ctypes.CDLL(None, use_errno=True)
+def attempt(fn):
+    try:
+        fn()
+        return "OK"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def syscall(nr, *args):
+    r = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    if r == 0 and nr == 56:
+        os._exit(0)  # a clone child, should the filter ever let one through
+    return "OK" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+def write(path, data="x"):
+    with open(path, "w") as f:
+        f.write(data)
+"#;
+
+async fn abuse_sandbox(backend: &waxell_sandbox::LocalBackend) -> waxell_sandbox::LocalSandbox {
+    let sandbox = sandbox(backend).await;
+    let prelude = run(&sandbox, PRELUDE).await;
+    assert!(prelude.error.is_none(), "{:?}", prelude.error);
+    sandbox
+}
+
+/// Evaluate a Python expression producing a JSON-able value.
+async fn json_of(sandbox: &waxell_sandbox::LocalSandbox, code: &str) -> serde_json::Value {
+    let text = eval(sandbox, &format!("{code}\njson.dumps(result)")).await;
+    let literal: String = serde_json::from_str(&text.replace('\'', "\"")).unwrap_or_else(|_| text.trim_matches('\'').to_owned());
+    serde_json::from_str(&literal).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_is_never_root() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let status = eval(&sandbox, "open('/proc/self/status').read()").await;
+    let field = |name: &str| {
+        status.split("\\n").find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {status}")).replace("\\t", " ").trim().to_owned()
+    };
+    let uid = sandbox.uid().to_string();
+    assert_eq!(field("Uid:").split_whitespace().collect::<Vec<_>>(), [uid.as_str(); 4]);
+    assert_eq!(field("Gid:").split_whitespace().collect::<Vec<_>>(), [uid.as_str(); 4]);
+    assert_eq!(field("Groups:"), "");
+    for caps in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(field(caps), "0000000000000000", "{caps}");
+    }
+    assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2");
+    // setresuid back to 0 fails.
+    assert_eq!(eval(&sandbox, "attempt(lambda: os.setresuid(0, 0, 0))").await, "'EPERM'");
+    // Host side: no process of the sandbox except the root launchers (bwrap) has a zero id.
+    for pid in sandbox.host_pids() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        if status.lines().next().unwrap_or("").contains("bwrap") {
+            continue;
+        }
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(!uid_line.split_whitespace().skip(1).any(|id| id == "0"), "host pid {pid}: {uid_line}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_secret_files_are_invisible() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let project = std::env::current_dir().unwrap();
+    let code = format!(
+        r#"paths = ["/etc/shadow", "/root/.ssh", "/root/.bash_history", "/var/log", "/sys/class", "{}", "/work", "/etc/hostname"]
+result = {{p: attempt(lambda p=p: os.stat(p)) for p in paths}}
+result["proc1_environ"] = attempt(lambda: open("/proc/1/environ").read())
+result["proc1_root"] = attempt(lambda: os.listdir("/proc/1/root"))"#,
+        project.display()
+    );
+    let result = json_of(&sandbox, &code).await;
+    for (path, outcome) in result.as_object().unwrap() {
+        let expected = if path.starts_with("proc1") { "EACCES" } else { "ENOENT" };
+        assert_eq!(outcome, expected, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_environment_does_not_leak() {
+    // Planted in this (host) process before the backend starts anything.
+    std::env::set_var("WAXELL_FAKE_OPENAI_API_KEY", "sk-fake-host-secret-123");
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let environ = json_of(&sandbox, "result = dict(os.environ)").await;
+    let keys: Vec<&str> = environ.as_object().unwrap().keys().map(String::as_str).collect();
+    let allowed = ["PATH", "HOME", "USER", "TMPDIR", "LANG", "MPLBACKEND", "MPLCONFIGDIR", "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PWD", "LC_CTYPE"];
+    for key in &keys {
+        assert!(allowed.contains(key), "unexpected variable {key} in the sandbox: {keys:?}");
+    }
+    let everything = eval(&sandbox, "open('/proc/1/cmdline').read() + open('/proc/self/environ').read() + str(os.environ)").await;
+    assert!(!everything.contains("sk-fake-host-secret"), "host secret visible");
+    let subprocess_env = eval(&sandbox, "subprocess.run(['env'], capture_output=True, text=True).stdout").await;
+    assert!(!subprocess_env.contains("WAXELL_FAKE_OPENAI_API_KEY"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_outside_scratch_fail_and_tmp_is_private() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let prefix = backend.python().prefix.display().to_string();
+    let base = backend.python().base_prefix.display().to_string();
+    let marker = format!("waxell-private-tmp-{}", std::process::id());
+    let code = format!(
+        r#"targets = ["/usr/x", "{prefix}/x", "{base}/x", "/etc/x", "/home/x", "/opt/waxell/x", "/x", "/proc/sys/kernel/hostname"]
+result = {{t: attempt(lambda t=t: write(t)) for t in targets}}
+result["tmp"] = attempt(lambda: write("/tmp/{marker}"))
+result["home"] = attempt(lambda: write("/home/user/ok.txt"))"#
+    );
+    let result = json_of(&sandbox, &code).await;
+    for (target, outcome) in result.as_object().unwrap() {
+        match target.as_str() {
+            "tmp" | "home" => assert_eq!(outcome, "OK", "{target}"),
+            t if t.starts_with("/usr") || t.starts_with(&prefix) || t.starts_with(&base) => {
+                assert_eq!(outcome, "EROFS", "{target}")
+            }
+            "/proc/sys/kernel/hostname" => assert!(outcome == "EACCES" || outcome == "EROFS", "{target}: {outcome}"),
+            _ => assert_eq!(outcome, "EACCES", "{target}"),
+        }
+    }
+    assert!(!std::env::temp_dir().join(&marker).exists(), "the sandbox's /tmp is private");
+    assert!(!std::path::Path::new("/x").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_filling_hits_the_caps() {
+    let limits = Limits::default().with_tmp_bytes(2 << 20).with_max_file_bytes(4 << 20);
+    let backend = backend_with(config().with_limits(limits));
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"
+def fill(path, chunk=1 << 20, total=64 << 20):
+    with open(path, "wb") as f:
+        for _ in range(total // chunk):
+            f.write(b"x" * chunk)
+            f.flush()
+result = {"tmp": attempt(lambda: fill("/tmp/fill")), "scratch": attempt(lambda: fill("/home/user/fill"))}
+result["scratch_size"] = os.path.getsize("/home/user/fill")"#;
+    let result = json_of(&sandbox, code).await;
+    assert_eq!(result["tmp"], "ENOSPC");
+    assert_eq!(result["scratch"], "EFBIG");
+    assert!(result["scratch_size"].as_u64().unwrap() <= 4 << 20);
+    // The host file API enforces the same cap.
+    assert!(sandbox.write_file("big.bin", &vec![0u8; 5 << 20]).await.is_err());
+    // The kernel survived (CPython ignores SIGXFSZ).
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_network_at_all() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let abstract_name = format!("waxell-abuse-{}", std::process::id());
+    let abstract_listener = {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+    };
+    abstract_listener.set_nonblocking(true).unwrap();
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = format!(
+        r#"def tcp(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM); s.settimeout(2); s.connect((host, port))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("8.8.8.8", 53))
+def dns():
+    try:
+        socket.getaddrinfo("example.com", 80)
+    except socket.gaierror as e:
+        raise OSError(errno.EAGAIN, str(e))
+def abstract():
+    s = socket.socket(socket.AF_UNIX); s.connect("\0{abstract_name}")
+result = {{
+  "host_loopback": attempt(lambda: tcp("127.0.0.1", {port})),
+  "internet": attempt(lambda: tcp("1.1.1.1", 443)),
+  "ipv6": attempt(lambda: socket.socket(socket.AF_INET6)),
+  "udp": attempt(udp),
+  "dns": attempt(dns),
+  "netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+  "packet": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)),
+  "alg": attempt(lambda: socket.socket(38, socket.SOCK_SEQPACKET)),
+  "abstract_unix": attempt(abstract),
+  "unix_pair": attempt(lambda: socket.socketpair()),
+  "interfaces": sorted(os.listdir("/sys/class/net")) if os.path.exists("/sys/class/net") else [],
+}}"#
+    );
+    let result = json_of(&sandbox, &code).await;
+    for key in ["host_loopback", "internet", "ipv6", "udp", "netlink", "packet", "alg"] {
+        assert_eq!(result[key], "EPERM", "{key}: {result}");
+    }
+    assert_eq!(result["dns"], "EAGAIN");
+    assert_eq!(result["abstract_unix"], "ECONNREFUSED", "own network namespace");
+    assert_eq!(result["unix_pair"], "OK", "local unix sockets keep working");
+    // The host saw nothing.
+    assert!(listener.accept().is_err(), "host loopback listener must accept 0 connections");
+    assert!(abstract_listener.accept().is_err(), "host abstract socket must accept 0 connections");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_hits_the_process_cap() {
+    let backend = backend_with(config().with_limits(Limits::default().with_max_processes(32)));
+    let sandbox = abuse_sandbox(&backend).await;
+    let bomb = "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass";
+    let execution = run_with_timeout(&sandbox, bomb, Duration::from_millis(1500)).await;
+    assert!(sandbox.process_cap_reached(), "pids.max reached during the bomb");
+    let error = execution.error.expect("timeout reported");
+    assert_eq!(error.name, "TimeoutError");
+    assert!(sandbox.host_pids().len() <= 32);
+    // The host can still fork.
+    assert!(std::process::Command::new("true").status().unwrap().success());
+    let before = footprint(&sandbox);
+    drop(sandbox);
+    assert_gone(&before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_bomb_is_reported_as_out_of_memory() {
+    let backend = backend_with(config().with_limits(Limits::default().with_memory_bytes(128 << 20)));
+    let sandbox = abuse_sandbox(&backend).await;
+    eval(&sandbox, "before = 1").await;
+    let execution = run(&sandbox, "hog = []\nwhile True:\n    hog.append(b'x' * (8 << 20))").await;
+    let error = execution.error.expect("OOM reported");
+    assert_eq!(error.name, "OutOfMemory", "{error:?}");
+    assert!(error.value.contains("128 MiB"), "{}", error.value);
+    // A fresh interpreter replaces the killed one; its state is gone.
+    assert_eq!(eval(&sandbox, "'before' in globals()").await, "False");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_loop_is_interrupted_and_state_kept() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let execution = run_with_timeout(&sandbox, "kept = 1\nwhile True:\n    pass", Duration::from_millis(500)).await;
+    assert_eq!(execution.error.expect("timeout").name, "TimeoutError");
+    assert_eq!(eval(&sandbox, "kept").await, "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_ignoring_loop_is_killed_after_the_grace_period() {
+    let backend = backend_with(config().with_interrupt_grace(Duration::from_millis(500)));
+    let sandbox = abuse_sandbox(&backend).await;
+    let pids_before = sandbox.host_pids();
+    let started = std::time::Instant::now();
+    let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nlost = 1\nwhile True:\n    pass";
+    let execution = run_with_timeout(&sandbox, code, Duration::from_millis(500)).await;
+    let error = execution.error.expect("timeout");
+    assert_eq!(error.name, "TimeoutError");
+    assert!(error.value.contains("killed"), "{}", error.value);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    for pid in pids_before {
+        assert!(!process_alive(pid), "old kernel process {pid} survived");
+    }
+    assert_eq!(eval(&sandbox, "'lost' in globals()").await, "False", "a fresh interpreter");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_flood_is_truncated() {
+    let limits = Limits::default().with_output_chars(100_000).with_output_hard_bytes(1 << 20);
+    let backend = backend_with(config().with_limits(limits));
+    let sandbox = abuse_sandbox(&backend).await;
+    let execution = run(&sandbox, "for _ in range(1000):\n    print('y' * 1000)\nsurvived = True").await;
+    assert_eq!(execution.error.as_ref().expect("truncation reported").name, "OutputTruncated");
+    assert!(execution.stdout().len() <= 100_000);
+    assert!(execution.stderr().contains("output truncated"));
+    assert_eq!(eval(&sandbox, "survived").await, "True");
+    // Raw flood on the protocol fd, bypassing the kernel's soft cap: the host kills at the hard cap.
+    let raw = "import gc\nk = [o for o in gc.get_objects() if type(o).__name__ == 'Kernel'][0]\nos.write(k.proto_out, b'{\"type\": \"done\", \"id\": 999}\\n')\nwhile True:\n    os.write(k.proto_out, b'z' * 65536)";
+    let flooded = run(&sandbox, raw).await;
+    let error = flooded.error.expect("hard cap reported");
+    assert_eq!(error.name, "OutputTruncated");
+    assert!(error.value.contains("killed"), "{}", error.value);
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2", "a fresh interpreter answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_processes_are_invisible() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+result = {
+  "pids": pids,
+  "kill_init": attempt(lambda: os.kill(1, signal.SIGKILL)),
+  "kallsyms_zeroed": all(l.startswith("0000000000000000") for l in open("/proc/kallsyms").read().splitlines()[:50]),
+  "dmesg": syscall(103, 3, 0, 0),
+}"#;
+    let result = json_of(&sandbox, code).await;
+    let pids = result["pids"].as_array().unwrap();
+    assert!(pids.len() <= 3, "only the sandbox's own processes: {pids:?}");
+    assert_eq!(result["kill_init"], "EPERM");
+    assert_eq!(result["kallsyms_zeroed"], true);
+    assert_eq!(result["dmesg"], "EPERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ptrace_is_denied() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"child = subprocess.Popen(["sleep", "30"])
+result = {
+  "attach_init": syscall(101, 16, 1, 0, 0),
+  "attach_child": syscall(101, 16, child.pid, 0, 0),
+  "traceme": syscall(101, 0, 0, 0, 0),
+  "vm_readv": syscall(310, child.pid, 0, 0, 0, 0, 0),
+}
+child.kill()"#;
+    let result = json_of(&sandbox, code).await;
+    for (key, outcome) in result.as_object().unwrap() {
+        assert_eq!(outcome, "EPERM", "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_nested_namespaces_mounts_or_setuid() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"su = subprocess.run(["su", "-c", "id"], capture_output=True, input=b"", timeout=10) if os.path.exists("/usr/bin/su") else None
+result = {
+  "unshare_user": syscall(272, 0x10000000),
+  "unshare_net": syscall(272, 0x40000000),
+  "clone_newuser": syscall(56, 0x10000000 | 17, 0, 0, 0, 0),
+  "clone_newns": syscall(56, 0x00020000 | 17, 0, 0, 0, 0),
+  "clone3": syscall(435, 0, 0),
+  "setns": syscall(308, 0, 0),
+  "mount_tmpfs": syscall(165, 0, 0, 0, 0, 0),
+  "bpf": syscall(321, 0, 0, 0),
+  "perf_event_open": syscall(298, 0, 0, -1, -1, 0),
+  "io_uring_setup": syscall(425, 1, 0),
+  "keyctl": syscall(250, 0, 0, 0, 0, 0),
+  "x32_getpid": syscall(0x40000000 | 39),
+  "su_rc": None if su is None else su.returncode,
+  "threads_work": attempt(lambda: __import__("threading").Thread(target=lambda: None).start()),
+  "subprocess_works": subprocess.run(["true"]).returncode,
+}"#;
+    let result = json_of(&sandbox, code).await;
+    for key in ["unshare_user", "unshare_net", "clone_newuser", "clone_newns", "setns", "mount_tmpfs", "bpf",
+        "perf_event_open", "io_uring_setup", "keyctl", "x32_getpid"] {
+        assert_eq!(result[key], "EPERM", "{key}: {result}");
+    }
+    assert_eq!(result["clone3"], "ENOSYS");
+    assert_ne!(result["su_rc"], 0, "su must not elevate");
+    assert_eq!(result["threads_work"], "OK");
+    assert_eq!(result["subprocess_works"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sysctls_are_not_writable() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let host_value = std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit_burst").unwrap();
+    let code = r#"burst = open("/proc/sys/kernel/printk_ratelimit_burst").read()
+result = {
+  "core_pattern_writable": os.access("/proc/sys/kernel/core_pattern", os.W_OK),
+  "write_same_value": attempt(lambda: write("/proc/sys/kernel/printk_ratelimit_burst", burst)),
+}"#;
+    let result = json_of(&sandbox, code).await;
+    assert_eq!(result["core_pattern_writable"], false);
+    let outcome = result["write_same_value"].as_str().unwrap();
+    assert!(outcome == "EACCES" || outcome == "EROFS", "{outcome}");
+    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit_burst").unwrap(), host_value);
+    // Never touch core_pattern itself; check it is the host's untouched value.
+    let mut core = String::new();
+    std::fs::File::open("/proc/sys/kernel/core_pattern").unwrap().read_to_string(&mut core).unwrap();
+    assert!(!core.contains("home/user"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_run_timeout_option_is_respected_by_run_code() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let started = std::time::Instant::now();
+    let execution = sandbox
+        .run_code("import time\ntime.sleep(30)", &RunOptions::default().with_timeout(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    assert_eq!(execution.error.unwrap().name, "TimeoutError");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
