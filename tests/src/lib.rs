@@ -1,1 +1,305 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: OTLP receivers on 127.0.0.1 that decode what arrives with the
+//! OpenTelemetry protobuf definitions (HTTP/protobuf, HTTP/JSON and gRPC), and accessors for decoded spans.
+//!
+//! Each receiver runs on its own thread with its own Tokio runtime, so a test may use a plain `main`, a
+//! current-thread runtime or a multi-thread one without the receiver depending on it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+pub use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+pub use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+
+/// A span as it arrived, with its resource attributes.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub span: Span,
+    pub resource: HashMap<String, AnyValue>,
+    pub scope: String,
+}
+
+/// One export request's transport details.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+}
+
+#[derive(Default)]
+struct Store {
+    spans: Vec<Received>,
+    requests: Vec<RequestInfo>,
+    metrics: Vec<ExportMetricsServiceRequest>,
+}
+
+/// An OTLP receiver on 127.0.0.1.
+pub struct OtlpReceiver {
+    pub addr: SocketAddr,
+    store: Arc<Mutex<Store>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn record(store: &Mutex<Store>, request: ExportTraceServiceRequest, info: RequestInfo) {
+    let mut s = store.lock().unwrap();
+    s.requests.push(info);
+    for rs in request.resource_spans {
+        let resource: HashMap<String, AnyValue> = rs
+            .resource
+            .map(|r| {
+                r.attributes
+                    .into_iter()
+                    .filter_map(|kv| Some((kv.key, kv.value?.value?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for ss in rs.scope_spans {
+            let scope = ss.scope.map(|s| s.name).unwrap_or_default();
+            for span in ss.spans {
+                s.spans.push(Received {
+                    span,
+                    resource: resource.clone(),
+                    scope: scope.clone(),
+                });
+            }
+        }
+    }
+}
+
+fn headers_of(map: &HeaderMap) -> HashMap<String, String> {
+    map.iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+struct Grpc(Arc<Mutex<Store>>);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let headers = request
+            .metadata()
+            .iter()
+            .filter_map(|kv| match kv {
+                tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                    Some((k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()))
+                }
+                _ => None,
+            })
+            .collect();
+        record(
+            &self.0,
+            request.into_inner(),
+            RequestInfo {
+                path: "grpc".into(),
+                headers,
+            },
+        );
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+impl OtlpReceiver {
+    /// OTLP/HTTP on `/v1/traces` (protobuf or JSON, by content type) and `/v1/metrics`.
+    pub fn start_http() -> Self {
+        Self::start(false)
+    }
+
+    /// OTLP/gRPC.
+    pub fn start_grpc() -> Self {
+        Self::start(true)
+    }
+
+    fn start(grpc: bool) -> Self {
+        let store = Arc::new(Mutex::new(Store::default()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread_store = Arc::clone(&store);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                let stop = async move {
+                    let _ = shutdown_rx.await;
+                };
+                if grpc {
+                    let incoming = tokio_stream_from(listener);
+                    tonic::transport::Server::builder()
+                        .add_service(TraceServiceServer::new(Grpc(thread_store)))
+                        .serve_with_incoming_shutdown(incoming, stop)
+                        .await
+                        .unwrap();
+                } else {
+                    let traces_store = Arc::clone(&thread_store);
+                    let metrics_store = Arc::clone(&thread_store);
+                    let app = axum::Router::new()
+                        .route(
+                            "/v1/traces",
+                            post(move |headers: HeaderMap, body: Bytes| {
+                                let store = Arc::clone(&traces_store);
+                                async move {
+                                    let json = headers
+                                        .get("content-type")
+                                        .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+                                    let decoded = if json {
+                                        serde_json::from_slice::<ExportTraceServiceRequest>(&body)
+                                            .map_err(|e| e.to_string())
+                                    } else {
+                                        ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string())
+                                    };
+                                    match decoded {
+                                        Ok(req) => {
+                                            record(
+                                                &store,
+                                                req,
+                                                RequestInfo {
+                                                    path: "/v1/traces".into(),
+                                                    headers: headers_of(&headers),
+                                                },
+                                            );
+                                            (StatusCode::OK, Vec::new())
+                                        }
+                                        Err(e) => (StatusCode::BAD_REQUEST, e.into_bytes()),
+                                    }
+                                }
+                            }),
+                        )
+                        .route(
+                            "/v1/metrics",
+                            post(move |body: Bytes| {
+                                let store = Arc::clone(&metrics_store);
+                                async move {
+                                    match ExportMetricsServiceRequest::decode(body) {
+                                        Ok(req) => {
+                                            store.lock().unwrap().metrics.push(req);
+                                            StatusCode::OK
+                                        }
+                                        Err(_) => StatusCode::BAD_REQUEST,
+                                    }
+                                }
+                            }),
+                        );
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stop)
+                        .await
+                        .unwrap();
+                }
+            });
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("receiver started");
+        Self {
+            addr,
+            store,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:4318`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Full traces URL for HTTP.
+    pub fn traces_url(&self) -> String {
+        format!("{}/v1/traces", self.base_url())
+    }
+
+    pub fn spans(&self) -> Vec<Received> {
+        self.store.lock().unwrap().spans.clone()
+    }
+
+    pub fn requests(&self) -> Vec<RequestInfo> {
+        self.store.lock().unwrap().requests.clone()
+    }
+
+    pub fn metrics(&self) -> Vec<ExportMetricsServiceRequest> {
+        self.store.lock().unwrap().metrics.clone()
+    }
+
+    /// Wait until at least `n` spans arrived (or `timeout` passes) and return what arrived.
+    pub fn wait_for_spans(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let spans = self.spans();
+            if spans.len() >= n || Instant::now() >= deadline {
+                return spans;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for OtlpReceiver {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tokio_stream_from(
+    listener: tokio::net::TcpListener,
+) -> impl futures_util::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> {
+    futures_util::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    })
+}
+
+/// Attribute value of a received span.
+pub fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+/// String attribute of a received span (other types rendered).
+pub fn attr_string(span: &Span, key: &str) -> Option<String> {
+    attr(span, key).map(|v| match v {
+        AnyValue::StringValue(s) => s.clone(),
+        AnyValue::IntValue(i) => i.to_string(),
+        AnyValue::DoubleValue(d) => d.to_string(),
+        AnyValue::BoolValue(b) => b.to_string(),
+        other => format!("{other:?}"),
+    })
+}
+
+/// Find a received span by name.
+pub fn by_name<'a>(spans: &'a [Received], name: &str) -> Option<&'a Received> {
+    spans.iter().find(|r| r.span.name == name)
+}
+
+/// Whether `child` is a direct child of `parent`.
+pub fn is_child(child: &Span, parent: &Span) -> bool {
+    child.parent_span_id == parent.span_id && child.trace_id == parent.trace_id
+}

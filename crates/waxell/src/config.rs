@@ -17,6 +17,15 @@ pub enum Protocol {
     Grpc,
 }
 
+impl std::str::FromStr for Protocol {
+    type Err = InitError;
+
+    /// `http/protobuf`, `http/json` or `grpc`, as in `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    fn from_str(s: &str) -> Result<Self, InitError> {
+        Self::parse(s, "protocol")
+    }
+}
+
 impl Protocol {
     pub(crate) fn parse(value: &str, var: &str) -> Result<Self, InitError> {
         match value.trim().to_ascii_lowercase().as_str() {

@@ -22,6 +22,17 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 
+/// The traces URL the standard variables (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`)
+/// name for `protocol`, if any.
+pub fn traces_endpoint_from_env(protocol: crate::Protocol) -> Option<String> {
+    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+    crate::config::traces_url(
+        var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
+        protocol,
+    )
+}
+
 /// Where the embedded default writes spans when `WAXELL_TRACE_FILE` is not set:
 /// `.waxell/traces/<unix-millis>-<pid>.jsonl` under the working directory.
 pub fn default_trace_file() -> PathBuf {

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run every test: unit, behaviour, trybuild UI, OTLP wire tests on loopback, the real sandbox (isolation and
+# abuse suite), the E2B-compatible server against the official SDK, the dry-run demo, and the doc tests.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+cargo nextest run --workspace --all-features --profile ci
+cargo test --workspace --all-features --doc
