@@ -77,6 +77,9 @@ const NAMESPACE_CLONE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
+/// `TIOCSTI` from <asm-generic/ioctls.h> (libc's constant type differs between targets).
+const TIOCSTI: u64 = 0x5412;
+
 /// The three programs, in the order they are passed to bwrap.
 pub(crate) fn programs() -> Result<Vec<Vec<u8>>, String> {
     Ok(vec![to_bytes(&deny_list()?), to_bytes(&clone3_enosys()?), x32_guard()])
@@ -109,7 +112,7 @@ fn deny_list() -> Result<BpfProgram, String> {
     rules.insert(libc::SYS_socket, vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?]);
     rules.insert(libc::SYS_socketpair, vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?]);
     // Terminal input injection (CVE-2017-5226); --new-session already blocks it, this is depth.
-    rules.insert(libc::SYS_ioctl, vec![rule(vec![condition(1, SeccompCmpOp::Eq, libc::TIOCSTI as u64)?])?]);
+    rules.insert(libc::SYS_ioctl, vec![rule(vec![condition(1, SeccompCmpOp::Eq, TIOCSTI)?])?]);
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch()?)
         .map_err(|e| format!("seccomp deny list: {e}"))?;
     filter.try_into().map_err(|e| format!("seccomp deny list: {e}"))

@@ -8,7 +8,10 @@ use std::time::Duration;
 use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 
-use super::{CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
+use super::{
+    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxSession,
+};
 use crate::semconv::*;
 use crate::telemetry;
 
@@ -23,7 +26,10 @@ pub struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("backend", &self.backend).field("id", &self.session.sandbox_id()).finish()
+        f.debug_struct("Sandbox")
+            .field("backend", &self.backend)
+            .field("id", &self.session.sandbox_id())
+            .finish()
     }
 }
 
@@ -38,7 +44,11 @@ where
     F: Future<Output = Result<T, SandboxError>>,
 {
     let tracer = telemetry::tracer();
-    let span = tracer.span_builder(name).with_kind(SpanKind::Internal).with_attributes(attributes).start(&tracer);
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_attributes(attributes)
+        .start(&tracer);
     let cx = Context::current_with_span(span);
     let result = work.with_context(cx.clone()).await;
     let span = cx.span();
@@ -59,17 +69,26 @@ where
 
 impl Sandbox {
     /// Create a sandbox with `backend` (span `sandbox.create`).
-    pub async fn create<B: SandboxBackend + ?Sized>(backend: &B, options: &SandboxOptions) -> Result<Self, SandboxError> {
+    pub async fn create<B: SandboxBackend + ?Sized>(
+        backend: &B,
+        options: &SandboxOptions,
+    ) -> Result<Self, SandboxError> {
         let name = backend.name();
         let mut attributes = vec![KeyValue::new(WAXELL_SANDBOX_BACKEND, name)];
         if let Some(template) = &options.template {
             attributes.push(KeyValue::new(WAXELL_SANDBOX_TEMPLATE, template.clone()));
         }
-        let session = traced("sandbox.create".into(), attributes, backend.create(options), |session| {
-            vec![KeyValue::new(WAXELL_SANDBOX_ID, session.sandbox_id().to_owned())]
-        })
+        let session = traced(
+            "sandbox.create".into(),
+            attributes,
+            backend.create(options),
+            |session| vec![KeyValue::new(WAXELL_SANDBOX_ID, session.sandbox_id().to_owned())],
+        )
         .await?;
-        Ok(Self { backend: name, session })
+        Ok(Self {
+            backend: name,
+            session,
+        })
     }
 
     /// Wrap an existing session (e.g. one a backend reconnected to).
@@ -128,7 +147,11 @@ impl Sandbox {
             .with_attributes(attributes)
             .start(&tracer);
         let cx = Context::current_with_span(span);
-        let result = self.session.run_code(code, options).with_context(cx.clone()).await;
+        let result = self
+            .session
+            .run_code(code, options)
+            .with_context(cx.clone())
+            .await;
         let span = cx.span();
         match &result {
             Ok(execution) => {
@@ -145,12 +168,20 @@ impl Sandbox {
                 }
                 if let Some(error) = &execution.error {
                     span.set_attribute(KeyValue::new(WAXELL_SANDBOX_ERROR_NAME, error.name.clone()));
-                    let value = if capture { telemetry::content_preview(&error.value, PREVIEW_CHARS) } else { String::new() };
+                    let value = if capture {
+                        telemetry::content_preview(&error.value, PREVIEW_CHARS)
+                    } else {
+                        String::new()
+                    };
                     if capture {
                         span.set_attribute(KeyValue::new(WAXELL_SANDBOX_ERROR_VALUE, value.clone()));
                     }
                     span.set_attribute(KeyValue::new(ERROR_TYPE, error.name.clone()));
-                    span.set_status(Status::error(if capture { format!("{}: {value}", error.name) } else { error.name.clone() }));
+                    span.set_status(Status::error(if capture {
+                        format!("{}: {value}", error.name)
+                    } else {
+                        error.name.clone()
+                    }));
                 }
             }
             Err(e) => {
@@ -166,34 +197,58 @@ impl Sandbox {
     pub async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
         let mut attributes = self.file_attributes(path);
         attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64));
-        traced("sandbox.write_file".into(), attributes, self.session.write_file(path, data), |_| Vec::new()).await
+        traced(
+            "sandbox.write_file".into(),
+            attributes,
+            self.session.write_file(path, data),
+            |_| Vec::new(),
+        )
+        .await
     }
 
     /// Span `sandbox.read_file`.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
-        traced("sandbox.read_file".into(), self.file_attributes(path), self.session.read_file(path), |data| {
-            vec![KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64)]
-        })
+        traced(
+            "sandbox.read_file".into(),
+            self.file_attributes(path),
+            self.session.read_file(path),
+            |data| vec![KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64)],
+        )
         .await
     }
 
     /// Span `sandbox.list_files`.
     pub async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
-        traced("sandbox.list_files".into(), self.file_attributes(path), self.session.list_files(path), |_| Vec::new())
-            .await
+        traced(
+            "sandbox.list_files".into(),
+            self.file_attributes(path),
+            self.session.list_files(path),
+            |_| Vec::new(),
+        )
+        .await
     }
 
     fn file_attributes(&self, path: &str) -> Vec<KeyValue> {
         let mut attributes = self.base_attributes();
-        attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_PATH, telemetry::content_preview(path, 512)));
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_FILE_PATH,
+            telemetry::content_preview(path, 512),
+        ));
         attributes
     }
 
     /// Span `sandbox.create_context`.
-    pub async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
-        traced("sandbox.create_context".into(), self.base_attributes(), self.session.create_context(language, cwd), |c| {
-            vec![KeyValue::new(WAXELL_SANDBOX_CONTEXT_ID, c.id.clone())]
-        })
+    pub async fn create_context(
+        &self,
+        language: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<CodeContext, SandboxError> {
+        traced(
+            "sandbox.create_context".into(),
+            self.base_attributes(),
+            self.session.create_context(language, cwd),
+            |c| vec![KeyValue::new(WAXELL_SANDBOX_CONTEXT_ID, c.id.clone())],
+        )
         .await
     }
 
@@ -215,7 +270,13 @@ impl Sandbox {
 
     /// Span `sandbox.kill`.
     pub async fn kill(&self) -> Result<(), SandboxError> {
-        traced("sandbox.kill".into(), self.base_attributes(), self.session.kill(), |_| Vec::new()).await
+        traced(
+            "sandbox.kill".into(),
+            self.base_attributes(),
+            self.session.kill(),
+            |_| Vec::new(),
+        )
+        .await
     }
 }
 

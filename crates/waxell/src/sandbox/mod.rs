@@ -32,8 +32,11 @@ pub trait SandboxSession: Send + Sync {
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError>;
 
     /// Create a new, independent execution context.
-    async fn create_context(&self, language: Option<&str>, cwd: Option<&str>)
-        -> Result<CodeContext, SandboxError>;
+    async fn create_context(
+        &self,
+        language: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<CodeContext, SandboxError>;
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError>;
     /// Restart a context: its state is lost, its id kept.
     async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError>;

@@ -117,7 +117,10 @@ pub struct Execution {
 impl Execution {
     /// Text of the main result (the cell's last expression), as E2B's `Execution.text`.
     pub fn text(&self) -> Option<&str> {
-        self.results.iter().find(|r| r.is_main_result).and_then(|r| r.text.as_deref())
+        self.results
+            .iter()
+            .find(|r| r.is_main_result)
+            .and_then(|r| r.text.as_deref())
     }
 
     /// All stdout chunks joined.
