@@ -475,9 +475,10 @@ mod tests {
         let (reply, number) = script.take_reply(&judge).unwrap();
         assert_eq!(reply.content.as_deref(), Some(r#"{"score": 1}"#));
         assert_eq!(number, 1);
-        script
+        let (reply, _) = script
             .take_reply(&ChatRequest::new([Message::user("hi")]))
             .unwrap();
+        assert_eq!(reply.content.as_deref(), Some("answer"));
         let error = script
             .take_reply(&ChatRequest::new([Message::user("one more")]))
             .unwrap_err();

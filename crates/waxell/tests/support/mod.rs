@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
-use futures_util::stream;
+use futures_util::{stream, StreamExt};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, HistogramDataPoint, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
@@ -201,12 +201,13 @@ async fn respond(mut reply: FakeReply) -> Response {
                 .into_iter()
                 .map(|payload| Ok::<_, std::io::Error>(Bytes::from(format!("data: {payload}\n\n"))));
             let body = if cut {
-                // An error item makes hyper abort the connection mid-body, as a dropped network would.
-                let broken = stream::iter(events.chain([Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "cut",
-                ))]));
-                Body::from_stream(broken)
+                // An error item makes hyper abort the connection mid-body, as a dropped network would. It
+                // comes a little later so that the headers and the first events are on the wire first.
+                let cut = stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut"))
+                });
+                Body::from_stream(stream::iter(events).chain(cut))
             } else {
                 Body::from_stream(stream::iter(events))
             };
