@@ -40,7 +40,10 @@ pub(crate) fn check_available() -> Result<(), String> {
         }
         let ours = dir.join(SUBTREE);
         if let Err(e) = fs::create_dir_all(&ours) {
-            return Err(format!("cannot create {}: {e} (the local sandbox must run as root)", ours.display()));
+            return Err(format!(
+                "cannot create {}: {e} (the local sandbox must run as root)",
+                ours.display()
+            ));
         }
     }
     Ok(())
@@ -60,7 +63,11 @@ impl Cgroup {
             fs::create_dir(&dir)?;
             group.dirs.push(dir);
         }
-        group.write("memory", "memory.limit_in_bytes", &limits.memory_bytes.to_string())?;
+        group.write(
+            "memory",
+            "memory.limit_in_bytes",
+            &limits.memory_bytes.to_string(),
+        )?;
         // No swap on the sandbox's pages: the cap is a real cap. Best effort, swap may be absent.
         let _ = group.write("memory", "memory.swappiness", "0");
         group.write("pids", "pids.max", &limits.max_processes.to_string())?;
@@ -72,20 +79,29 @@ impl Cgroup {
     }
 
     fn dir(&self, controller: &str) -> &Path {
-        let index = CONTROLLERS.iter().position(|c| *c == controller).expect("known controller");
+        let index = CONTROLLERS
+            .iter()
+            .position(|c| *c == controller)
+            .expect("known controller");
         &self.dirs[index]
     }
 
     fn write(&self, controller: &str, file: &str, value: &str) -> io::Result<()> {
         let path = self.dir(controller).join(file);
-        fs::write(&path, value).map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
+        fs::write(&path, value)
+            .map_err(|e| io::Error::new(e.kind(), format!("writing {}: {e}", path.display())))
     }
 
     /// `cgroup.procs` of every controller, opened for the child to join with.
     pub(crate) fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
         self.dirs
             .iter()
-            .map(|dir| Ok(fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?.into()))
+            .map(|dir| {
+                Ok(fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))?
+                    .into())
+            })
             .collect()
     }
 
@@ -104,7 +120,11 @@ impl Cgroup {
     }
 
     pub(crate) fn pids_max_reached(&self) -> bool {
-        let read = |f: &str| fs::read_to_string(self.dir("pids").join(f)).ok().and_then(|s| s.trim().parse::<u64>().ok());
+        let read = |f: &str| {
+            fs::read_to_string(self.dir("pids").join(f))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+        };
         matches!((read("pids.current"), read("pids.max")), (Some(c), Some(m)) if c >= m)
     }
 
@@ -173,7 +193,9 @@ fn remove_group(dir: &Path) {
 pub(crate) fn sweep_stale() {
     for controller in CONTROLLERS {
         let root = Path::new(CGROUP_ROOT).join(controller).join(SUBTREE);
-        let Ok(entries) = fs::read_dir(&root) else { continue };
+        let Ok(entries) = fs::read_dir(&root) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if crate::naming::owner_is_dead(&name) {

@@ -168,16 +168,25 @@ impl Limits {
     /// Reject limits that would make the sandbox unusable or unsafe, naming the field.
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.memory_bytes < 32 << 20 {
-            return Err(format!("limits.memory_bytes = {} is below the 32 MiB minimum", self.memory_bytes));
+            return Err(format!(
+                "limits.memory_bytes = {} is below the 32 MiB minimum",
+                self.memory_bytes
+            ));
         }
         if self.max_processes < 8 {
-            return Err(format!("limits.max_processes = {} is below 8 (the kernel itself needs threads)", self.max_processes));
+            return Err(format!(
+                "limits.max_processes = {} is below 8 (the kernel itself needs threads)",
+                self.max_processes
+            ));
         }
         if !(self.cpus.is_finite() && self.cpus >= 0.01) {
             return Err(format!("limits.cpus = {} must be at least 0.01", self.cpus));
         }
         if self.output_hard_bytes < 64 << 10 {
-            return Err(format!("limits.output_hard_bytes = {} is below 64 KiB", self.output_hard_bytes));
+            return Err(format!(
+                "limits.output_hard_bytes = {} is below 64 KiB",
+                self.output_hard_bytes
+            ));
         }
         if self.open_files < 64 {
             return Err(format!("limits.open_files = {} is below 64", self.open_files));

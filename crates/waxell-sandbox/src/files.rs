@@ -26,7 +26,10 @@ pub(crate) struct ScratchFiles {
 }
 
 fn invalid(path: &str, reason: impl Into<String>) -> SandboxError {
-    SandboxError::InvalidPath { path: path.to_owned(), reason: reason.into() }
+    SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
 }
 
 fn io_error(path: &str, e: rustix::io::Errno) -> SandboxError {
@@ -64,8 +67,12 @@ impl ScratchFiles {
     }
 
     fn open_root(&self) -> Result<OwnedFd, SandboxError> {
-        rustix::fs::open(&self.root, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY, Mode::empty())
-            .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", self.root.display())))
+        rustix::fs::open(
+            &self.root,
+            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", self.root.display())))
     }
 
     fn sandbox_path(rel: &Path) -> String {
@@ -83,19 +90,31 @@ impl ScratchFiles {
         }
         let root = self.open_root()?;
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = rustix::fs::openat2(&root, &rel, flags, Mode::empty(), RESOLVE).map_err(|e| io_error(path, e))?;
+        let fd =
+            rustix::fs::openat2(&root, &rel, flags, Mode::empty(), RESOLVE).map_err(|e| io_error(path, e))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
             return Err(invalid(path, "not a regular file"));
         }
         if stat.st_size as u64 > self.max_file_bytes {
-            return Err(invalid(path, format!("{} bytes exceed the {} byte file limit", stat.st_size, self.max_file_bytes)));
+            return Err(invalid(
+                path,
+                format!(
+                    "{} bytes exceed the {} byte file limit",
+                    stat.st_size, self.max_file_bytes
+                ),
+            ));
         }
         let mut data = Vec::with_capacity(stat.st_size as usize);
         // Bounded read: the file may grow while we read it.
-        std::fs::File::from(fd).take(self.max_file_bytes + 1).read_to_end(&mut data)?;
+        std::fs::File::from(fd)
+            .take(self.max_file_bytes + 1)
+            .read_to_end(&mut data)?;
         if data.len() as u64 > self.max_file_bytes {
-            return Err(invalid(path, format!("larger than the {} byte file limit", self.max_file_bytes)));
+            return Err(invalid(
+                path,
+                format!("larger than the {} byte file limit", self.max_file_bytes),
+            ));
         }
         Ok(data)
     }
@@ -106,7 +125,14 @@ impl ScratchFiles {
             return Err(invalid(path, "no file name"));
         };
         if data.len() as u64 > self.max_file_bytes {
-            return Err(invalid(path, format!("{} bytes exceed the {} byte file limit", data.len(), self.max_file_bytes)));
+            return Err(invalid(
+                path,
+                format!(
+                    "{} bytes exceed the {} byte file limit",
+                    data.len(),
+                    self.max_file_bytes
+                ),
+            ));
         }
         let mut dir = self.open_root()?;
         let owner = (Some(Uid::from_raw(self.uid)), Some(Gid::from_raw(self.uid)));
@@ -119,13 +145,21 @@ impl ScratchFiles {
                         rustix::fs::fchown(&created, owner.0, owner.1).map_err(|e| io_error(path, e))?;
                         dir = created;
                     }
-                    Err(rustix::io::Errno::EXIST) => dir = self.open_dir_beneath(&dir, part.as_os_str(), path)?,
+                    Err(rustix::io::Errno::EXIST) => {
+                        dir = self.open_dir_beneath(&dir, part.as_os_str(), path)?
+                    }
                     Err(e) => return Err(io_error(path, e)),
                 }
             }
         }
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = rustix::fs::openat2(&dir, &name, flags, Mode::from_raw_mode(0o644), RESOLVE).map_err(|e| io_error(path, e))?;
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC
+            | OFlags::NONBLOCK
+            | OFlags::NOCTTY;
+        let fd = rustix::fs::openat2(&dir, &name, flags, Mode::from_raw_mode(0o644), RESOLVE)
+            .map_err(|e| io_error(path, e))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e))?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
             return Err(invalid(path, "not a regular file"));
@@ -142,9 +176,20 @@ impl ScratchFiles {
         })
     }
 
-    fn open_dir_beneath(&self, dir: &OwnedFd, name: &std::ffi::OsStr, path: &str) -> Result<OwnedFd, SandboxError> {
-        rustix::fs::openat2(dir, name, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY, Mode::empty(), RESOLVE)
-            .map_err(|e| io_error(path, e))
+    fn open_dir_beneath(
+        &self,
+        dir: &OwnedFd,
+        name: &std::ffi::OsStr,
+        path: &str,
+    ) -> Result<OwnedFd, SandboxError> {
+        rustix::fs::openat2(
+            dir,
+            name,
+            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .map_err(|e| io_error(path, e))
     }
 
     pub(crate) fn list(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
@@ -164,7 +209,9 @@ impl ScratchFiles {
                 continue;
             }
             // Stat the entry itself (a symlink is reported as a non-directory, never followed).
-            let Ok(stat) = rustix::fs::statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            let Ok(stat) = rustix::fs::statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
             let is_dir = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
             entries.push(EntryInfo {
                 path: Self::sandbox_path(&rel.join(&name)),

@@ -30,7 +30,9 @@ pub(crate) fn check_host() -> Result<HostTools, SandboxError> {
     })?;
     check_bwrap_version(&bwrap)?;
     let setpriv = find_in_path("setpriv").ok_or_else(|| {
-        SandboxError::Unavailable(format!("setpriv not found: {SETUP_HINT} or `apt-get install util-linux`"))
+        SandboxError::Unavailable(format!(
+            "setpriv not found: {SETUP_HINT} or `apt-get install util-linux`"
+        ))
     })?;
     crate::cgroup::check_available().map_err(SandboxError::Unavailable)?;
     Ok(HostTools { bwrap, setpriv })
@@ -59,7 +61,8 @@ fn check_bwrap_version(bwrap: &Path) -> Result<(), SandboxError> {
 }
 
 pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    let path =
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
     std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
         .map(|dir| dir.join(name))
@@ -93,7 +96,10 @@ impl PythonRuntime {
     pub fn detect() -> Result<Self, SandboxError> {
         if let Some(explicit) = std::env::var_os(PYTHON_ENV_VAR) {
             return Self::probe(Path::new(&explicit)).map_err(|e| {
-                SandboxError::Unavailable(format!("{PYTHON_ENV_VAR}={}: {e}", Path::new(&explicit).display()))
+                SandboxError::Unavailable(format!(
+                    "{PYTHON_ENV_VAR}={}: {e}",
+                    Path::new(&explicit).display()
+                ))
             });
         }
         if let Some(venv) = default_venv_python().filter(|p| p.exists()) {
@@ -113,7 +119,8 @@ impl PythonRuntime {
 
     /// Ask `python` for its prefixes (runs it once on the host, unsandboxed, with a fixed script).
     pub fn probe(python: &Path) -> Result<Self, String> {
-        const SCRIPT: &str = "import sys, json; print(json.dumps([sys.executable, sys.prefix, sys.base_prefix, \
+        const SCRIPT: &str =
+            "import sys, json; print(json.dumps([sys.executable, sys.prefix, sys.base_prefix, \
                               sys.version.split()[0], sys.version_info[:2] >= (3, 8)]))";
         let out = Command::new(python)
             .args(["-I", "-c", SCRIPT])
@@ -121,18 +128,28 @@ impl PythonRuntime {
             .output()
             .map_err(|e| format!("cannot run it: {e}"))?;
         if !out.status.success() {
-            return Err(format!("it failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(format!(
+                "it failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
         let (executable, prefix, base_prefix, version, recent): (String, String, String, String, bool) =
             serde_json::from_slice(&out.stdout).map_err(|e| format!("unexpected probe output: {e}"))?;
         if !recent {
-            return Err(format!("Python {version} is too old, the kernel needs 3.8 or later"));
+            return Err(format!(
+                "Python {version} is too old, the kernel needs 3.8 or later"
+            ));
         }
         let executable = PathBuf::from(executable);
         if !executable.is_absolute() {
             return Err("sys.executable is not an absolute path".into());
         }
-        Ok(Self { executable, prefix: prefix.into(), base_prefix: base_prefix.into(), version })
+        Ok(Self {
+            executable,
+            prefix: prefix.into(),
+            base_prefix: base_prefix.into(),
+            version,
+        })
     }
 
     /// Directories to bind read-only at their real paths: the venv and its base installation, unless

@@ -9,11 +9,11 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::cgroup::Cgroup;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
-use crate::cgroup::Cgroup;
 use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage, RunOptions, SandboxError};
 
 /// Largest `ready` line accepted.
@@ -33,10 +33,28 @@ pub(crate) struct ReadyInfo {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum KernelMessage {
     Ready(ReadyInfo),
-    Stream { id: Option<u64>, name: String, text: String },
-    Result { id: Option<u64>, is_main: bool, data: serde_json::Map<String, serde_json::Value> },
-    Error { id: Option<u64>, name: String, value: String, traceback: String },
-    Done { id: Option<u64>, execution_count: u64, #[serde(default)] truncated: bool },
+    Stream {
+        id: Option<u64>,
+        name: String,
+        text: String,
+    },
+    Result {
+        id: Option<u64>,
+        is_main: bool,
+        data: serde_json::Map<String, serde_json::Value>,
+    },
+    Error {
+        id: Option<u64>,
+        name: String,
+        value: String,
+        traceback: String,
+    },
+    Done {
+        id: Option<u64>,
+        execution_count: u64,
+        #[serde(default)]
+        truncated: bool,
+    },
 }
 
 /// Why an execution ended without the kernel's `done`.
@@ -73,7 +91,10 @@ impl LineReader {
             }
             self.scanned = self.buf.len();
             if self.buf.len() > limit {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("protocol line over {limit} bytes")));
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("protocol line over {limit} bytes"),
+                ));
             }
             let mut chunk = [0u8; 64 << 10];
             let n = self.pipe.read(&mut chunk).await?;
@@ -102,7 +123,10 @@ pub(crate) struct KernelProcess {
 
 impl std::fmt::Debug for KernelProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelProcess").field("pid", &self.child.id()).field("alive", &self.alive).finish()
+        f.debug_struct("KernelProcess")
+            .field("pid", &self.child.id())
+            .field("alive", &self.alive)
+            .finish()
     }
 }
 
@@ -114,7 +138,11 @@ impl KernelProcess {
         let stderr_tail = Arc::new(Mutex::new(String::new()));
         let mut kernel = Self {
             to_kernel: pipe::Sender::from_owned_fd(stdin)?,
-            from_kernel: LineReader { pipe: pipe::Receiver::from_owned_fd(stdout)?, buf: Vec::new(), scanned: 0 },
+            from_kernel: LineReader {
+                pipe: pipe::Receiver::from_owned_fd(stdout)?,
+                buf: Vec::new(),
+                scanned: 0,
+            },
             stderr_tail: stderr_tail.clone(),
             child,
             next_id: 1,
@@ -154,7 +182,10 @@ impl KernelProcess {
     }
 
     fn stderr_tail(&self) -> String {
-        self.stderr_tail.lock().map(|t| t.trim().to_owned()).unwrap_or_default()
+        self.stderr_tail
+            .lock()
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
     }
 
     pub(crate) async fn wait_ready(&mut self, timeout: Duration) -> Result<ReadyInfo, SandboxError> {
@@ -171,7 +202,9 @@ impl KernelProcess {
             }
             Err(_) => {
                 self.kill();
-                return Err(SandboxError::Timeout(format!("the sandbox did not become ready within {timeout:?}")));
+                return Err(SandboxError::Timeout(format!(
+                    "the sandbox did not become ready within {timeout:?}"
+                )));
             }
         };
         match serde_json::from_slice::<KernelMessage>(&line) {
@@ -193,8 +226,13 @@ impl KernelProcess {
     }
 
     /// Set environment variables (and optionally the working directory) for all later executions.
-    pub(crate) async fn configure(&mut self, env: &BTreeMap<String, String>, cwd: Option<&str>) -> Result<(), SandboxError> {
-        self.send(serde_json::json!({"type": "setenv", "env": env, "cwd": cwd})).await?;
+    pub(crate) async fn configure(
+        &mut self,
+        env: &BTreeMap<String, String>,
+        cwd: Option<&str>,
+    ) -> Result<(), SandboxError> {
+        self.send(serde_json::json!({"type": "setenv", "env": env, "cwd": cwd}))
+            .await?;
         Ok(())
     }
 
@@ -252,25 +290,57 @@ impl KernelProcess {
                 continue;
             };
             match message {
-                KernelMessage::Stream { id: Some(mid), name, text } if mid == id => {
+                KernelMessage::Stream {
+                    id: Some(mid),
+                    name,
+                    text,
+                } if mid == id => {
                     let error = name == "stderr";
-                    let callback = if error { &options.on_stderr } else { &options.on_stdout };
+                    let callback = if error {
+                        &options.on_stderr
+                    } else {
+                        &options.on_stdout
+                    };
                     if let Some(callback) = callback {
-                        callback(&OutputMessage { line: text.clone(), error });
+                        callback(&OutputMessage {
+                            line: text.clone(),
+                            error,
+                        });
                     }
-                    if error { execution.logs.stderr.push(text) } else { execution.logs.stdout.push(text) }
+                    if error {
+                        execution.logs.stderr.push(text)
+                    } else {
+                        execution.logs.stdout.push(text)
+                    }
                 }
-                KernelMessage::Result { id: Some(mid), is_main, data } if mid == id => {
+                KernelMessage::Result {
+                    id: Some(mid),
+                    is_main,
+                    data,
+                } if mid == id => {
                     let result = to_execution_result(data, is_main);
                     if let Some(callback) = &options.on_result {
                         callback(&result);
                     }
                     execution.results.push(result);
                 }
-                KernelMessage::Error { id: Some(mid), name, value, traceback } if mid == id => {
-                    execution.error = Some(ExecutionError { name, value, traceback });
+                KernelMessage::Error {
+                    id: Some(mid),
+                    name,
+                    value,
+                    traceback,
+                } if mid == id => {
+                    execution.error = Some(ExecutionError {
+                        name,
+                        value,
+                        traceback,
+                    });
                 }
-                KernelMessage::Done { id: Some(mid), execution_count, truncated: t } if mid == id => {
+                KernelMessage::Done {
+                    id: Some(mid),
+                    execution_count,
+                    truncated: t,
+                } if mid == id => {
                     execution.execution_count = Some(execution_count);
                     truncated = t;
                     break true;
@@ -375,7 +445,10 @@ impl KernelProcess {
             }
         }
         if !self.reaped {
-            tracing::warn!(pid = self.child.id(), "sandbox launcher did not exit after SIGKILL");
+            tracing::warn!(
+                pid = self.child.id(),
+                "sandbox launcher did not exit after SIGKILL"
+            );
         }
         // The pid namespace collapses asynchronously once bwrap's init dies; wait for the interpreter
         // and the init so "killed" means gone.
@@ -404,17 +477,30 @@ impl Drop for KernelProcess {
 /// True while `pid` exists and is not a zombie.
 fn process_running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
 
 fn report(name: &str, value: String, traceback: String) -> ExecutionError {
-    ExecutionError { name: name.into(), value, traceback }
+    ExecutionError {
+        name: name.into(),
+        value,
+        traceback,
+    }
 }
 
 fn non_empty(text: String, fallback: &str) -> String {
-    if text.is_empty() { fallback.to_owned() } else { text }
+    if text.is_empty() {
+        fallback.to_owned()
+    } else {
+        text
+    }
 }
 
 /// Map a kernel MIME bundle onto E2B's result fields.

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use waxell::sandbox::SandboxError;
 
 use crate::cgroup::Cgroup;
-use crate::config::{LocalConfig, Limits};
+use crate::config::{Limits, LocalConfig};
 use crate::host::{HostTools, PythonRuntime};
 use crate::kernel::KernelProcess;
 use crate::spawn::{self, ChildSetup, Rlimit};
@@ -49,9 +49,18 @@ pub(crate) struct Slot<'a> {
 }
 
 impl Launcher {
-    pub(crate) fn new(tools: HostTools, python: PythonRuntime, config: LocalConfig) -> Result<Self, SandboxError> {
+    pub(crate) fn new(
+        tools: HostTools,
+        python: PythonRuntime,
+        config: LocalConfig,
+    ) -> Result<Self, SandboxError> {
         let seccomp_programs = crate::seccomp::programs().map_err(SandboxError::Unavailable)?;
-        Ok(Self { tools, python, config, seccomp_programs })
+        Ok(Self {
+            tools,
+            python,
+            config,
+            seccomp_programs,
+        })
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -61,11 +70,16 @@ impl Launcher {
     /// Start a kernel in `slot` and wait until it reports ready and passes the identity checks.
     pub(crate) async fn start_kernel(&self, slot: &Slot<'_>) -> Result<KernelProcess, SandboxError> {
         if slot.uid == 0 {
-            return Err(SandboxError::InvalidArgument("refusing to run sandboxed code as uid 0".into()));
+            return Err(SandboxError::InvalidArgument(
+                "refusing to run sandboxed code as uid 0".into(),
+            ));
         }
         let mut command = self.command(slot);
         let setup = self.child_setup(slot)?;
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let child = spawn::spawn(command, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
@@ -98,13 +112,37 @@ impl Launcher {
             add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
         }
         add(&mut args, &["--die-with-parent", "--new-session"]);
-        add(&mut args, &["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"]);
+        add(
+            &mut args,
+            &[
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-cgroup",
+            ],
+        );
         add(&mut args, &["--hostname", "sandbox"]);
         add(&mut args, &["--ro-bind", "/usr", "/usr"]);
-        for (link, target) in [("usr/lib", "/lib"), ("usr/lib64", "/lib64"), ("usr/bin", "/bin"), ("usr/sbin", "/sbin")] {
+        for (link, target) in [
+            ("usr/lib", "/lib"),
+            ("usr/lib64", "/lib64"),
+            ("usr/bin", "/bin"),
+            ("usr/sbin", "/sbin"),
+        ] {
             add(&mut args, &["--symlink", link, target]);
         }
-        add(&mut args, &["--perms", "1777", "--size", &limits.tmp_bytes.to_string(), "--tmpfs", "/tmp"]);
+        add(
+            &mut args,
+            &[
+                "--perms",
+                "1777",
+                "--size",
+                &limits.tmp_bytes.to_string(),
+                "--tmpfs",
+                "/tmp",
+            ],
+        );
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         let mut made: Vec<PathBuf> = Vec::new();
@@ -121,15 +159,57 @@ impl Launcher {
             add(&mut args, &["--ro-bind", &root, &root]);
         }
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
-        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_KERNEL.to_string(), KERNEL_PATH]);
+        add(
+            &mut args,
+            &[
+                "--perms",
+                "0644",
+                "--ro-bind-data",
+                &FD_KERNEL.to_string(),
+                KERNEL_PATH,
+            ],
+        );
         add(&mut args, &["--perms", "0755", "--dir", "/etc"]);
-        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_PASSWD.to_string(), "/etc/passwd"]);
-        add(&mut args, &["--perms", "0644", "--ro-bind-data", &FD_GROUP.to_string(), "/etc/group"]);
-        for shared in ["/etc/fonts", "/etc/localtime", "/etc/ssl/certs", "/etc/mime.types"] {
+        add(
+            &mut args,
+            &[
+                "--perms",
+                "0644",
+                "--ro-bind-data",
+                &FD_PASSWD.to_string(),
+                "/etc/passwd",
+            ],
+        );
+        add(
+            &mut args,
+            &[
+                "--perms",
+                "0644",
+                "--ro-bind-data",
+                &FD_GROUP.to_string(),
+                "/etc/group",
+            ],
+        );
+        for shared in [
+            "/etc/fonts",
+            "/etc/localtime",
+            "/etc/ssl/certs",
+            "/etc/mime.types",
+        ] {
             add(&mut args, &["--ro-bind-try", shared, shared]);
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
-        add(&mut args, &["--perms", "1777", "--size", &(16u64 << 20).to_string(), "--tmpfs", "/dev/shm"]);
+        add(
+            &mut args,
+            &[
+                "--perms",
+                "1777",
+                "--size",
+                &(16u64 << 20).to_string(),
+                "--tmpfs",
+                "/dev/shm",
+            ],
+        );
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
@@ -155,18 +235,24 @@ impl Launcher {
         for (key, value) in env {
             add(&mut args, &["--setenv", key, value]);
         }
-        add(&mut args, &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")]);
+        add(
+            &mut args,
+            &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
+        );
         let ids = slot.uid.to_string();
-        add(&mut args, &[
-            "--",
-            &self.tools.setpriv.to_string_lossy(),
-            &format!("--reuid={ids}"),
-            &format!("--regid={ids}"),
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-        ]);
+        add(
+            &mut args,
+            &[
+                "--",
+                &self.tools.setpriv.to_string_lossy(),
+                &format!("--reuid={ids}"),
+                &format!("--regid={ids}"),
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+            ],
+        );
         args.push(self.python.executable.clone().into());
         add(&mut args, &["-I", KERNEL_PATH]);
         let mut command = Command::new(&self.tools.bwrap);
@@ -180,7 +266,10 @@ impl Launcher {
         for (program, fd) in self.seccomp_programs.iter().zip(FD_SECCOMP) {
             inherit.push((memfd("waxell-seccomp", program)?, fd));
         }
-        let passwd = format!("user:x:{0}:{0}:user:{HOME_DIR}:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n", slot.uid);
+        let passwd = format!(
+            "user:x:{0}:{0}:user:{HOME_DIR}:/bin/sh\nnobody:x:65534:65534:nobody:/:/usr/sbin/nologin\n",
+            slot.uid
+        );
         let group = format!("user:x:{}:\nnogroup:x:65534:\n", slot.uid);
         inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
@@ -197,7 +286,11 @@ impl Launcher {
         if let Some(bytes) = limits.address_space_bytes {
             rlimits.push(rlimit(libc::RLIMIT_AS, bytes, bytes));
         }
-        Ok(ChildSetup { inherit, cgroup_procs: slot.cgroup.open_procs_files()?, rlimits })
+        Ok(ChildSetup {
+            inherit,
+            cgroup_procs: slot.cgroup.open_procs_files()?,
+            rlimits,
+        })
     }
 }
 
@@ -220,9 +313,14 @@ fn memfd(name: &str, data: &[u8]) -> Result<OwnedFd, SandboxError> {
 fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<[u32; 2], SandboxError> {
     let mut found = None;
     for pid in cgroup.pids() {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
         let field = |name: &str| {
-            status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.split_whitespace().collect::<Vec<_>>())
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>())
         };
         let innermost_pid = field("NSpid:").and_then(|ids| ids.last().and_then(|p| p.parse::<u32>().ok()));
         let is_python = status.lines().next().is_some_and(|l| l.contains("python"));

@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use waxell::sandbox::{
-    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession,
+    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxSession,
 };
 
 use crate::cgroup::{self, Cgroup, CgroupLimits};
@@ -85,8 +86,12 @@ impl ScratchDir {
         let path = root.join(id);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
         let dir = ScratchDir { path };
-        rustix::fs::chown(&dir.path, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)))
-            .map_err(std::io::Error::from)?;
+        rustix::fs::chown(
+            &dir.path,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(uid)),
+        )
+        .map_err(std::io::Error::from)?;
         Ok(dir)
     }
 
@@ -112,7 +117,10 @@ impl LocalBackend {
     /// running. Fails with [`SandboxError::Unavailable`] naming what is missing and how to get it.
     pub fn new(config: LocalConfig) -> Result<Self, SandboxError> {
         config.limits.validate().map_err(SandboxError::InvalidArgument)?;
-        if config.uid_base == 0 || config.uid_span == 0 || config.uid_base.checked_add(config.uid_span).is_none() {
+        if config.uid_base == 0
+            || config.uid_span == 0
+            || config.uid_base.checked_add(config.uid_span).is_none()
+        {
             return Err(SandboxError::InvalidArgument(format!(
                 "uid_base {} / uid_span {}: sandbox uids must be non-zero and in range",
                 config.uid_base, config.uid_span
@@ -124,7 +132,10 @@ impl LocalBackend {
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
-        let scratch_root = config.scratch_root.clone().unwrap_or_else(|| std::env::temp_dir().join("waxell-sandbox"));
+        let scratch_root = config
+            .scratch_root
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("waxell-sandbox"));
         fs::create_dir_all(&scratch_root)?;
         // Root-owned and not listable: sandboxes cannot find each other's directories from the host fs.
         fs::set_permissions(&scratch_root, fs::Permissions::from_mode(0o711))?;
@@ -164,7 +175,9 @@ impl LocalBackend {
         self.inner.refill.notify_one();
         while self.pool_len() < target {
             if let Some(error) = self.inner.refill_error.lock().ok().and_then(|mut e| e.take()) {
-                return Err(SandboxError::Unavailable(format!("warm pool refill failed: {error}")));
+                return Err(SandboxError::Unavailable(format!(
+                    "warm pool refill failed: {error}"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -172,7 +185,8 @@ impl LocalBackend {
     }
 
     fn start_refill(&self) {
-        if self.inner.launcher.config.pool_size == 0 || self.inner.refill_started.swap(true, Ordering::SeqCst) {
+        if self.inner.launcher.config.pool_size == 0 || self.inner.refill_started.swap(true, Ordering::SeqCst)
+        {
             return;
         }
         let weak = Arc::downgrade(&self.inner);
@@ -238,8 +252,20 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
     let scratch = ScratchDir::create(&inner.scratch_root, &id, uid)?;
-    let kernel = launcher.start_kernel(&Slot { uid, scratch: &scratch.path, cgroup: &cgroup }).await?;
-    Ok(Prepared { id, uid, kernel, cgroup, scratch })
+    let kernel = launcher
+        .start_kernel(&Slot {
+            uid,
+            scratch: &scratch.path,
+            cgroup: &cgroup,
+        })
+        .await?;
+    Ok(Prepared {
+        id,
+        uid,
+        kernel,
+        cgroup,
+        scratch,
+    })
 }
 
 fn sweep_stale_scratch(root: &Path) {
@@ -290,14 +316,28 @@ struct Context {
 }
 
 impl LocalSandbox {
-    async fn start(launcher: Arc<Launcher>, prepared: Prepared, options: &SandboxOptions) -> Result<Self, SandboxError> {
-        let Prepared { id, uid, mut kernel, cgroup, scratch } = prepared;
+    async fn start(
+        launcher: Arc<Launcher>,
+        prepared: Prepared,
+        options: &SandboxOptions,
+    ) -> Result<Self, SandboxError> {
+        let Prepared {
+            id,
+            uid,
+            mut kernel,
+            cgroup,
+            scratch,
+        } = prepared;
         if !options.env_vars.is_empty() {
             kernel.configure(&options.env_vars, None).await?;
         }
         let lifetime = options.timeout.unwrap_or(launcher.config.lifetime);
         let default = Arc::new(Context {
-            info: CodeContext { id: DEFAULT_CONTEXT_ID.into(), language: "python".into(), cwd: HOME_DIR.into() },
+            info: CodeContext {
+                id: DEFAULT_CONTEXT_ID.into(),
+                language: "python".into(),
+                cwd: HOME_DIR.into(),
+            },
             kernel: tokio::sync::Mutex::new(Some(kernel)),
         });
         let inner = Arc::new(SandboxInner {
@@ -348,7 +388,10 @@ impl LocalSandbox {
 
     fn check_alive(&self) -> Result<(), SandboxError> {
         if self.inner.killed.load(Ordering::SeqCst) {
-            Err(SandboxError::NotFound(format!("sandbox {} was killed or its lifetime expired", self.inner.id)))
+            Err(SandboxError::NotFound(format!(
+                "sandbox {} was killed or its lifetime expired",
+                self.inner.id
+            )))
         } else {
             Ok(())
         }
@@ -366,7 +409,11 @@ impl LocalSandbox {
 
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
         let inner = &self.inner;
-        let slot = Slot { uid: inner.uid, scratch: &inner.scratch.path, cgroup: &inner.cgroup };
+        let slot = Slot {
+            uid: inner.uid,
+            scratch: &inner.scratch.path,
+            cgroup: &inner.cgroup,
+        };
         let mut kernel = inner.launcher.start_kernel(&slot).await?;
         if !inner.env.is_empty() || cwd.is_some() {
             kernel.configure(&inner.env, cwd).await?;
@@ -392,8 +439,11 @@ impl SandboxInner {
         self.killed.store(true, Ordering::SeqCst);
         // Kill first so runs holding a context lock see EOF and release it.
         self.cgroup.kill_all();
-        let contexts: Vec<Arc<Context>> =
-            self.contexts.lock().map(|mut c| std::mem::take(&mut *c).into_values().collect()).unwrap_or_default();
+        let contexts: Vec<Arc<Context>> = self
+            .contexts
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c).into_values().collect())
+            .unwrap_or_default();
         for context in contexts {
             if let Some(mut kernel) = context.kernel.lock().await.take() {
                 kernel.kill();
@@ -438,7 +488,9 @@ impl SandboxSession for LocalSandbox {
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
         self.check_alive()?;
         if options.language.is_some() && options.context_id.is_some() {
-            return Err(SandboxError::InvalidArgument("Only one of context_id or language can be provided".into()));
+            return Err(SandboxError::InvalidArgument(
+                "Only one of context_id or language can be provided".into(),
+            ));
         }
         if let Some(language) = &options.language {
             check_language(language)?;
@@ -465,13 +517,21 @@ impl SandboxSession for LocalSandbox {
         Ok(execution)
     }
 
-    async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
+    async fn create_context(
+        &self,
+        language: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<CodeContext, SandboxError> {
         self.check_alive()?;
         if let Some(language) = language {
             check_language(language)?;
         }
         if let Some(cwd) = cwd {
-            if !(cwd == HOME_DIR || cwd.starts_with("/home/user/") || cwd == "/tmp" || cwd.starts_with("/tmp/")) {
+            if !(cwd == HOME_DIR
+                || cwd.starts_with("/home/user/")
+                || cwd == "/tmp"
+                || cwd.starts_with("/tmp/"))
+            {
                 return Err(SandboxError::InvalidArgument(format!(
                     "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
                 )));
@@ -479,15 +539,30 @@ impl SandboxSession for LocalSandbox {
         }
         let kernel = self.start_context_kernel(cwd).await?;
         let id = format!("ctx-{}", self.inner.next_context.fetch_add(1, Ordering::Relaxed));
-        let info = CodeContext { id: id.clone(), language: "python".into(), cwd: cwd.unwrap_or(HOME_DIR).into() };
-        let context = Arc::new(Context { info: info.clone(), kernel: tokio::sync::Mutex::new(Some(kernel)) });
-        self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?.insert(id, context);
+        let info = CodeContext {
+            id: id.clone(),
+            language: "python".into(),
+            cwd: cwd.unwrap_or(HOME_DIR).into(),
+        };
+        let context = Arc::new(Context {
+            info: info.clone(),
+            kernel: tokio::sync::Mutex::new(Some(kernel)),
+        });
+        self.inner
+            .contexts
+            .lock()
+            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
+            .insert(id, context);
         Ok(info)
     }
 
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
         self.check_alive()?;
-        let contexts = self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?;
+        let contexts = self
+            .inner
+            .contexts
+            .lock()
+            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?;
         Ok(contexts.values().map(|c| c.info.clone()).collect())
     }
 
@@ -506,10 +581,18 @@ impl SandboxSession for LocalSandbox {
     async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
         self.check_alive()?;
         if context_id == DEFAULT_CONTEXT_ID {
-            return Err(SandboxError::InvalidArgument("the default context cannot be removed".into()));
+            return Err(SandboxError::InvalidArgument(
+                "the default context cannot be removed".into(),
+            ));
         }
-        let removed = self.inner.contexts.lock().map_err(|_| SandboxError::Other("context lock poisoned".into()))?.remove(context_id);
-        let context = removed.ok_or_else(|| SandboxError::ContextNotFound(format!("Context {context_id} not found")))?;
+        let removed = self
+            .inner
+            .contexts
+            .lock()
+            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
+            .remove(context_id);
+        let context = removed
+            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {context_id} not found")))?;
         if let Some(mut kernel) = context.kernel.lock().await.take() {
             kernel.kill();
         }
@@ -533,8 +616,11 @@ impl SandboxSession for LocalSandbox {
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.check_alive()?;
-        *self.inner.deadline.lock().map_err(|_| SandboxError::Other("deadline lock poisoned".into()))? =
-            Instant::now() + timeout;
+        *self
+            .inner
+            .deadline
+            .lock()
+            .map_err(|_| SandboxError::Other("deadline lock poisoned".into()))? = Instant::now() + timeout;
         self.inner.lifetime_changed.notify_one();
         Ok(())
     }

@@ -9,7 +9,10 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// `<host pid>-<counter>-<nonce>`: unique within the host, safe as a file and cgroup name.
 pub(crate) fn new_sandbox_id() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     format!("{}-{n}-{:05x}", std::process::id(), nanos & 0xfffff)
 }
 
@@ -18,7 +21,9 @@ pub(crate) fn new_sandbox_id() -> String {
 /// RLIMIT_NPROC accounting.
 pub(crate) fn slot_uid(base: u32, span: u32, sandbox_id: &str) -> u32 {
     // FNV-1a: cheap and stable.
-    let hash = sandbox_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let hash = sandbox_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     base + (hash % u64::from(span.max(1))) as u32
 }
 

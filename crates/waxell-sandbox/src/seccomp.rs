@@ -82,17 +82,25 @@ const TIOCSTI: u64 = 0x5412;
 
 /// The three programs, in the order they are passed to bwrap.
 pub(crate) fn programs() -> Result<Vec<Vec<u8>>, String> {
-    Ok(vec![to_bytes(&deny_list()?), to_bytes(&clone3_enosys()?), x32_guard()])
+    Ok(vec![
+        to_bytes(&deny_list()?),
+        to_bytes(&clone3_enosys()?),
+        x32_guard(),
+    ])
 }
 
 fn arch() -> Result<seccompiler::TargetArch, String> {
-    std::env::consts::ARCH
-        .try_into()
-        .map_err(|e| format!("seccomp: unsupported architecture {}: {e:?}", std::env::consts::ARCH))
+    std::env::consts::ARCH.try_into().map_err(|e| {
+        format!(
+            "seccomp: unsupported architecture {}: {e:?}",
+            std::env::consts::ARCH
+        )
+    })
 }
 
 fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| format!("seccomp condition: {e}"))
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+        .map_err(|e| format!("seccomp condition: {e}"))
 }
 
 fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
@@ -105,29 +113,59 @@ fn deny_list() -> Result<BpfProgram, String> {
     // Any namespace flag on clone(2): one rule per bit, the rules are OR-ed.
     let clone_rules = NAMESPACE_CLONE_FLAGS
         .iter()
-        .map(|&flag| rule(vec![condition(0, SeccompCmpOp::MaskedEq(flag as u64), flag as u64)?]))
+        .map(|&flag| {
+            rule(vec![condition(
+                0,
+                SeccompCmpOp::MaskedEq(flag as u64),
+                flag as u64,
+            )?])
+        })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
     // Only local (AF_UNIX) sockets: no IP, netlink, packet, vsock, AF_ALG, ...
-    rules.insert(libc::SYS_socket, vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?]);
-    rules.insert(libc::SYS_socketpair, vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?]);
+    rules.insert(
+        libc::SYS_socket,
+        vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?],
+    );
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?],
+    );
     // Terminal input injection (CVE-2017-5226); --new-session already blocks it, this is depth.
-    rules.insert(libc::SYS_ioctl, vec![rule(vec![condition(1, SeccompCmpOp::Eq, TIOCSTI)?])?]);
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch()?)
-        .map_err(|e| format!("seccomp deny list: {e}"))?;
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![rule(vec![condition(1, SeccompCmpOp::Eq, TIOCSTI)?])?],
+    );
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp deny list: {e}"))?;
     filter.try_into().map_err(|e| format!("seccomp deny list: {e}"))
 }
 
 fn clone3_enosys() -> Result<BpfProgram, String> {
     let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
-        .map_err(|e| format!("seccomp clone3 filter: {e}"))?;
-    filter.try_into().map_err(|e| format!("seccomp clone3 filter: {e}"))
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp clone3 filter: {e}"))?;
+    filter
+        .try_into()
+        .map_err(|e| format!("seccomp clone3 filter: {e}"))
 }
 
 /// Native-endian `struct sock_filter` entries, no header: the format bwrap reads.
 fn to_bytes(program: &BpfProgram) -> Vec<u8> {
-    program.iter().flat_map(|ins| encode(ins.code, ins.jt, ins.jf, ins.k)).collect()
+    program
+        .iter()
+        .flat_map(|ins| encode(ins.code, ins.jt, ins.jf, ins.k))
+        .collect()
 }
 
 fn encode(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {

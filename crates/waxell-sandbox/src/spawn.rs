@@ -63,7 +63,10 @@ impl ChildSetup {
             }
         }
         for limit in &self.rlimits {
-            let value = libc::rlimit { rlim_cur: limit.soft, rlim_max: limit.hard };
+            let value = libc::rlimit {
+                rlim_cur: limit.soft,
+                rlim_max: limit.hard,
+            };
             // SAFETY: setrlimit reads a valid, initialised struct.
             if unsafe { libc::setrlimit(limit.resource, &value) } < 0 {
                 return Err(io::Error::last_os_error());
@@ -109,5 +112,7 @@ pub(crate) async fn spawn(mut command: Command, setup: ChildSetup) -> io::Result
         .map_err(|_| io::Error::other("sandbox spawner lock poisoned"))?
         .send(SpawnJob { command, reply })
         .map_err(|_| io::Error::other("sandbox spawner thread is gone"))?;
-    result.await.map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
+    result
+        .await
+        .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
 }

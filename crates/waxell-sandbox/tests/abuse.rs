@@ -42,7 +42,8 @@ async fn abuse_sandbox(backend: &waxell_sandbox::LocalBackend) -> waxell_sandbox
 /// Evaluate a Python expression producing a JSON-able value.
 async fn json_of(sandbox: &waxell_sandbox::LocalSandbox, code: &str) -> serde_json::Value {
     let text = eval(sandbox, &format!("{code}\njson.dumps(result)")).await;
-    let literal: String = serde_json::from_str(&text.replace('\'', "\"")).unwrap_or_else(|_| text.trim_matches('\'').to_owned());
+    let literal: String = serde_json::from_str(&text.replace('\'', "\""))
+        .unwrap_or_else(|_| text.trim_matches('\'').to_owned());
     serde_json::from_str(&literal).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
@@ -52,11 +53,23 @@ async fn identity_is_never_root() {
     let sandbox = abuse_sandbox(&backend).await;
     let status = eval(&sandbox, "open('/proc/self/status').read()").await;
     let field = |name: &str| {
-        status.split("\\n").find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {status}")).replace("\\t", " ").trim().to_owned()
+        status
+            .split("\\n")
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+            .replace("\\t", " ")
+            .trim()
+            .to_owned()
     };
     let uid = sandbox.uid().to_string();
-    assert_eq!(field("Uid:").split_whitespace().collect::<Vec<_>>(), [uid.as_str(); 4]);
-    assert_eq!(field("Gid:").split_whitespace().collect::<Vec<_>>(), [uid.as_str(); 4]);
+    assert_eq!(
+        field("Uid:").split_whitespace().collect::<Vec<_>>(),
+        [uid.as_str(); 4]
+    );
+    assert_eq!(
+        field("Gid:").split_whitespace().collect::<Vec<_>>(),
+        [uid.as_str(); 4]
+    );
     assert_eq!(field("Groups:"), "");
     for caps in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
         assert_eq!(field(caps), "0000000000000000", "{caps}");
@@ -64,15 +77,23 @@ async fn identity_is_never_root() {
     assert_eq!(field("NoNewPrivs:"), "1");
     assert_eq!(field("Seccomp:"), "2");
     // setresuid back to 0 fails.
-    assert_eq!(eval(&sandbox, "attempt(lambda: os.setresuid(0, 0, 0))").await, "'EPERM'");
+    assert_eq!(
+        eval(&sandbox, "attempt(lambda: os.setresuid(0, 0, 0))").await,
+        "'EPERM'"
+    );
     // Host side: no process of the sandbox except the root launchers (bwrap) has a zero id.
     for pid in sandbox.host_pids() {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
         if status.lines().next().unwrap_or("").contains("bwrap") {
             continue;
         }
         let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-        assert!(!uid_line.split_whitespace().skip(1).any(|id| id == "0"), "host pid {pid}: {uid_line}");
+        assert!(
+            !uid_line.split_whitespace().skip(1).any(|id| id == "0"),
+            "host pid {pid}: {uid_line}"
+        );
     }
 }
 
@@ -90,7 +111,11 @@ result["proc1_root"] = attempt(lambda: os.listdir("/proc/1/root"))"#,
     );
     let result = json_of(&sandbox, &code).await;
     for (path, outcome) in result.as_object().unwrap() {
-        let expected = if path.starts_with("proc1") { "EACCES" } else { "ENOENT" };
+        let expected = if path.starts_with("proc1") {
+            "EACCES"
+        } else {
+            "ENOENT"
+        };
         assert_eq!(outcome, expected, "{path}");
     }
 }
@@ -103,14 +128,38 @@ async fn host_environment_does_not_leak() {
     let sandbox = abuse_sandbox(&backend).await;
     let environ = json_of(&sandbox, "result = dict(os.environ)").await;
     let keys: Vec<&str> = environ.as_object().unwrap().keys().map(String::as_str).collect();
-    let allowed = ["PATH", "HOME", "USER", "TMPDIR", "LANG", "MPLBACKEND", "MPLCONFIGDIR", "OPENBLAS_NUM_THREADS",
-        "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PWD", "LC_CTYPE"];
+    let allowed = [
+        "PATH",
+        "HOME",
+        "USER",
+        "TMPDIR",
+        "LANG",
+        "MPLBACKEND",
+        "MPLCONFIGDIR",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PWD",
+        "LC_CTYPE",
+    ];
     for key in &keys {
-        assert!(allowed.contains(key), "unexpected variable {key} in the sandbox: {keys:?}");
+        assert!(
+            allowed.contains(key),
+            "unexpected variable {key} in the sandbox: {keys:?}"
+        );
     }
-    let everything = eval(&sandbox, "open('/proc/1/cmdline').read() + open('/proc/self/environ').read() + str(os.environ)").await;
+    let everything = eval(
+        &sandbox,
+        "open('/proc/1/cmdline').read() + open('/proc/self/environ').read() + str(os.environ)",
+    )
+    .await;
     assert!(!everything.contains("sk-fake-host-secret"), "host secret visible");
-    let subprocess_env = eval(&sandbox, "subprocess.run(['env'], capture_output=True, text=True).stdout").await;
+    let subprocess_env = eval(
+        &sandbox,
+        "subprocess.run(['env'], capture_output=True, text=True).stdout",
+    )
+    .await;
     assert!(!subprocess_env.contains("WAXELL_FAKE_OPENAI_API_KEY"));
 }
 
@@ -134,17 +183,24 @@ result["home"] = attempt(lambda: write("/home/user/ok.txt"))"#
             t if t.starts_with("/usr") || t.starts_with(&prefix) || t.starts_with(&base) => {
                 assert_eq!(outcome, "EROFS", "{target}")
             }
-            "/proc/sys/kernel/hostname" => assert!(outcome == "EACCES" || outcome == "EROFS", "{target}: {outcome}"),
+            "/proc/sys/kernel/hostname" => {
+                assert!(outcome == "EACCES" || outcome == "EROFS", "{target}: {outcome}")
+            }
             _ => assert_eq!(outcome, "EACCES", "{target}"),
         }
     }
-    assert!(!std::env::temp_dir().join(&marker).exists(), "the sandbox's /tmp is private");
+    assert!(
+        !std::env::temp_dir().join(&marker).exists(),
+        "the sandbox's /tmp is private"
+    );
     assert!(!std::path::Path::new("/x").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_filling_hits_the_caps() {
-    let limits = Limits::default().with_tmp_bytes(2 << 20).with_max_file_bytes(4 << 20);
+    let limits = Limits::default()
+        .with_tmp_bytes(2 << 20)
+        .with_max_file_bytes(4 << 20);
     let backend = backend_with(config().with_limits(limits));
     let sandbox = abuse_sandbox(&backend).await;
     let code = r#"
@@ -206,15 +262,29 @@ result = {{
 }}"#
     );
     let result = json_of(&sandbox, &code).await;
-    for key in ["host_loopback", "internet", "ipv6", "udp", "netlink", "packet", "alg"] {
+    for key in [
+        "host_loopback",
+        "internet",
+        "ipv6",
+        "udp",
+        "netlink",
+        "packet",
+        "alg",
+    ] {
         assert_eq!(result[key], "EPERM", "{key}: {result}");
     }
     assert_eq!(result["dns"], "EAGAIN");
     assert_eq!(result["abstract_unix"], "ECONNREFUSED", "own network namespace");
     assert_eq!(result["unix_pair"], "OK", "local unix sockets keep working");
     // The host saw nothing.
-    assert!(listener.accept().is_err(), "host loopback listener must accept 0 connections");
-    assert!(abstract_listener.accept().is_err(), "host abstract socket must accept 0 connections");
+    assert!(
+        listener.accept().is_err(),
+        "host loopback listener must accept 0 connections"
+    );
+    assert!(
+        abstract_listener.accept().is_err(),
+        "host abstract socket must accept 0 connections"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +309,11 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     let backend = backend_with(config().with_limits(Limits::default().with_memory_bytes(128 << 20)));
     let sandbox = abuse_sandbox(&backend).await;
     eval(&sandbox, "before = 1").await;
-    let execution = run(&sandbox, "hog = []\nwhile True:\n    hog.append(b'x' * (8 << 20))").await;
+    let execution = run(
+        &sandbox,
+        "hog = []\nwhile True:\n    hog.append(b'x' * (8 << 20))",
+    )
+    .await;
     let error = execution.error.expect("OOM reported");
     assert_eq!(error.name, "OutOfMemory", "{error:?}");
     assert!(error.value.contains("128 MiB"), "{}", error.value);
@@ -251,7 +325,12 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
 async fn busy_loop_is_interrupted_and_state_kept() {
     let backend = backend();
     let sandbox = abuse_sandbox(&backend).await;
-    let execution = run_with_timeout(&sandbox, "kept = 1\nwhile True:\n    pass", Duration::from_millis(500)).await;
+    let execution = run_with_timeout(
+        &sandbox,
+        "kept = 1\nwhile True:\n    pass",
+        Duration::from_millis(500),
+    )
+    .await;
     assert_eq!(execution.error.expect("timeout").name, "TimeoutError");
     assert_eq!(eval(&sandbox, "kept").await, "1");
 }
@@ -271,16 +350,29 @@ async fn sigint_ignoring_loop_is_killed_after_the_grace_period() {
     for pid in pids_before {
         assert!(!process_alive(pid), "old kernel process {pid} survived");
     }
-    assert_eq!(eval(&sandbox, "'lost' in globals()").await, "False", "a fresh interpreter");
+    assert_eq!(
+        eval(&sandbox, "'lost' in globals()").await,
+        "False",
+        "a fresh interpreter"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_flood_is_truncated() {
-    let limits = Limits::default().with_output_chars(100_000).with_output_hard_bytes(1 << 20);
+    let limits = Limits::default()
+        .with_output_chars(100_000)
+        .with_output_hard_bytes(1 << 20);
     let backend = backend_with(config().with_limits(limits));
     let sandbox = abuse_sandbox(&backend).await;
-    let execution = run(&sandbox, "for _ in range(1000):\n    print('y' * 1000)\nsurvived = True").await;
-    assert_eq!(execution.error.as_ref().expect("truncation reported").name, "OutputTruncated");
+    let execution = run(
+        &sandbox,
+        "for _ in range(1000):\n    print('y' * 1000)\nsurvived = True",
+    )
+    .await;
+    assert_eq!(
+        execution.error.as_ref().expect("truncation reported").name,
+        "OutputTruncated"
+    );
     assert!(execution.stdout().len() <= 100_000);
     assert!(execution.stderr().contains("output truncated"));
     assert_eq!(eval(&sandbox, "survived").await, "True");
@@ -353,8 +445,19 @@ result = {
   "subprocess_works": subprocess.run(["true"]).returncode,
 }"#;
     let result = json_of(&sandbox, code).await;
-    for key in ["unshare_user", "unshare_net", "clone_newuser", "clone_newns", "setns", "mount_tmpfs", "bpf",
-        "perf_event_open", "io_uring_setup", "keyctl", "x32_getpid"] {
+    for key in [
+        "unshare_user",
+        "unshare_net",
+        "clone_newuser",
+        "clone_newns",
+        "setns",
+        "mount_tmpfs",
+        "bpf",
+        "perf_event_open",
+        "io_uring_setup",
+        "keyctl",
+        "x32_getpid",
+    ] {
         assert_eq!(result[key], "EPERM", "{key}: {result}");
     }
     assert_eq!(result["clone3"], "ENOSYS");
@@ -377,10 +480,16 @@ result = {
     assert_eq!(result["core_pattern_writable"], false);
     let outcome = result["write_same_value"].as_str().unwrap();
     assert!(outcome == "EACCES" || outcome == "EROFS", "{outcome}");
-    assert_eq!(std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit_burst").unwrap(), host_value);
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/printk_ratelimit_burst").unwrap(),
+        host_value
+    );
     // Never touch core_pattern itself; check it is the host's untouched value.
     let mut core = String::new();
-    std::fs::File::open("/proc/sys/kernel/core_pattern").unwrap().read_to_string(&mut core).unwrap();
+    std::fs::File::open("/proc/sys/kernel/core_pattern")
+        .unwrap()
+        .read_to_string(&mut core)
+        .unwrap();
     assert!(!core.contains("home/user"));
 }
 
@@ -390,7 +499,10 @@ async fn per_run_timeout_option_is_respected_by_run_code() {
     let sandbox = abuse_sandbox(&backend).await;
     let started = std::time::Instant::now();
     let execution = sandbox
-        .run_code("import time\ntime.sleep(30)", &RunOptions::default().with_timeout(Duration::from_millis(300)))
+        .run_code(
+            "import time\ntime.sleep(30)",
+            &RunOptions::default().with_timeout(Duration::from_millis(300)),
+        )
         .await
         .unwrap();
     assert_eq!(execution.error.unwrap().name, "TimeoutError");

@@ -19,7 +19,10 @@ async fn state_persists_across_runs_in_a_real_main() {
     assert_eq!(eval(&sandbox, "inc(x)").await, "42");
     assert_eq!(eval(&sandbox, "__name__").await, "'__main__'");
     // Cell-defined functions pickle (needs a real __main__ module).
-    assert_eq!(eval(&sandbox, "import pickle; pickle.loads(pickle.dumps(inc))(1)").await, "2");
+    assert_eq!(
+        eval(&sandbox, "import pickle; pickle.loads(pickle.dumps(inc))(1)").await,
+        "2"
+    );
     let third = run(&sandbox, "print('a'); x").await;
     assert_eq!(third.execution_count, Some(5));
 }
@@ -39,19 +42,30 @@ async fn output_streams_and_errors_come_back() {
         assert!(stdout.contains(expected), "{expected:?} missing from {stdout:?}");
     }
     assert_eq!(execution.stderr(), "warn\n");
-    assert_eq!(chunks.lock().unwrap().concat(), stdout, "callback saw the same chunks");
+    assert_eq!(
+        chunks.lock().unwrap().concat(),
+        stdout,
+        "callback saw the same chunks"
+    );
 
     let failed = run(&sandbox, "def f():\n    return 1 / 0\nf()").await;
     let error = failed.error.expect("error");
     assert_eq!(error.name, "ZeroDivisionError");
     assert_eq!(error.value, "division by zero");
     assert!(error.traceback.contains("line 2, in f"), "{}", error.traceback);
-    assert!(!error.traceback.contains("kernel.py"), "kernel frames stripped: {}", error.traceback);
+    assert!(
+        !error.traceback.contains("kernel.py"),
+        "kernel frames stripped: {}",
+        error.traceback
+    );
 
     let syntax = run(&sandbox, "def (").await;
     assert_eq!(syntax.error.expect("error").name, "SyntaxError");
     // exit() ends only the cell.
-    assert_eq!(run(&sandbox, "exit(3)").await.error.expect("error").name, "SystemExit");
+    assert_eq!(
+        run(&sandbox, "exit(3)").await.error.expect("error").name,
+        "SystemExit"
+    );
     assert_eq!(eval(&sandbox, "1 + 1").await, "2");
 }
 
@@ -71,36 +85,65 @@ Rich()
 "#;
     let execution = run(&sandbox, code).await;
     assert!(execution.error.is_none(), "{:?}", execution.error);
-    let main = execution.results.iter().find(|r| r.is_main_result).expect("main result");
+    let main = execution
+        .results
+        .iter()
+        .find(|r| r.is_main_result)
+        .expect("main result");
     assert_eq!(main.text.as_deref(), Some("Rich()"));
     assert_eq!(main.html.as_deref(), Some("<b>rich</b>"));
     assert_eq!(main.markdown.as_deref(), Some("**rich**"));
     assert_eq!(main.json, Some(serde_json::json!({"rich": true})));
     assert_eq!(main.latex.as_deref(), Some(r"$\rho$"));
-    let png = base64::engine::general_purpose::STANDARD.decode(main.png.as_deref().unwrap()).unwrap();
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(main.png.as_deref().unwrap())
+        .unwrap();
     assert!(png.starts_with(b"\x89PNG"));
-    assert_eq!(main.formats(), ["text", "html", "markdown", "png", "latex", "json"]);
+    assert_eq!(
+        main.formats(),
+        ["text", "html", "markdown", "png", "latex", "json"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pandas_and_matplotlib_when_installed() {
     let backend = backend();
     let sandbox = sandbox(&backend).await;
-    let has = eval(&sandbox, "import importlib.util as u; all(u.find_spec(m) for m in ('pandas', 'matplotlib'))").await;
+    let has = eval(
+        &sandbox,
+        "import importlib.util as u; all(u.find_spec(m) for m in ('pandas', 'matplotlib'))",
+    )
+    .await;
     if has != "True" {
-        eprintln!("SKIP: pandas/matplotlib not installed in {:?}", backend.python().executable);
+        eprintln!(
+            "SKIP: pandas/matplotlib not installed in {:?}",
+            backend.python().executable
+        );
         return;
     }
-    let frame = run(&sandbox, "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})\ndf").await;
+    let frame = run(
+        &sandbox,
+        "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3]})\ndf",
+    )
+    .await;
     assert!(frame.error.is_none(), "{:?}", frame.error);
     let main = &frame.results[0];
-    assert!(main.html.as_deref().unwrap().contains("<table"), "DataFrame has an HTML repr");
+    assert!(
+        main.html.as_deref().unwrap().contains("<table"),
+        "DataFrame has an HTML repr"
+    );
     let chart = run(&sandbox, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nprint(df.x.sum())").await;
     assert!(chart.error.is_none(), "{:?}", chart.error);
     assert_eq!(chart.stdout(), "6\n");
-    let figure = chart.results.iter().find(|r| r.png.is_some()).expect("figure as PNG result");
+    let figure = chart
+        .results
+        .iter()
+        .find(|r| r.png.is_some())
+        .expect("figure as PNG result");
     assert!(!figure.is_main_result);
-    let png = base64::engine::general_purpose::STANDARD.decode(figure.png.as_deref().unwrap()).unwrap();
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(figure.png.as_deref().unwrap())
+        .unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     // Figures are closed after being sent.
     let after = run(&sandbox, "1").await;
@@ -111,7 +154,12 @@ async fn pandas_and_matplotlib_when_installed() {
 async fn interrupt_on_timeout_keeps_state() {
     let backend = backend();
     let sandbox = sandbox(&backend).await;
-    let execution = run_with_timeout(&sandbox, "kept = 'yes'\nimport time\nwhile True:\n    time.sleep(0.01)", Duration::from_millis(500)).await;
+    let execution = run_with_timeout(
+        &sandbox,
+        "kept = 'yes'\nimport time\nwhile True:\n    time.sleep(0.01)",
+        Duration::from_millis(500),
+    )
+    .await;
     let error = execution.error.expect("timeout reported");
     assert_eq!(error.name, "TimeoutError");
     assert!(error.value.contains("state is kept"), "{}", error.value);
@@ -129,16 +177,37 @@ async fn contexts_are_independent() {
     assert_eq!(other.text(), Some("False"));
     // Same scratch directory.
     eval(&sandbox, "open('shared.txt', 'w').write('hi')").await;
-    let read = sandbox.run_code("open('shared.txt').read()", &in_context).await.unwrap();
+    let read = sandbox
+        .run_code("open('shared.txt').read()", &in_context)
+        .await
+        .unwrap();
     assert_eq!(read.text(), Some("'hi'"));
     assert_eq!(sandbox.list_contexts().await.unwrap().len(), 2);
     sandbox.remove_context(&context.id).await.unwrap();
     let gone = sandbox.run_code("1", &in_context).await;
-    assert!(matches!(gone, Err(waxell::sandbox::SandboxError::ContextNotFound(_))), "{gone:?}");
-    let both = sandbox.run_code("1", &RunOptions::default().with_context("default").with_language("python")).await;
-    assert!(matches!(both, Err(waxell::sandbox::SandboxError::InvalidArgument(_))));
-    let js = sandbox.run_code("1", &RunOptions::default().with_language("javascript")).await;
-    assert!(matches!(js, Err(waxell::sandbox::SandboxError::InvalidArgument(_))));
+    assert!(
+        matches!(gone, Err(waxell::sandbox::SandboxError::ContextNotFound(_))),
+        "{gone:?}"
+    );
+    let both = sandbox
+        .run_code(
+            "1",
+            &RunOptions::default()
+                .with_context("default")
+                .with_language("python"),
+        )
+        .await;
+    assert!(matches!(
+        both,
+        Err(waxell::sandbox::SandboxError::InvalidArgument(_))
+    ));
+    let js = sandbox
+        .run_code("1", &RunOptions::default().with_language("javascript"))
+        .await;
+    assert!(matches!(
+        js,
+        Err(waxell::sandbox::SandboxError::InvalidArgument(_))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,8 +215,17 @@ async fn env_vars_are_exactly_the_ones_passed() {
     let backend = backend();
     let options = SandboxOptions::default().with_env("GREETING", "hello");
     let sandbox = backend.create_sandbox(&options).await.unwrap();
-    assert_eq!(eval(&sandbox, "import os; os.environ['GREETING']").await, "'hello'");
-    let per_run = sandbox.run_code("import os; os.environ['ONCE']", &RunOptions::default().with_env("ONCE", "1")).await.unwrap();
+    assert_eq!(
+        eval(&sandbox, "import os; os.environ['GREETING']").await,
+        "'hello'"
+    );
+    let per_run = sandbox
+        .run_code(
+            "import os; os.environ['ONCE']",
+            &RunOptions::default().with_env("ONCE", "1"),
+        )
+        .await
+        .unwrap();
     assert_eq!(per_run.text(), Some("'1'"));
     assert_eq!(eval(&sandbox, "'ONCE' in os.environ").await, "False");
 }
@@ -159,17 +237,32 @@ async fn files_round_trip_and_list() {
     let info = sandbox.write_file("data/in.csv", b"a,b\n1,2\n").await.unwrap();
     assert_eq!(info.path, "/home/user/data/in.csv");
     assert_eq!(info.size, 8);
-    assert_eq!(eval(&sandbox, "open('/home/user/data/in.csv').read()").await, "'a,b\\n1,2\\n'");
+    assert_eq!(
+        eval(&sandbox, "open('/home/user/data/in.csv').read()").await,
+        "'a,b\\n1,2\\n'"
+    );
     eval(&sandbox, "open('out.txt', 'w').write('from sandbox')").await;
-    assert_eq!(sandbox.read_file("/home/user/out.txt").await.unwrap(), b"from sandbox");
+    assert_eq!(
+        sandbox.read_file("/home/user/out.txt").await.unwrap(),
+        b"from sandbox"
+    );
     assert_eq!(sandbox.read_file("out.txt").await.unwrap(), b"from sandbox");
-    let names: Vec<(String, bool)> = sandbox.list_files("/home/user").await.unwrap().into_iter().map(|e| (e.name, e.is_dir)).collect();
+    let names: Vec<(String, bool)> = sandbox
+        .list_files("/home/user")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.is_dir))
+        .collect();
     assert_eq!(names, [("data".to_owned(), true), ("out.txt".to_owned(), false)]);
     // The sandbox can write files it was given (ownership is the sandbox uid).
     eval(&sandbox, "open('data/in.csv', 'a').write('3,4\\n')").await;
     for bad in ["/etc/passwd", "../x", "/home/user/../../etc/passwd", ""] {
         let err = sandbox.read_file(bad).await.unwrap_err();
-        assert!(matches!(err, waxell::sandbox::SandboxError::InvalidPath { .. }), "{bad:?}: {err:?}");
+        assert!(
+            matches!(err, waxell::sandbox::SandboxError::InvalidPath { .. }),
+            "{bad:?}: {err:?}"
+        );
     }
 }
 
@@ -185,9 +278,18 @@ async fn symlink_traps_planted_by_the_sandbox_give_errors_not_content() {
     );
     let planted = run(&sandbox, &code).await;
     assert!(planted.error.is_none(), "{:?}", planted.error);
-    for path in ["report.txt", "secret.txt", "etcdir/passwd", "/home/user/etcdir/shadow", "pipe"] {
+    for path in [
+        "report.txt",
+        "secret.txt",
+        "etcdir/passwd",
+        "/home/user/etcdir/shadow",
+        "pipe",
+    ] {
         let result = sandbox.read_file(path).await;
-        assert!(matches!(result, Err(waxell::sandbox::SandboxError::InvalidPath { .. })), "{path}: {result:?}");
+        assert!(
+            matches!(result, Err(waxell::sandbox::SandboxError::InvalidPath { .. })),
+            "{path}: {result:?}"
+        );
     }
     // Writes through the symlinks are refused too, and the targets are untouched.
     assert!(sandbox.write_file("secret.txt", b"overwritten").await.is_err());
@@ -226,15 +328,30 @@ async fn eight_sandboxes_in_parallel() {
 async fn kill_and_drop_leave_nothing_behind() {
     let backend = backend();
     let killed = sandbox(&backend).await;
-    eval(&killed, "import subprocess; p = subprocess.Popen(['sleep', '60'])").await;
+    eval(
+        &killed,
+        "import subprocess; p = subprocess.Popen(['sleep', '60'])",
+    )
+    .await;
     let before = footprint(&killed);
-    assert!(before.pids.len() >= 3, "launcher, kernel and child in the cgroup: {:?}", before.pids);
+    assert!(
+        before.pids.len() >= 3,
+        "launcher, kernel and child in the cgroup: {:?}",
+        before.pids
+    );
     killed.kill().await.unwrap();
     assert_gone(&before);
-    assert!(matches!(killed.run_code("1", &RunOptions::default()).await, Err(waxell::sandbox::SandboxError::NotFound(_))));
+    assert!(matches!(
+        killed.run_code("1", &RunOptions::default()).await,
+        Err(waxell::sandbox::SandboxError::NotFound(_))
+    ));
 
     let dropped = sandbox(&backend).await;
-    eval(&dropped, "import subprocess; p = subprocess.Popen(['sleep', '60'])").await;
+    eval(
+        &dropped,
+        "import subprocess; p = subprocess.Popen(['sleep', '60'])",
+    )
+    .await;
     let before = footprint(&dropped);
     drop(dropped);
     assert_gone(&before);
@@ -248,7 +365,10 @@ async fn lifetime_expiry_kills_the_sandbox() {
     sandbox.set_timeout(Duration::from_millis(600)).await.unwrap();
     let before = footprint(&sandbox);
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(matches!(sandbox.run_code("1", &RunOptions::default()).await, Err(waxell::sandbox::SandboxError::NotFound(_))));
+    assert!(matches!(
+        sandbox.run_code("1", &RunOptions::default()).await,
+        Err(waxell::sandbox::SandboxError::NotFound(_))
+    ));
     assert_gone(&before);
 }
 
@@ -257,7 +377,10 @@ async fn warm_pool_hands_out_fresh_interpreters() {
     let backend = backend_with(config().with_pool_size(2));
     backend.warm_up().await.unwrap();
     assert_eq!(backend.pool_len(), 2);
-    let first = backend.create_sandbox(&SandboxOptions::default().with_env("WHO", "first")).await.unwrap();
+    let first = backend
+        .create_sandbox(&SandboxOptions::default().with_env("WHO", "first"))
+        .await
+        .unwrap();
     eval(&first, "marker = 'first'").await;
     let second = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     assert_eq!(eval(&second, "'marker' in globals()").await, "False");

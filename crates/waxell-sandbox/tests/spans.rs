@@ -9,18 +9,25 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use waxell::sandbox::{RunOptions, Sandbox, SandboxOptions};
 
 fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
-    span.attributes.iter().find(|kv| kv.key.as_str() == key).map(|kv| &kv.value)
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| &kv.value)
 }
 
 fn string(span: &SpanData, key: &str) -> String {
-    attribute(span, key).map(|v| v.as_str().into_owned()).unwrap_or_else(|| panic!("{key} missing on {}", span.name))
+    attribute(span, key)
+        .map(|v| v.as_str().into_owned())
+        .unwrap_or_else(|| panic!("{key} missing on {}", span.name))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_calls_emit_nested_spans() {
     std::env::set_var("WAXELL_CAPTURE_CONTENT", "true");
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
 
     let backend = common::backend();
@@ -30,12 +37,19 @@ async fn sandbox_calls_emit_nested_spans() {
     let parent_span_id = parent_cx.span().span_context().span_id();
 
     async {
-        let sandbox = Sandbox::create(&backend, &SandboxOptions::default()).await.unwrap();
-        let ok = sandbox.run_code("x = 20\nx * 2 + 2", &RunOptions::default()).await.unwrap();
+        let sandbox = Sandbox::create(&backend, &SandboxOptions::default())
+            .await
+            .unwrap();
+        let ok = sandbox
+            .run_code("x = 20\nx * 2 + 2", &RunOptions::default())
+            .await
+            .unwrap();
         assert_eq!(ok.text(), Some("42"));
         let failed = sandbox.run_code("1 / 0", &RunOptions::default()).await.unwrap();
         assert_eq!(failed.error.unwrap().name, "ZeroDivisionError");
-        let bad = RunOptions::default().with_language("python").with_context("default");
+        let bad = RunOptions::default()
+            .with_language("python")
+            .with_context("default");
         assert!(sandbox.run_code("1", &bad).await.is_err());
         sandbox.write_file("a.txt", b"hello").await.unwrap();
         assert_eq!(sandbox.read_file("a.txt").await.unwrap(), b"hello");
@@ -51,7 +65,11 @@ async fn sandbox_calls_emit_nested_spans() {
     let spans = exporter.get_finished_spans().unwrap();
     let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
     for span in spans.iter().filter(|s| s.name != "execute_tool analyse") {
-        assert_eq!(span.parent_span_id, parent_span_id, "{} nests under the caller's span", span.name);
+        assert_eq!(
+            span.parent_span_id, parent_span_id,
+            "{} nests under the caller's span",
+            span.name
+        );
         assert_eq!(string(span, "waxell.sandbox.backend"), "local", "{}", span.name);
     }
 
@@ -73,7 +91,10 @@ async fn sandbox_calls_emit_nested_spans() {
     assert_eq!(string(ok, "input.value"), "x = 20\nx * 2 + 2");
     assert_eq!(string(ok, "output.value"), "42");
     assert_eq!(string(ok, "waxell.sandbox.result_types"), "text");
-    assert_eq!(attribute(ok, "waxell.sandbox.execution_count"), Some(&Value::I64(1)));
+    assert_eq!(
+        attribute(ok, "waxell.sandbox.execution_count"),
+        Some(&Value::I64(1))
+    );
     assert_eq!(ok.status, Status::Unset);
 
     let failed = runs[1];
@@ -87,11 +108,17 @@ async fn sandbox_calls_emit_nested_spans() {
 
     let reads = named("sandbox.read_file");
     assert_eq!(reads.len(), 2);
-    assert_eq!(attribute(reads[0], "waxell.sandbox.file.size"), Some(&Value::I64(5)));
+    assert_eq!(
+        attribute(reads[0], "waxell.sandbox.file.size"),
+        Some(&Value::I64(5))
+    );
     assert!(matches!(reads[1].status, Status::Error { .. }));
     assert_eq!(string(reads[1], "error.type"), "invalid_path");
     assert_eq!(named("sandbox.write_file").len(), 1);
-    assert_eq!(string(named("sandbox.write_file")[0], "waxell.sandbox.file.path"), "a.txt");
+    assert_eq!(
+        string(named("sandbox.write_file")[0], "waxell.sandbox.file.path"),
+        "a.txt"
+    );
     assert_eq!(named("sandbox.list_files").len(), 1);
     assert_eq!(named("sandbox.kill").len(), 1);
 }
@@ -100,16 +127,34 @@ async fn sandbox_calls_emit_nested_spans() {
 async fn content_is_not_captured_when_capture_is_off() {
     std::env::set_var("WAXELL_CAPTURE_CONTENT", "false");
     let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
     let backend = common::backend();
-    let sandbox = Sandbox::create(&backend, &SandboxOptions::default()).await.unwrap();
-    sandbox.run_code("secret = 'sk-123'\nsecret", &RunOptions::default()).await.unwrap();
+    let sandbox = Sandbox::create(&backend, &SandboxOptions::default())
+        .await
+        .unwrap();
+    sandbox
+        .run_code("secret = 'sk-123'\nsecret", &RunOptions::default())
+        .await
+        .unwrap();
     let _ = provider.force_flush();
     let spans = exporter.get_finished_spans().unwrap();
-    let run = spans.iter().find(|s| s.name == "execute_tool local.run_code").unwrap();
-    for key in ["waxell.sandbox.code_preview", "input.value", "output.value", "waxell.sandbox.output_preview"] {
+    let run = spans
+        .iter()
+        .find(|s| s.name == "execute_tool local.run_code")
+        .unwrap();
+    for key in [
+        "waxell.sandbox.code_preview",
+        "input.value",
+        "output.value",
+        "waxell.sandbox.output_preview",
+    ] {
         assert!(attribute(run, key).is_none(), "{key} must not be captured");
     }
-    assert_eq!(attribute(run, "waxell.sandbox.code_length"), Some(&Value::I64(24)));
+    assert_eq!(
+        attribute(run, "waxell.sandbox.code_length"),
+        Some(&Value::I64(24))
+    );
 }

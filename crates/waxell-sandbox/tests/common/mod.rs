@@ -22,21 +22,34 @@ pub fn backend_with(config: LocalConfig) -> LocalBackend {
 }
 
 pub async fn sandbox(backend: &LocalBackend) -> LocalSandbox {
-    backend.create_sandbox(&SandboxOptions::default()).await.expect("create sandbox")
+    backend
+        .create_sandbox(&SandboxOptions::default())
+        .await
+        .expect("create sandbox")
 }
 
 pub async fn run(sandbox: &LocalSandbox, code: &str) -> Execution {
-    sandbox.run_code(code, &RunOptions::default()).await.expect("run_code")
+    sandbox
+        .run_code(code, &RunOptions::default())
+        .await
+        .expect("run_code")
 }
 
 pub async fn run_with_timeout(sandbox: &LocalSandbox, code: &str, timeout: Duration) -> Execution {
-    sandbox.run_code(code, &RunOptions::default().with_timeout(timeout)).await.expect("run_code")
+    sandbox
+        .run_code(code, &RunOptions::default().with_timeout(timeout))
+        .await
+        .expect("run_code")
 }
 
 /// Run code that must succeed; return its main text.
 pub async fn eval(sandbox: &LocalSandbox, code: &str) -> String {
     let execution = run(sandbox, code).await;
-    assert!(execution.error.is_none(), "unexpected error for {code:?}: {:?}", execution.error);
+    assert!(
+        execution.error.is_none(),
+        "unexpected error for {code:?}: {:?}",
+        execution.error
+    );
     execution.text().unwrap_or_default().to_owned()
 }
 
@@ -51,13 +64,20 @@ pub fn footprint(sandbox: &LocalSandbox) -> Footprint {
     let id = sandbox.sandbox_id().to_owned();
     Footprint {
         scratch: sandbox.scratch_dir().to_owned(),
-        cgroups: ["memory", "pids", "cpu"].iter().map(|c| waxell_sandbox::cgroup_subtree_dir(c).join(&id)).collect(),
+        cgroups: ["memory", "pids", "cpu"]
+            .iter()
+            .map(|c| waxell_sandbox::cgroup_subtree_dir(c).join(&id))
+            .collect(),
         pids: sandbox.host_pids(),
     }
 }
 
 pub fn assert_gone(footprint: &Footprint) {
-    assert!(!footprint.scratch.exists(), "scratch dir {} left behind", footprint.scratch.display());
+    assert!(
+        !footprint.scratch.exists(),
+        "scratch dir {} left behind",
+        footprint.scratch.display()
+    );
     for cgroup in &footprint.cgroups {
         assert!(!cgroup.exists(), "cgroup {} left behind", cgroup.display());
     }
@@ -69,7 +89,12 @@ pub fn assert_gone(footprint: &Footprint) {
 pub fn process_alive(pid: u32) -> bool {
     // A zombie has no memory left; treat a missing or zombie /proc entry as gone.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
