@@ -413,6 +413,21 @@ mod tests {
         assert!(error.to_string().contains("bad header"), "{error}");
     }
 
+    /// Agents spawn calls on multi-threaded runtimes: the futures and the stream must be `Send`.
+    #[test]
+    fn calls_and_streams_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let client = Client::builder().with_model("m").build().unwrap();
+        let request = || crate::llm::ChatRequest::new([crate::llm::Message::user("hi")]);
+        assert_send(&client.chat(request()));
+        assert_send(&client.chat_stream(request()));
+        fn assert_send_type<T: Send + Sync>() {}
+        assert_send_type::<Client>();
+        assert_send_type::<crate::llm::ScriptedTransport>();
+        fn assert_send_only<T: Send>() {}
+        assert_send_only::<ChatStream>();
+    }
+
     #[test]
     fn builder_debug_hides_the_key() {
         let builder = Client::builder().with_api_key("sk-secret-123");
