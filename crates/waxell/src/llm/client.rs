@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use opentelemetry::trace::FutureExt as _;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::error::malformed;
 use super::error::Error;
 use super::instrument::{CallTarget, CallTelemetry};
 use super::pricing::PriceTable;
 use super::stream::ChatStream;
-use super::transport::{malformed, ApiKey, HttpSettings, HttpTransport, RetryPolicy, Transport};
+use super::transport::{ApiKey, HttpSettings, HttpTransport, RetryPolicy, Transport};
 use super::types::{ChatRequest, ChatResponse, StreamOptions};
 
 /// OpenAI's API, used when no base URL is configured.

@@ -89,6 +89,14 @@ impl Error {
     }
 }
 
+/// A [`Error::MalformedResponse`] quoting the start of what was received.
+pub(crate) fn malformed(reason: impl Into<String>, received: &str) -> Error {
+    Error::MalformedResponse {
+        reason: reason.into(),
+        received: received_preview(received),
+    }
+}
+
 /// How much of an unexpected body to keep in an error message.
 const RECEIVED_PREVIEW_CHARS: usize = 500;
 

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::error::Error;
 use super::pricing::PriceTable;
 use super::transport::ServerAddress;
-use super::types::{ChatRequest, ChatResponse, Message, ToolCall};
+use super::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
 use crate::semconv::*;
 use crate::telemetry;
 
@@ -54,6 +54,7 @@ pub(crate) struct StreamStats {
 pub(crate) struct CallTelemetry {
     cx: Context,
     started: Instant,
+    request_model: String,
     /// Attributes shared by both metrics.
     metric_attributes: Vec<KeyValue>,
     offered_tools: Vec<String>,
@@ -104,6 +105,7 @@ impl CallTelemetry {
         Self {
             cx: Context::current().with_span(span),
             started: Instant::now(),
+            request_model: model,
             metric_attributes: identity,
             offered_tools: request.tool_names(),
             prices: Arc::clone(&target.prices),
@@ -172,7 +174,7 @@ impl CallTelemetry {
                 ));
             }
             // The answering model's price, else the requested one's (a router may not echo the name).
-            let priced_model = [response.model.as_str(), self.request_model()]
+            let priced_model = [response.model.as_str(), self.request_model.as_str()]
                 .into_iter()
                 .find(|model| !model.is_empty() && self.prices.price(model).is_some());
             if let Some(cost) = priced_model.and_then(|model| self.prices.cost(model, usage)) {
@@ -198,7 +200,7 @@ impl CallTelemetry {
         span.set_attributes(attributes);
 
         self.record_tool_call_decision(response);
-        self.record_metrics(response, stream, None);
+        self.record_metrics(response.usage.as_ref(), stream, None);
         span.end();
     }
 
@@ -222,19 +224,8 @@ impl CallTelemetry {
             &error.to_string(),
             MAX_PART_CHARS,
         )));
-        self.record_metrics(&ChatResponse::default(), stream, Some(error_type));
+        self.record_metrics(None, stream, Some(error_type));
         span.end();
-    }
-
-    fn request_model(&self) -> &str {
-        self.metric_attributes
-            .iter()
-            .find(|kv| kv.key.as_str() == GEN_AI_REQUEST_MODEL)
-            .and_then(|kv| match &kv.value {
-                Value::String(model) => Some(model.as_str()),
-                _ => None,
-            })
-            .unwrap_or_default()
     }
 
     /// `tool_call:{name}` for one call, `tool_calls` for parallel calls, with the offered tools as
@@ -261,12 +252,7 @@ impl CallTelemetry {
         telemetry::record_decision(&name, &self.offered_tools, &chosen, None, None);
     }
 
-    fn record_metrics(
-        &self,
-        response: &ChatResponse,
-        stream: Option<StreamStats>,
-        error_type: Option<String>,
-    ) {
+    fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {
         // Instruments are looked up per call rather than cached: the global meter provider may be
         // installed (by `init()`) after the first call, and a cached instrument would stay a no-op.
         let meter = telemetry::meter();
@@ -290,7 +276,7 @@ impl CallTelemetry {
                 .build()
                 .record(ttfc.as_secs_f64(), &attributes);
         }
-        if let Some(usage) = &response.usage {
+        if let Some(usage) = usage {
             let tokens = meter
                 .u64_histogram(METRIC_TOKEN_USAGE)
                 .with_unit("{token}")

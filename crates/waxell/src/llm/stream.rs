@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 
+use super::error::malformed;
 use super::error::Error;
 use super::instrument::{CallTelemetry, StreamStats};
-use super::transport::{malformed, DataStream};
+use super::transport::DataStream;
 use super::types::{AssistantMessage, ChatChunk, ChatResponse, Choice, ToolCall, Usage};
 
 /// A streamed chat response: a [`Stream`] of [`ChatChunk`]s in arrival order.

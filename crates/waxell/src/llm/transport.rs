@@ -16,7 +16,7 @@ use opentelemetry::Context;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, USER_AGENT};
 
-use super::error::{parse_error_body, received_preview, Error};
+use super::error::{parse_error_body, Error};
 use super::types::ChatRequest;
 
 /// The raw `data:` payloads of a streamed response, in order, `[DONE]` included when the server sent it.
@@ -389,14 +389,6 @@ impl Injector for HeaderInjector<'_> {
         ) {
             self.0.insert(name, value);
         }
-    }
-}
-
-/// Make an unexpected body fit for an error message.
-pub(crate) fn malformed(reason: impl Into<String>, received: &str) -> Error {
-    Error::MalformedResponse {
-        reason: reason.into(),
-        received: received_preview(received),
     }
 }
 
