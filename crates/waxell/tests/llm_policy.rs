@@ -135,3 +135,19 @@ async fn secrets_in_captured_messages_are_scrubbed() {
     let output = attr_json(&chat, GEN_AI_OUTPUT_MESSAGES);
     assert_eq!(output[0]["parts"][0]["name"], "run_python");
 }
+
+#[tokio::test]
+async fn observation_switched_off_records_nothing_but_the_call_works() {
+    std::env::set_var("WAXELL_OBSERVE", "false");
+    let spans = capture_spans();
+    let (provider, metrics) = capture_metrics();
+    let client = scripted(vec![ScriptedReply::tool_call("run_python", json!({"code": "1"}))]);
+    let response = client
+        .chat(ChatRequest::new([Message::user("go")]).tools(tools()))
+        .await
+        .unwrap();
+    assert_eq!(response.tool_calls()[0].function.name, "run_python");
+    provider.force_flush().unwrap();
+    assert!(finished_spans(&spans).is_empty(), "{:?}", finished_spans(&spans));
+    assert!(histogram_points_f64(&metrics, METRIC_OPERATION_DURATION).is_empty());
+}

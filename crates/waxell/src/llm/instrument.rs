@@ -50,6 +50,7 @@ pub(crate) struct StreamStats {
 
 /// The telemetry of one call in flight. Ends its span exactly once: through [`Self::succeeded`],
 /// [`Self::failed`], or, if the caller dropped the call midway, on drop (marked `waxell.cancelled`).
+/// With observation switched off it is born ended, so it records nothing.
 #[derive(Debug)]
 pub(crate) struct CallTelemetry {
     cx: Context,
@@ -67,6 +68,19 @@ impl CallTelemetry {
     /// Start the span as a child of the caller's current context. `request.model` is already resolved.
     pub(crate) fn start(target: &CallTarget, request: &ChatRequest) -> Self {
         let model = request.model_name().unwrap_or_default().to_owned();
+        if !telemetry::is_enabled() {
+            // `WAXELL_OBSERVE=false`: the call runs in the caller's context and records nothing.
+            return Self {
+                cx: Context::current(),
+                started: Instant::now(),
+                request_model: model,
+                metric_attributes: Vec::new(),
+                offered_tools: Vec::new(),
+                prices: Arc::clone(&target.prices),
+                capture: false,
+                ended: true,
+            };
+        }
         let capture = telemetry::capture_content();
 
         // Sampling-relevant attributes go into the builder, so a sampler can see them.
