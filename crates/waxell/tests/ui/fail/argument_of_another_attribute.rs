@@ -1,0 +1,8 @@
+#[waxell::reasoning(name = "plan")]
+fn think() -> String {
+    "t".into()
+}
+
+fn main() {
+    think();
+}

@@ -1,0 +1,6 @@
+#[waxell::tool(capture = "no")]
+fn run() {}
+
+fn main() {
+    run();
+}

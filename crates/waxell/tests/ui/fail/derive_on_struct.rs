@@ -1,0 +1,4 @@
+#[derive(waxell::DecisionOptions)]
+struct NotAnEnum;
+
+fn main() {}

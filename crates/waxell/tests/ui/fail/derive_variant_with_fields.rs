@@ -1,0 +1,7 @@
+#[derive(Clone, Copy, waxell::DecisionOptions)]
+enum Format {
+    Markdown,
+    Json(u8),
+}
+
+fn main() {}

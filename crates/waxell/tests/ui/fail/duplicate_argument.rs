@@ -1,0 +1,6 @@
+#[waxell::agent(name = "a", name = "b")]
+fn run() {}
+
+fn main() {
+    run();
+}

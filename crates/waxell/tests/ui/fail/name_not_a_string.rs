@@ -1,0 +1,6 @@
+#[waxell::tool(name = run_code)]
+fn run() {}
+
+fn main() {
+    run();
+}

@@ -1,0 +1,4 @@
+#[waxell::tool]
+struct NotAFunction;
+
+fn main() {}

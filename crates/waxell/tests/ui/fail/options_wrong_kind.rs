@@ -1,0 +1,8 @@
+#[waxell::decision(name = "d", options = 3)]
+fn choose() -> String {
+    "a".into()
+}
+
+fn main() {
+    choose();
+}

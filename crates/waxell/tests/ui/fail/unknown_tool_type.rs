@@ -1,0 +1,6 @@
+#[waxell::tool(tool_type = "sandboxx")]
+fn run() {}
+
+fn main() {
+    run();
+}
