@@ -45,6 +45,7 @@ mod launcher;
 mod local;
 mod naming;
 mod seccomp;
+pub mod server;
 mod spawn;
 
 pub use cgroup::subtree_dir as cgroup_subtree_dir;

@@ -1,0 +1,133 @@
+//! `waxell-sandbox serve`: the local sandbox over E2B's protocol (see `docs/e2b.md`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use waxell_sandbox::server::{self, ServerConfig, CODE_INTERPRETER_PORT, ENVD_PORT};
+use waxell_sandbox::{LocalBackend, LocalConfig};
+
+#[derive(Parser)]
+#[command(name = "waxell-sandbox", version, about = "Local isolated Python sandbox")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on. Anything but loopback requires --api-key.
+    #[arg(long, default_value = "127.0.0.1:3000", env = "WAXELL_SANDBOX_LISTEN")]
+    listen: SocketAddr,
+    /// Required `X-API-KEY`; also turns on per-sandbox data-plane tokens.
+    #[arg(long, env = "WAXELL_SANDBOX_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Live sandboxes at most (429 past it).
+    #[arg(long, default_value_t = 16)]
+    max_sandboxes: usize,
+    /// Largest request body in bytes (413 past it).
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    max_body_bytes: usize,
+    /// Sandbox lifetime in seconds when create does not give one.
+    #[arg(long, default_value_t = 300)]
+    default_timeout: u64,
+    /// Longest lifetime in seconds create or set-timeout may ask for.
+    #[arg(long, default_value_t = 24 * 3600)]
+    max_timeout: u64,
+    /// Seconds of silence before `/execute` sends a keepalive (how a gone client is noticed).
+    #[arg(long, default_value_t = 5)]
+    keepalive: u64,
+    /// Also serve the SDKs' debug mode (E2B_DEBUG=true): listen on localhost:49999 and :49983 and
+    /// create sandbox `debug_sandbox_id` on first use.
+    #[arg(long)]
+    debug_ports: bool,
+    /// Pre-started interpreters kept ready.
+    #[arg(long, default_value_t = 1)]
+    pool_size: usize,
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Serve(args) = Cli::parse().command;
+    if let Err(message) = serve(args).await {
+        eprintln!("waxell-sandbox serve: {message}");
+        std::process::exit(1);
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    if args.api_key.is_none() && !args.listen.ip().is_loopback() {
+        return Err(format!(
+            "refusing to listen on {} without an API key: pass --api-key (or WAXELL_SANDBOX_API_KEY), or \
+             listen on a loopback address",
+            args.listen
+        ));
+    }
+    let backend = LocalBackend::new(LocalConfig::default().with_pool_size(args.pool_size))
+        .map_err(|e| e.to_string())?;
+    let mut config = ServerConfig::new()
+        .with_max_sandboxes(args.max_sandboxes)
+        .with_max_body_bytes(args.max_body_bytes)
+        .with_default_timeout(Duration::from_secs(args.default_timeout))
+        .with_max_timeout(Duration::from_secs(args.max_timeout))
+        .with_keepalive_interval(Duration::from_secs(args.keepalive.max(1)))
+        .with_debug_sandbox(args.debug_ports);
+    if let Some(key) = args.api_key {
+        config = config.with_api_key(key);
+    }
+    let router = server::router(Arc::new(backend), config);
+    let mut addresses = vec![args.listen];
+    if args.debug_ports {
+        // The SDKs' debug mode dials localhost, which may resolve to either family.
+        for ip in [
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        ] {
+            for port in [CODE_INTERPRETER_PORT, ENVD_PORT] {
+                addresses.push(SocketAddr::new(ip, port));
+            }
+        }
+    }
+    let mut servers = tokio::task::JoinSet::new();
+    for address in addresses {
+        let listener = match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => listener,
+            // IPv6 may be off on this host; the IPv4 debug ports still work then.
+            Err(e) if address.is_ipv6() && address != args.listen => {
+                tracing::warn!(%address, error = %e, "not listening on the IPv6 debug port");
+                continue;
+            }
+            Err(e) => return Err(format!("cannot listen on {address}: {e}")),
+        };
+        tracing::info!(%address, "serving E2B's protocol");
+        let router = router.clone();
+        servers.spawn(async move {
+            let shutdown = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            server::serve(listener, router, shutdown).await
+        });
+    }
+    while let Some(result) = servers.join_next().await {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("server failed: {e}")),
+            Err(e) => return Err(format!("server task failed: {e}")),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! envd plane (sandbox port 49983): health, `/files` download and upload, and the filesystem
+//! Connect RPCs (`ListDir`, `Stat`) over the Connect protocol's JSON codec.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_ENCODING, CONTENT_TYPE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use waxell::sandbox::{EntryInfo, SandboxError};
+
+use super::error::ApiError;
+use super::registry::SandboxEntry;
+use super::{body, AppState};
+
+/// envd's own token header, required on every envd request of a sandbox that has a token.
+const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// Deepest `ListDir` recursion served.
+const MAX_LIST_DEPTH: u32 = 8;
+
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/envs", get(envs))
+        .route("/files", get(download).post(upload))
+        .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .fallback(|| async { ApiError::not_found("no such envd route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+        })
+        .with_state(state)
+}
+
+async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
+    state
+        .registry
+        .for_data_plane(headers, ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref())
+        .await
+}
+
+/// 204 while the sandbox lives; E2B's proxy 502 once it is gone (how the SDKs tell "killed").
+async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
+    // envd's health check is unauthenticated: only the sandbox's existence matters.
+    state
+        .registry
+        .for_data_plane(&headers, ACCESS_TOKEN_HEADER, |_| None)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn envs(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let entry = sandbox(&state, &headers).await?;
+    Ok(Json(json!(entry.env_vars)))
+}
+
+#[derive(Deserialize)]
+struct FileQuery {
+    path: Option<String>,
+}
+
+/// Refuse paths no backend should see: empty, NUL bytes, `..` components. Symlinks can only be
+/// judged inside the sandbox; the backend refuses them.
+fn check_path(path: &str) -> Result<(), ApiError> {
+    let reason = if path.is_empty() {
+        "path is empty"
+    } else if path.contains('\0') {
+        "path contains a NUL byte"
+    } else if path.split('/').any(|part| part == "..") {
+        "`..` is not allowed in paths"
+    } else {
+        return Ok(());
+    };
+    Err(ApiError::bad_request(format!("invalid path '{path}': {reason}")))
+}
+
+/// Map a file error as envd does: a missing path is 404 "path '...' does not exist".
+fn file_error(path: &str, error: SandboxError) -> ApiError {
+    let api = ApiError::from_sandbox(error);
+    if api.status() == StatusCode::NOT_FOUND {
+        ApiError::not_found(format!("path '{path}' does not exist"))
+    } else {
+        api
+    }
+}
+
+async fn download(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<FileQuery>,
+) -> Result<Response, ApiError> {
+    let entry = sandbox(&state, &headers).await?;
+    let path = query
+        .path
+        .ok_or_else(|| ApiError::bad_request("the path query parameter is required"))?;
+    check_path(&path)?;
+    let data = entry
+        .session
+        .read_file(&path)
+        .await
+        .map_err(|e| file_error(&path, e))?;
+    let name = path.rsplit('/').next().unwrap_or_default().replace('"', "");
+    Ok((
+        [
+            (CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (CONTENT_DISPOSITION, format!("inline; filename=\"{name}\"")),
+        ],
+        data,
+    )
+        .into_response())
+}
+
+/// `POST /files`: multipart parts named `file` (target = `path` query, else the part's filename),
+/// or a raw `application/octet-stream` body (optionally gzip) written to `path`.
+async fn upload(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<FileQuery>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let (parts, request_body) = request.into_parts();
+    let entry = sandbox(&state, &parts.headers).await?;
+    let limit = state.config.max_body_bytes;
+    let bytes = body::read(request_body, limit).await?;
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let mut files: Vec<(String, Bytes)> = Vec::new();
+    if content_type.starts_with("multipart/form-data") {
+        let request = Request::from_parts(parts, Body::from(bytes));
+        let mut multipart = Multipart::from_request(request, &())
+            .await
+            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
+        while let Some(field) = multipart
+            .next_field()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?
+        {
+            if field.name() != Some("file") {
+                return Err(ApiError::bad_request(format!(
+                    "unexpected multipart part {:?}: every part must be named \"file\"",
+                    field.name().unwrap_or_default()
+                )));
+            }
+            let target = query
+                .path
+                .clone()
+                .or_else(|| field.file_name().map(str::to_owned))
+                .ok_or_else(|| ApiError::bad_request("no path query parameter and no part filename"))?;
+            let data = field
+                .bytes()
+                .await
+                .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
+            files.push((target, data));
+        }
+    } else {
+        let target = query
+            .path
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("the path query parameter is required for a raw upload"))?;
+        let gzip = parts
+            .headers
+            .get(CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+        let data = if gzip { gunzip(&bytes, limit)? } else { bytes };
+        files.push((target, data));
+    }
+    if files.is_empty() {
+        return Err(ApiError::bad_request("the multipart body has no \"file\" part"));
+    }
+    let mut written = Vec::new();
+    for (path, data) in files {
+        check_path(&path)?;
+        let info = entry
+            .session
+            .write_file(&path, &data)
+            .await
+            .map_err(|e| file_error(&path, e))?;
+        written.push(json!({"path": info.path, "name": info.name, "type": "file"}));
+    }
+    Ok(Json(Value::Array(written)))
+}
+
+/// Decompress a gzip body, refusing to inflate past `limit` bytes (a zip bomb gets 413).
+fn gunzip(data: &[u8], limit: usize) -> Result<Bytes, ApiError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| ApiError::bad_request(format!("invalid gzip body: {e}")))?;
+    if out.len() > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("decompressed body larger than {limit} bytes"),
+        ));
+    }
+    Ok(out.into())
+}
+
+#[derive(Deserialize)]
+struct PathRequest {
+    #[serde(default)]
+    path: String,
+    depth: Option<u32>,
+}
+
+/// Connect unary RPCs of `filesystem.Filesystem`. Only what the sandbox interface can answer is
+/// served; the others are Connect `unimplemented`.
+async fn filesystem_rpc(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(method): axum::extract::Path<String>,
+    headers: HeaderMap,
+    request: Body,
+) -> Response {
+    let result = async {
+        let entry = sandbox(&state, &headers).await?;
+        let bytes = body::read(request, state.config.max_body_bytes).await?;
+        match method.as_str() {
+            "ListDir" => {
+                let request: PathRequest = body::json(&bytes)?;
+                check_path(&request.path)?;
+                let depth = request.depth.unwrap_or(1).clamp(1, MAX_LIST_DEPTH);
+                let mut entries = Vec::new();
+                list_recursive(&entry, &request.path, depth, &mut entries).await?;
+                Ok(json!({"entries": entries}))
+            }
+            "Stat" => {
+                let request: PathRequest = body::json(&bytes)?;
+                check_path(&request.path)?;
+                Ok(json!({"entry": stat(&entry, &request.path).await?}))
+            }
+            "MakeDir" | "Move" | "Remove" | "WatchDir" | "CreateWatcher" | "GetWatcherEvents"
+            | "RemoveWatcher" => Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("filesystem.Filesystem/{method} is not supported by this server"),
+            )),
+            _ => Err(ApiError::not_found(format!(
+                "no RPC filesystem.Filesystem/{method}"
+            ))),
+        }
+    }
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(e) => e.into_connect().into_response(),
+    }
+}
+
+async fn list_recursive(
+    entry: &SandboxEntry,
+    path: &str,
+    depth: u32,
+    out: &mut Vec<Value>,
+) -> Result<(), ApiError> {
+    let mut pending = vec![(path.to_owned(), depth)];
+    while let Some((dir, depth)) = pending.pop() {
+        let entries = entry
+            .session
+            .list_files(&dir)
+            .await
+            .map_err(|e| file_error(&dir, e))?;
+        for info in entries {
+            if info.is_dir && depth > 1 {
+                pending.push((info.path.clone(), depth - 1));
+            }
+            out.push(entry_json(&info));
+        }
+    }
+    Ok(())
+}
+
+/// `Stat` through the interface's listing: list the parent and pick the entry.
+async fn stat(entry: &SandboxEntry, path: &str) -> Result<Value, ApiError> {
+    let trimmed = path.trim_end_matches('/');
+    let (parent, name) = match trimmed.rsplit_once('/') {
+        Some((parent, name)) => (if parent.is_empty() { "/" } else { parent }, name),
+        None => (".", trimmed),
+    };
+    if name.is_empty() || trimmed == "/home/user" || trimmed == "." {
+        return Ok(json!({
+            "name": "user", "type": "FILE_TYPE_DIRECTORY", "path": "/home/user",
+            "size": "0", "mode": 0o755, "permissions": "drwxr-xr-x", "owner": "user", "group": "user",
+        }));
+    }
+    let siblings = entry
+        .session
+        .list_files(parent)
+        .await
+        .map_err(|e| file_error(path, e))?;
+    siblings
+        .iter()
+        .find(|info| info.name == name)
+        .map(entry_json)
+        .ok_or_else(|| ApiError::not_found(format!("path '{path}' does not exist")))
+}
+
+/// envd's `EntryInfo` in proto3-JSON (enum names, int64 as a string).
+fn entry_json(info: &EntryInfo) -> Value {
+    let (kind, mode, permissions) = if info.is_dir {
+        ("FILE_TYPE_DIRECTORY", 0o755, "drwxr-xr-x")
+    } else {
+        ("FILE_TYPE_FILE", 0o644, "-rw-r--r--")
+    };
+    json!({
+        "name": info.name,
+        "type": kind,
+        "path": info.path,
+        "size": info.size.to_string(),
+        "mode": mode,
+        "permissions": permissions,
+        "owner": "user",
+        "group": "user",
+    })
+}

@@ -1,0 +1,221 @@
+//! The `/execute` NDJSON stream: one JSON object per line, flushed as the code produces output,
+//! `keepalive` lines during silence, `end_of_execution` last. A client that goes away (the
+//! keepalive write fails and hyper drops the body) gets its code interrupted, with the state kept.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::{Body, Bytes};
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use waxell::sandbox::{Execution, ExecutionResult, OutputMessage, RunOptions, SandboxError, SandboxSession};
+
+/// Where a run goes.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// The default Python context.
+    Default,
+    /// A context by id (checked to exist before the stream starts).
+    Context(String),
+    /// The default context of a language (`None`: Python).
+    Language(Option<String>),
+}
+
+impl Target {
+    fn options(&self) -> RunOptions {
+        match self {
+            Target::Default | Target::Language(None) => RunOptions::new(),
+            Target::Context(id) => RunOptions::new().with_context(id.clone()),
+            Target::Language(Some(language)) => RunOptions::new().with_language(language.clone()),
+        }
+    }
+}
+
+const END_OF_EXECUTION: &[u8] = b"{\"type\": \"end_of_execution\"}\n";
+const KEEPALIVE: &[u8] = b"{\"type\": \"keepalive\"}\n";
+
+/// Timeout of the empty run that interrupts an abandoned execution (see [`interrupt_abandoned`]).
+const INTERRUPT_RUN_TIMEOUT: Duration = Duration::from_millis(1);
+
+fn line(value: Value) -> Bytes {
+    let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn timestamp() -> String {
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+}
+
+fn output_line(message: &OutputMessage) -> Bytes {
+    let kind = if message.error { "stderr" } else { "stdout" };
+    line(json!({"type": kind, "text": message.line, "timestamp": timestamp()}))
+}
+
+fn result_line(result: &ExecutionResult) -> Bytes {
+    let mut value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
+    value["type"] = json!("result");
+    line(value)
+}
+
+/// The lines after the streamed output: results no callback delivered, the error, the count.
+fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usize) -> Vec<Bytes> {
+    let mut lines = Vec::new();
+    match outcome {
+        Ok(execution) => {
+            lines.extend(execution.results.iter().skip(streamed_results).map(result_line));
+            if let Some(error) = execution.error {
+                lines.push(line(json!({
+                    "type": "error",
+                    "name": error.name,
+                    "value": error.value,
+                    "traceback": error.traceback,
+                })));
+            }
+            if let Some(count) = execution.execution_count {
+                lines.push(line(
+                    json!({"type": "number_of_executions", "execution_count": count}),
+                ));
+            }
+        }
+        Err(e) => {
+            let name = match e {
+                SandboxError::Timeout(_) => "TimeoutError",
+                _ => "SandboxError",
+            };
+            lines.push(line(json!({
+                "type": "error",
+                "name": name,
+                "value": e.to_string(),
+                "traceback": "",
+            })));
+        }
+    }
+    lines.push(Bytes::from_static(END_OF_EXECUTION));
+    lines
+}
+
+/// Start the run and answer with its stream.
+///
+/// The sandbox interface reports the execution count only when the run ends, so
+/// `number_of_executions` comes just before `end_of_execution` rather than first; the SDKs accept
+/// it anywhere.
+pub(crate) fn stream(
+    session: Arc<dyn SandboxSession>,
+    code: String,
+    target: Target,
+    env_vars: std::collections::BTreeMap<String, String>,
+    keepalive: Duration,
+) -> Response {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let streamed_results = Arc::new(AtomicUsize::new(0));
+    let mut options = target.options();
+    options.env_vars = env_vars;
+    let out = tx.clone();
+    options = options.on_stdout(move |m| {
+        let _ = out.send(output_line(m));
+    });
+    let out = tx.clone();
+    options = options.on_stderr(move |m| {
+        let _ = out.send(output_line(m));
+    });
+    let (out, counter) = (tx.clone(), streamed_results.clone());
+    options = options.on_result(move |r| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        let _ = out.send(result_line(r));
+    });
+    let run_session = session.clone();
+    let run = tokio::spawn(async move {
+        let outcome = run_session.run_code(&code, &options).await;
+        for bytes in closing_lines(outcome, streamed_results.load(Ordering::SeqCst)) {
+            let _ = tx.send(bytes);
+        }
+    });
+    let state = StreamState {
+        rx,
+        keepalive,
+        guard: AbandonGuard {
+            run: Some(run),
+            session,
+            target,
+            finished: false,
+        },
+    };
+    let body = futures_util::stream::unfold(state, |mut state| async move {
+        if state.guard.finished {
+            return None;
+        }
+        let bytes = match tokio::time::timeout(state.keepalive, state.rx.recv()).await {
+            Ok(Some(bytes)) => bytes,
+            // The run task ended without END_OF_EXECUTION: it panicked. Say so, then end the stream.
+            Ok(None) => {
+                state.guard.finished = true;
+                let mut lines =
+                    closing_lines(Err(SandboxError::Other("the execution task failed".into())), 0);
+                let end = lines.pop().unwrap_or_default();
+                let error = lines.pop().unwrap_or_default();
+                return Some((
+                    Ok::<_, std::convert::Infallible>([error, end].concat().into()),
+                    state,
+                ));
+            }
+            Err(_) => Bytes::from_static(KEEPALIVE),
+        };
+        if bytes.as_ref() == END_OF_EXECUTION {
+            state.guard.finished = true;
+        }
+        Some((Ok(bytes), state))
+    });
+    ([(CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(body)).into_response()
+}
+
+struct StreamState {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    keepalive: Duration,
+    guard: AbandonGuard,
+}
+
+/// Dropped with the response body. If that happens before `end_of_execution` was handed to hyper,
+/// the client went away mid-run: stop the run and interrupt its code.
+struct AbandonGuard {
+    run: Option<JoinHandle<()>>,
+    session: Arc<dyn SandboxSession>,
+    target: Target,
+    finished: bool,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        if self.finished || run.is_finished() {
+            return;
+        }
+        tracing::info!(sandbox = %self.session.sandbox_id(), "client left mid-execution; interrupting");
+        let (session, target) = (self.session.clone(), self.target.clone());
+        tokio::spawn(async move {
+            run.abort();
+            let _ = run.await;
+            interrupt_abandoned(session.as_ref(), &target).await;
+        });
+    }
+}
+
+/// Interrupt whatever the context is still running, keeping its state.
+///
+/// The sandbox interface has no interrupt call, but a run's timeout is defined to interrupt the
+/// context's code (KeyboardInterrupt, state kept). Dropping the abandoned run released the context;
+/// an empty run with a minimal timeout now queues behind the abandoned code and its timeout
+/// interrupt lands on that code, after which the empty run completes.
+async fn interrupt_abandoned(session: &dyn SandboxSession, target: &Target) {
+    let options = target.options().with_timeout(INTERRUPT_RUN_TIMEOUT);
+    match session.run_code("", &options).await {
+        Ok(_) => tracing::debug!(sandbox = %session.sandbox_id(), "abandoned execution interrupted"),
+        Err(e) => {
+            tracing::warn!(sandbox = %session.sandbox_id(), error = %e, "interrupting an abandoned execution failed")
+        }
+    }
+}

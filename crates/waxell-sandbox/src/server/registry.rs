@@ -1,0 +1,296 @@
+//! The live sandboxes of the server: E2B ids, lifetimes (TTL), data-plane tokens and the limit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::http::{HeaderMap, StatusCode};
+use rand::distr::{Alphanumeric, SampleString};
+use rand::Rng;
+use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
+
+use super::error::ApiError;
+use super::{ServerConfig, DEBUG_SANDBOX_ID, SANDBOX_ID_HEADER};
+
+/// The backend's own lifetime is the server's plus this margin, so the server's reaper (which
+/// also forgets the id) is what ends a sandbox, not the backend on its own.
+const BACKEND_LIFETIME_MARGIN: Duration = Duration::from_secs(30);
+
+/// One live sandbox.
+pub(crate) struct SandboxEntry {
+    pub(crate) id: String,
+    pub(crate) session: Arc<dyn SandboxSession>,
+    pub(crate) template_id: String,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) started_at: SystemTime,
+    /// Checked by envd requests (`X-Access-Token`), issued when the server has an API key.
+    pub(crate) envd_token: Option<String>,
+    /// Checked by Code Interpreter requests (`E2B-Traffic-Access-Token`), likewise.
+    pub(crate) traffic_token: Option<String>,
+    deadline: Mutex<Deadline>,
+}
+
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    wall: SystemTime,
+}
+
+impl SandboxEntry {
+    /// When the sandbox will be killed (wall clock).
+    pub(crate) fn end_at(&self) -> SystemTime {
+        self.deadline.lock().unwrap_or_else(|e| e.into_inner()).wall
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        self.deadline.lock().unwrap_or_else(|e| e.into_inner()).at <= now
+    }
+
+    fn set_deadline(&self, timeout: Duration, only_extend: bool) {
+        let mut deadline = self.deadline.lock().unwrap_or_else(|e| e.into_inner());
+        let at = Instant::now() + timeout;
+        if !only_extend || at > deadline.at {
+            *deadline = Deadline {
+                at,
+                wall: SystemTime::now() + timeout,
+            };
+        }
+    }
+}
+
+/// What a create request asks for.
+pub(crate) struct CreateRequest {
+    pub(crate) template_id: String,
+    pub(crate) timeout: Duration,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+}
+
+pub(crate) struct Registry {
+    backend: Arc<dyn SandboxBackend>,
+    config: ServerConfig,
+    sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+    /// Creations in flight, counted against the limit so concurrent creates cannot overshoot it.
+    creating: AtomicUsize,
+    /// Serialises lazy creation of the debug-mode sandbox.
+    debug_create: tokio::sync::Mutex<()>,
+}
+
+/// Releases a reserved creation slot however the creation ends.
+struct Reservation<'a>(&'a AtomicUsize);
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            backend,
+            config,
+            sandboxes: Mutex::new(HashMap::new()),
+            creating: AtomicUsize::new(0),
+            debug_create: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<SandboxEntry>>> {
+        self.sandboxes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Check a requested lifetime against the server's bounds.
+    pub(crate) fn check_timeout(&self, seconds: i64) -> Result<Duration, ApiError> {
+        let timeout = Duration::from_secs(seconds.max(0) as u64);
+        if timeout < super::MIN_TIMEOUT || timeout > self.config.max_timeout {
+            return Err(ApiError::bad_request(format!(
+                "timeout {seconds} s is out of range: allowed {}..={} s",
+                super::MIN_TIMEOUT.as_secs(),
+                self.config.max_timeout.as_secs()
+            )));
+        }
+        Ok(timeout)
+    }
+
+    /// Create a sandbox with the backend and register it under a new E2B-style id.
+    pub(crate) async fn create(&self, request: CreateRequest) -> Result<Arc<SandboxEntry>, ApiError> {
+        self.create_with_id(new_sandbox_id(), request).await
+    }
+
+    async fn create_with_id(
+        &self,
+        id: String,
+        request: CreateRequest,
+    ) -> Result<Arc<SandboxEntry>, ApiError> {
+        let in_flight = self.creating.fetch_add(1, Ordering::SeqCst);
+        let _reservation = Reservation(&self.creating);
+        let live = self.map().len();
+        if live + in_flight >= self.config.max_sandboxes {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "sandbox limit reached: {} live sandboxes at most on this server; kill one first",
+                    self.config.max_sandboxes
+                ),
+            ));
+        }
+        let mut options = SandboxOptions::new()
+            .with_template(request.template_id.clone())
+            .with_timeout(request.timeout + BACKEND_LIFETIME_MARGIN);
+        options.env_vars = request.env_vars.clone();
+        options.metadata = request.metadata.clone();
+        let session: Arc<dyn SandboxSession> = Arc::from(self.backend.create(&options).await?);
+        let with_token = self.config.api_key.is_some();
+        let entry = Arc::new(SandboxEntry {
+            id: id.clone(),
+            session,
+            template_id: request.template_id,
+            metadata: request.metadata,
+            env_vars: request.env_vars,
+            started_at: SystemTime::now(),
+            envd_token: with_token.then(new_token),
+            traffic_token: with_token.then(new_token),
+            deadline: Mutex::new(Deadline {
+                at: Instant::now() + request.timeout,
+                wall: SystemTime::now() + request.timeout,
+            }),
+        });
+        self.map().insert(id, entry.clone());
+        tracing::info!(sandbox = %entry.id, template = %entry.template_id, "sandbox created");
+        Ok(entry)
+    }
+
+    /// The sandbox `id`, if it is live.
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<SandboxEntry>> {
+        self.map().get(id).cloned()
+    }
+
+    /// All live sandboxes, oldest first.
+    pub(crate) fn list(&self) -> Vec<Arc<SandboxEntry>> {
+        let mut all: Vec<_> = self.map().values().cloned().collect();
+        all.sort_by_key(|e| e.started_at);
+        all
+    }
+
+    /// Reset the lifetime to `timeout` from now (`only_extend`: never shorten it, as connect does).
+    pub(crate) async fn set_timeout(
+        &self,
+        entry: &SandboxEntry,
+        timeout: Duration,
+        only_extend: bool,
+    ) -> Result<(), ApiError> {
+        entry.set_deadline(timeout, only_extend);
+        let remaining = entry
+            .end_at()
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        entry
+            .session
+            .set_timeout(remaining + BACKEND_LIFETIME_MARGIN)
+            .await?;
+        Ok(())
+    }
+
+    /// Forget the sandbox and kill it. False if it was not live.
+    pub(crate) async fn kill(&self, id: &str) -> bool {
+        let Some(entry) = self.map().remove(id) else {
+            return false;
+        };
+        if let Err(e) = entry.session.kill().await {
+            tracing::warn!(sandbox = %id, error = %e, "killing the sandbox failed");
+        }
+        tracing::info!(sandbox = %id, "sandbox killed");
+        true
+    }
+
+    async fn reap_expired(&self) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .map()
+            .values()
+            .filter(|e| e.expired(now))
+            .map(|e| e.id.clone())
+            .collect();
+        for id in expired {
+            tracing::info!(sandbox = %id, "sandbox lifetime expired");
+            self.kill(&id).await;
+        }
+    }
+
+    /// The sandbox a data-plane request is for, after checking its token (`token_header`, compared
+    /// with `expected(entry)`). Unknown sandboxes get E2B's proxy answer (502 "was not found").
+    pub(crate) async fn for_data_plane(
+        &self,
+        headers: &HeaderMap,
+        token_header: &str,
+        expected: impl Fn(&SandboxEntry) -> Option<&String>,
+    ) -> Result<Arc<SandboxEntry>, ApiError> {
+        let id = headers
+            .get(SANDBOX_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| ApiError::bad_request(format!("Missing header: {SANDBOX_ID_HEADER}")))?;
+        let entry = match self.get(id) {
+            Some(entry) => entry,
+            None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => self.debug_sandbox().await?,
+            None => return Err(ApiError::sandbox_not_running(id)),
+        };
+        if let Some(token) = expected(&entry) {
+            let given = headers.get(token_header).and_then(|v| v.to_str().ok());
+            if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+                return Err(ApiError::unauthorized(format!(
+                    "missing or wrong {token_header} for sandbox {id}"
+                )));
+            }
+        }
+        Ok(entry)
+    }
+
+    /// The debug-mode sandbox, created on first use.
+    async fn debug_sandbox(&self) -> Result<Arc<SandboxEntry>, ApiError> {
+        let _guard = self.debug_create.lock().await;
+        if let Some(entry) = self.get(DEBUG_SANDBOX_ID) {
+            return Ok(entry);
+        }
+        let request = CreateRequest {
+            template_id: "code-interpreter-v1".into(),
+            timeout: self.config.default_timeout,
+            metadata: BTreeMap::new(),
+            env_vars: BTreeMap::new(),
+        };
+        self.create_with_id(DEBUG_SANDBOX_ID.into(), request).await
+    }
+}
+
+/// Kill expired sandboxes every `interval` until the registry is dropped.
+pub(crate) fn spawn_reaper(registry: Weak<Registry>, interval: Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            let Some(registry) = registry.upgrade() else {
+                return;
+            };
+            registry.reap_expired().await;
+        }
+    });
+}
+
+/// 20 characters of `[a-z0-9]`, the shape E2B's proxy accepts.
+fn new_sandbox_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..20)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn new_token() -> String {
+    Alphanumeric.sample_string(&mut rand::rng(), 40)
+}
+
+/// Compare secrets without an early exit that would leak how much of a guess matched.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

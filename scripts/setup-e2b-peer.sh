@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install the E2B conformance peer: the official `e2b-code-interpreter` Python SDK (from PyPI) in its own
+# venv, used by tests/e2b_conformance.py against `waxell-sandbox serve`. Idempotent; a second run only
+# checks that the SDK imports.
+#
+# Environment:
+#   WAXELL_E2B_PEER_VENV        venv location (default: $HOME/.local/share/waxell/e2b-peer-venv)
+#   WAXELL_E2B_PEER_PYTHON      interpreter the venv is made from (default: python3 on PATH)
+#   WAXELL_E2B_PEER_PACKAGE     pip requirement (default: e2b-code-interpreter)
+set -euo pipefail
+
+VENV="${WAXELL_E2B_PEER_VENV:-${HOME:-/root}/.local/share/waxell/e2b-peer-venv}"
+BASE_PYTHON="${WAXELL_E2B_PEER_PYTHON:-python3}"
+PACKAGE="${WAXELL_E2B_PEER_PACKAGE:-e2b-code-interpreter}"
+
+log() { printf '[setup-e2b-peer] %s\n' "$*" >&2; }
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import e2b_code_interpreter' 2>/dev/null; then
+    log "ok: $("$VENV/bin/python" -m pip show e2b-code-interpreter 2>/dev/null | grep '^Version' || true) in $VENV"
+    exit 0
+fi
+
+if ! "$BASE_PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
+    log "$BASE_PYTHON lacks venv/ensurepip; installing python3-venv"
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv
+        BASE_PYTHON=/usr/bin/python3
+    else
+        log "install python3-venv (or set WAXELL_E2B_PEER_PYTHON) and rerun"
+        exit 1
+    fi
+fi
+
+log "creating $VENV"
+mkdir -p "$(dirname "$VENV")"
+"$BASE_PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$PACKAGE"
+"$VENV/bin/python" -c 'import e2b_code_interpreter' \
+    || { log "e2b_code_interpreter does not import after install"; exit 1; }
+log "installed $("$VENV/bin/python" -m pip show e2b-code-interpreter | grep '^Version') into $VENV"
