@@ -8,21 +8,21 @@ pipes drained by pump threads, so C-level and subprocess output is captured too.
 The host treats everything here as untrusted: user code can write to the protocol fd.
 """
 
-import ast
-import base64
 import builtins
 import codecs
 import io
 import json
-import linecache
 import os
 import queue
 import signal
 import sys
 import threading
-import traceback
 import types
 import warnings
+
+# Needed only once code runs: imported by a thread after `ready` so start-up is not delayed (a
+# module import in the main thread waits for the thread's import to finish, never duplicates it).
+DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64")
 
 KERNEL_FILE = __file__
 OUTPUT_LIMIT = int(os.environ.pop("SBX_OUTPUT_LIMIT", str(1 << 20)))
@@ -162,6 +162,7 @@ class Kernel:
             except Exception:
                 pass
         threading.Thread(target=self.reader, daemon=True).start()
+        threading.Thread(target=lambda: [__import__(m) for m in DEFERRED_IMPORTS], daemon=True).start()
         self.send(
             {
                 "type": "ready",
@@ -244,6 +245,9 @@ class Kernel:
             self.current_id = None
 
     def run_cell(self, code):
+        import ast
+        import linecache
+
         filename = "<cell-%d>" % self.execution_count
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         tree = ast.parse(code, filename, "exec")
@@ -257,6 +261,8 @@ class Kernel:
         return None
 
     def error_message(self, exec_id, exc):
+        import traceback
+
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == KERNEL_FILE:
             tb = tb.tb_next
@@ -350,6 +356,8 @@ def safe_str(obj):
 
 
 def mime_bundle(obj):
+    import base64
+
     try:
         data = {"text/plain": repr(obj)}
     except Exception as e:
