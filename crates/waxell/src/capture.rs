@@ -247,6 +247,10 @@ pub(crate) fn truncate(text: &str, max_chars: usize) -> String {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::needless_borrow,
+    reason = "the extra references select the capture tier, as in the macros' expansions"
+)]
 mod tests {
     use super::outcome::*;
     use super::*;

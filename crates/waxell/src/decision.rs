@@ -1,6 +1,6 @@
 //! What `#[reasoning]` and `#[decision]` record, the types they understand, and manual `decide()`.
 
-use opentelemetry::trace::{SpanBuilder, SpanKind, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanBuilder, SpanKind, TraceContextExt};
 use opentelemetry::{Context, KeyValue, Value};
 use serde::{Serialize, Serializer};
 
@@ -223,8 +223,7 @@ pub(crate) fn record(
             KeyValue::new(WAXELL_DECISION_NAME, name.to_owned()),
             KeyValue::new(WAXELL_DECISION_OPTIONS, string_array(options)),
         ]);
-    let span = state.tracer.build_with_context(builder, &parent);
-    let cx = parent.with_span(span);
+    let cx = state.tracer.start(builder, &parent);
     if cx.span().is_recording() {
         let fields = Fields {
             chosen: chosen.to_owned(),

@@ -240,9 +240,7 @@ impl Builder {
             opentelemetry::global::set_meter_provider(mp.clone());
         }
         telemetry::install(State {
-            tracer: opentelemetry::global::BoxedTracer::new(Box::new(
-                provider.tracer_with_scope(telemetry::scope()),
-            )),
+            tracer: telemetry::SpanSource::Sdk(provider.tracer_with_scope(telemetry::scope())),
             capture,
             scrubber,
         });

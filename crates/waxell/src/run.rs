@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-use opentelemetry::trace::{Span as _, SpanBuilder, SpanKind, Status, TraceContextExt, Tracer as _};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue, StringValue, Value};
 
 use crate::capture::{Captured, Outcome};
@@ -138,9 +138,8 @@ impl Run {
         let builder = SpanBuilder::from_name(meta.span_name)
             .with_kind(SpanKind::Internal)
             .with_attributes(attrs);
-        let span = state.tracer.build_with_context(builder, &parent);
-        let recording = span.is_recording();
-        let mut cx = parent.with_span(span);
+        let mut cx = state.tracer.start(builder, &parent);
+        let recording = cx.span().is_recording();
         if meta.kind == Kind::Agent {
             cx = cx.with_value(AgentRun { cx: cx.clone() });
         }

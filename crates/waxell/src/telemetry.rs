@@ -12,9 +12,31 @@ use crate::capture::truncate;
 use crate::config::{self, Capture};
 use crate::scrub::{self, Scrubber};
 
+/// Where spans are started. The SDK tracer `init()` built is used directly (no boxed span per call);
+/// without `init()`, the global provider's boxed tracer.
+pub(crate) enum SpanSource {
+    Sdk(opentelemetry_sdk::trace::SdkTracer),
+    Global(BoxedTracer),
+}
+
+impl SpanSource {
+    /// Start a span under `parent` and return the context holding it.
+    pub(crate) fn start(
+        &self,
+        builder: opentelemetry::trace::SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> opentelemetry::Context {
+        use opentelemetry::trace::{TraceContextExt as _, Tracer as _};
+        match self {
+            Self::Sdk(t) => parent.with_span(t.build_with_context(builder, parent)),
+            Self::Global(t) => parent.with_span(t.build_with_context(builder, parent)),
+        }
+    }
+}
+
 /// What every instrumented call reads: the tracer and the capture policy.
 pub(crate) struct State {
-    pub(crate) tracer: BoxedTracer,
+    pub(crate) tracer: SpanSource,
     pub(crate) capture: Capture,
     /// `None` when scrubbing is switched off.
     pub(crate) scrubber: Option<&'static Scrubber>,
@@ -65,7 +87,7 @@ pub(crate) fn state() -> Arc<State> {
         Capture::default()
     });
     let state = Arc::new(State {
-        tracer: opentelemetry::global::tracer_provider().tracer_with_scope(scope()),
+        tracer: SpanSource::Global(opentelemetry::global::tracer_provider().tracer_with_scope(scope())),
         scrubber: capture.scrub.then(|| &*scrub::DEFAULT),
         capture,
     });
