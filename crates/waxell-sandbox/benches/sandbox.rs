@@ -36,12 +36,17 @@ impl Samples {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn create_cold(c: &mut Criterion) {
     let rt = runtime();
-    let backend = rt.block_on(async { LocalBackend::new(LocalConfig::default()).expect("sandbox available") });
+    let backend =
+        rt.block_on(async { LocalBackend::new(LocalConfig::default()).expect("sandbox available") });
     let samples = Samples::default();
     let mut group = c.benchmark_group("create");
     group.sample_size(20).measurement_time(Duration::from_secs(8));
@@ -102,7 +107,9 @@ fn create_warm(c: &mut Criterion) {
 fn run_code_round_trip(c: &mut Criterion) {
     let rt = runtime();
     let backend = LocalBackend::new(LocalConfig::default()).expect("sandbox available");
-    let sandbox = rt.block_on(backend.create_sandbox(&SandboxOptions::default())).unwrap();
+    let sandbox = rt
+        .block_on(backend.create_sandbox(&SandboxOptions::default()))
+        .unwrap();
     let sandbox = Arc::new(sandbox);
     let samples = Samples::default();
     let options = RunOptions::default();

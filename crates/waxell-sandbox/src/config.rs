@@ -140,6 +140,10 @@ impl Limits {
         self.max_processes = n;
         self
     }
+    pub fn with_cpu_seconds(mut self, seconds: u64) -> Self {
+        self.cpu_seconds = seconds;
+        self
+    }
     pub fn with_cpus(mut self, cpus: f64) -> Self {
         self.cpus = cpus;
         self

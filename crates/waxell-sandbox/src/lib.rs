@@ -36,6 +36,8 @@
 //! [`waxell::sandbox::SandboxError::Unavailable`] naming the missing piece (e.g. "bubblewrap not
 //! found: run scripts/setup-sandbox.sh ..."). There is no unisolated fallback.
 
+#![deny(unsafe_code)]
+
 mod cgroup;
 mod config;
 mod files;
@@ -46,6 +48,8 @@ mod local;
 mod naming;
 mod seccomp;
 pub mod server;
+// The only module with `unsafe`: fork/exec set-up in the child (see its docs).
+#[allow(unsafe_code)]
 mod spawn;
 
 pub use cgroup::subtree_dir as cgroup_subtree_dir;

@@ -508,3 +508,34 @@ async fn per_run_timeout_option_is_respected_by_run_code() {
     assert_eq!(execution.error.unwrap().name, "TimeoutError");
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_hog_is_throttled_and_the_cpu_budget_ends_the_interpreter() {
+    let backend = backend_with(config().with_limits(Limits::default().with_cpus(0.2)));
+    let sandbox = abuse_sandbox(&backend).await;
+    // Two busy processes for 1 s of wall time: with a 0.2 CPU quota they get about 0.2 s together.
+    let code = r#"import time, multiprocessing
+def spin(seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+start = os.times()
+procs = [multiprocessing.Process(target=spin, args=(1.0,)) for _ in range(2)]
+for p in procs: p.start()
+for p in procs: p.join()
+used = os.times()
+result = {"cpu": used.children_user + used.children_system - start.children_user - start.children_system}"#;
+    let result = json_of(&sandbox, code).await;
+    let cpu = result["cpu"].as_f64().unwrap();
+    assert!(
+        cpu < 0.6,
+        "throttled to the quota: {cpu} CPU-seconds in 1 s of two spinning processes"
+    );
+    // The interpreter's own lifetime CPU budget (1 s here) ends it; reported, then replaced.
+    let backend = backend_with(config().with_limits(Limits::default().with_cpu_seconds(1)));
+    let sandbox = common::sandbox(&backend).await;
+    let execution = run_with_timeout(&sandbox, "while True:\n    pass", Duration::from_secs(15)).await;
+    let error = execution.error.expect("death reported");
+    assert_eq!(error.name, "KernelDied", "{error:?}");
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+}
