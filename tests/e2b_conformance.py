@@ -12,6 +12,7 @@ tests/tests/e2b_conformance.rs runs it against an in-process server.
 
 import base64
 import datetime
+import gc
 import os
 import re
 import sys
@@ -124,6 +125,9 @@ try:
     check("run_code(timeout=2) times out", False, "no exception")
 except Exception as e:  # noqa: BLE001
     check("run_code(timeout=2) times out", "Timeout" in type(e).__name__, f"{type(e).__name__}: {e}")
+# The SDK's HTTP stack (pyqwest) closes an abandoned response's socket only when the response object
+# is collected; until then the server cannot see that the client left. Collect it now.
+gc.collect()
 started = datetime.datetime.now()
 after = step("run after the timeout", lambda: sbx.run_code("progress", timeout=30))
 waited = (datetime.datetime.now() - started).total_seconds()
