@@ -37,6 +37,7 @@
 mod capture;
 mod config;
 mod decision;
+pub mod e2b;
 pub mod export;
 mod init;
 pub mod llm;

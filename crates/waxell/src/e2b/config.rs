@@ -1,0 +1,171 @@
+//! Client configuration, read from the environment like E2B's own SDKs.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Default domain of E2B's cloud (`e2b.dev` before March 2025).
+pub const DEFAULT_DOMAIN: &str = "e2b.app";
+/// Domains whose sandboxes are reached through the shared, header-routed `sandbox.<domain>` host.
+const SHARED_HOST_DOMAINS: &[&str] = &[
+    "e2b.app",
+    "e2b.dev",
+    "e2b.pro",
+    "e2b-staging.dev",
+    "e2b-tango.dev",
+    "e2b-juliett.dev",
+    "foxtrot-2.e2b.dev",
+];
+
+/// A secret (API key, access token) that never shows in `Debug` output or spans.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret itself, for putting it in a header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// How to reach E2B (or an E2B-compatible server such as `waxell-sandbox serve`).
+///
+/// [`E2bConfig::from_env`] reads the variables E2B's SDKs read: `E2B_API_KEY`, `E2B_DOMAIN`,
+/// `E2B_API_URL`, `E2B_SANDBOX_URL`, `E2B_DEBUG`, `E2B_CONNECTION_RETRIES`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct E2bConfig {
+    /// Sent as `X-API-KEY` on the control plane; required unless `debug`.
+    pub api_key: Option<Secret>,
+    /// Domain of the E2B deployment (default `e2b.app`); a sandbox's own domain wins when it has one.
+    pub domain: String,
+    /// Control-plane base URL; default `https://api.<domain>` (`http://localhost:3000` in debug).
+    pub api_url: Option<String>,
+    /// One base URL for all sandbox traffic (envd and Code Interpreter), routed by headers.
+    /// Overrides debug mode, as in E2B's SDKs.
+    pub sandbox_url: Option<String>,
+    /// E2B's debug mode: no control-plane calls for create/kill/set-timeout, sandbox traffic to
+    /// `http://localhost:<port>`.
+    pub debug: bool,
+    /// Limit of every request except the body of `/execute` (E2B: 60 s).
+    pub request_timeout: Duration,
+    /// Default limit of one `run_code`, as one wall-clock deadline (E2B: 300 s).
+    pub execution_timeout: Duration,
+    /// Retries on 429, 502, 503, 504 or `Should-Retry: true` (E2B: 3).
+    pub max_retries: u32,
+    /// Longest wait between retries, whatever `Retry-After` says.
+    pub max_retry_delay: Duration,
+}
+
+impl Default for E2bConfig {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            domain: DEFAULT_DOMAIN.into(),
+            api_url: None,
+            sandbox_url: None,
+            debug: false,
+            request_timeout: Duration::from_secs(60),
+            execution_timeout: Duration::from_secs(300),
+            max_retries: 3,
+            max_retry_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+impl E2bConfig {
+    /// Defaults, nothing read from the environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Defaults overridden by `E2B_*` environment variables.
+    pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`E2bConfig::from_env`] with a custom variable lookup (for tests and embedding).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let mut config = Self {
+            api_key: get("E2B_API_KEY").map(Secret::new),
+            domain: get("E2B_DOMAIN").unwrap_or_else(|| DEFAULT_DOMAIN.into()),
+            api_url: get("E2B_API_URL"),
+            sandbox_url: get("E2B_SANDBOX_URL"),
+            debug: get("E2B_DEBUG").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")),
+            ..Self::default()
+        };
+        if let Some(retries) = get("E2B_CONNECTION_RETRIES").and_then(|v| v.trim().parse().ok()) {
+            config.max_retries = retries;
+        }
+        config
+    }
+
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(Secret::new(key));
+        self
+    }
+    pub fn with_domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = domain.into();
+        self
+    }
+    pub fn with_api_url(mut self, url: impl Into<String>) -> Self {
+        self.api_url = Some(url.into());
+        self
+    }
+    pub fn with_sandbox_url(mut self, url: impl Into<String>) -> Self {
+        self.sandbox_url = Some(url.into());
+        self
+    }
+    pub fn with_debug(mut self, debug: bool) -> Self {
+        self.debug = debug;
+        self
+    }
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+    pub fn with_execution_timeout(mut self, timeout: Duration) -> Self {
+        self.execution_timeout = timeout;
+        self
+    }
+    pub fn with_max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+    pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
+        self.max_retry_delay = delay;
+        self
+    }
+
+    /// Control-plane base URL, without a trailing slash.
+    pub fn api_base(&self) -> String {
+        let url = match &self.api_url {
+            Some(url) => url.clone(),
+            None if self.debug => "http://localhost:3000".into(),
+            None => format!("https://api.{}", self.domain),
+        };
+        url.trim_end_matches('/').to_owned()
+    }
+
+    /// Base URL of a sandbox's `port` (E2B's `get_sandbox_url`), without a trailing slash.
+    pub fn sandbox_base(&self, sandbox_id: &str, sandbox_domain: Option<&str>, port: u16) -> String {
+        let domain = sandbox_domain.unwrap_or(&self.domain);
+        let url = match &self.sandbox_url {
+            Some(url) => url.clone(),
+            None if self.debug => format!("http://localhost:{port}"),
+            None if SHARED_HOST_DOMAINS.contains(&domain) => format!("https://sandbox.{domain}"),
+            None => format!("https://{port}-{sandbox_id}.{domain}"),
+        };
+        url.trim_end_matches('/').to_owned()
+    }
+}

@@ -1,0 +1,575 @@
+//! [`E2bBackend`] and [`E2bSandbox`]: E2B's control plane, Code Interpreter and envd behind the
+//! backend-neutral sandbox traits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Client, Method, RequestBuilder, Url};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::config::{E2bConfig, Secret};
+use super::http::{self, Endpoint};
+use super::stream::ExecutionAssembler;
+use super::{CODE_INTERPRETER_PORT, ENVD_PORT};
+use crate::sandbox::{
+    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxSession,
+};
+
+/// Default template of E2B Code Interpreter.
+pub const DEFAULT_TEMPLATE: &str = "code-interpreter-v1";
+/// Id E2B's SDKs use in debug mode, where create makes no API call.
+const DEBUG_SANDBOX_ID: &str = "debug_sandbox_id";
+/// envd version assumed in debug mode: passes every version gate.
+const DEBUG_ENVD_VERSION: &str = "99.99.99";
+const USER_AGENT: &str = concat!("waxell-rs/", env!("CARGO_PKG_VERSION"));
+
+/// Creates (and connects to) E2B sandboxes. Wrap sessions in [`crate::sandbox::Sandbox`] for spans:
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), waxell::sandbox::SandboxError> {
+/// use waxell::e2b::{E2bBackend, E2bConfig};
+/// use waxell::sandbox::{RunOptions, Sandbox, SandboxOptions};
+///
+/// let backend = E2bBackend::new(E2bConfig::from_env())?;
+/// let sandbox = Sandbox::create(&backend, &SandboxOptions::default()).await?;
+/// let execution = sandbox.run_code("1 + 1", &RunOptions::default()).await?;
+/// assert_eq!(execution.text(), Some("2"));
+/// sandbox.kill().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct E2bBackend {
+    inner: Arc<Shared>,
+}
+
+/// What the backend and all its sandboxes share.
+struct Shared {
+    config: E2bConfig,
+    /// Pooled client for everything but `/execute`.
+    client: Client,
+}
+
+impl std::fmt::Debug for E2bBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bBackend")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// E2B's `Sandbox` (create and connect responses); fields this client does not use are ignored.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SandboxInfo {
+    #[serde(rename = "sandboxID")]
+    sandbox_id: String,
+    envd_version: Option<String>,
+    envd_access_token: Option<String>,
+    traffic_access_token: Option<String>,
+    domain: Option<String>,
+}
+
+impl E2bBackend {
+    /// A backend with this configuration. Fails without an API key (unless in debug mode).
+    pub fn new(config: E2bConfig) -> Result<Self, SandboxError> {
+        if config.api_key.is_none() && !config.debug {
+            return Err(SandboxError::Authentication(
+                "no E2B API key: set E2B_API_KEY or E2bConfig::with_api_key".into(),
+            ));
+        }
+        let client = Client::builder()
+            .user_agent(USER_AGENT)
+            .connect_timeout(config.request_timeout)
+            .timeout(config.request_timeout)
+            .build()
+            .map_err(|e| SandboxError::Other(format!("building the HTTP client: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Shared { config, client }),
+        })
+    }
+
+    /// A backend configured from `E2B_*` environment variables.
+    pub fn from_env() -> Result<Self, SandboxError> {
+        Self::new(E2bConfig::from_env())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &E2bConfig {
+        &self.inner.config
+    }
+
+    /// Create a sandbox (`POST /v2/sandboxes`), returning the concrete session type.
+    pub async fn create_sandbox(&self, options: &SandboxOptions) -> Result<E2bSandbox, SandboxError> {
+        let config = &self.inner.config;
+        if config.debug {
+            return Ok(self.session(SandboxInfo {
+                sandbox_id: DEBUG_SANDBOX_ID.into(),
+                envd_version: Some(DEBUG_ENVD_VERSION.into()),
+                envd_access_token: None,
+                traffic_access_token: None,
+                domain: None,
+            }));
+        }
+        let mut body = json!({
+            "templateID": options.template.as_deref().unwrap_or(DEFAULT_TEMPLATE),
+            "metadata": options.metadata,
+            "envVars": options.env_vars,
+        });
+        if let Some(timeout) = options.timeout {
+            body["timeout"] = json!(timeout_seconds(timeout));
+        }
+        let what = "create sandbox";
+        let response = http::send(config, Endpoint::Control, what, || {
+            self.control(Method::POST, "/v2/sandboxes").json(&body)
+        })
+        .await?;
+        Ok(self.session(http::json(what, response).await?))
+    }
+
+    /// Connect to a running sandbox by id (`POST /sandboxes/{id}/connect`), extending its lifetime
+    /// to at least `timeout` when given.
+    pub async fn connect(
+        &self,
+        sandbox_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<E2bSandbox, SandboxError> {
+        let config = &self.inner.config;
+        if config.debug {
+            return self.create_sandbox(&SandboxOptions::default()).await;
+        }
+        let body = match timeout {
+            Some(timeout) => json!({"timeout": timeout_seconds(timeout)}),
+            None => json!({}),
+        };
+        let what = format!("connect to sandbox {sandbox_id}");
+        let path = format!("/sandboxes/{sandbox_id}/connect");
+        let response = http::send(config, Endpoint::Control, &what, || {
+            self.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        Ok(self.session(http::json(&what, response).await?))
+    }
+
+    fn session(&self, info: SandboxInfo) -> E2bSandbox {
+        E2bSandbox {
+            shared: self.inner.clone(),
+            id: info.sandbox_id,
+            envd_version: info.envd_version.unwrap_or_default(),
+            envd_token: info.envd_access_token.map(Secret::new),
+            traffic_token: info.traffic_access_token.map(Secret::new),
+            domain: info.domain,
+        }
+    }
+
+    fn control(&self, method: Method, path: &str) -> RequestBuilder {
+        self.inner.control(method, path)
+    }
+}
+
+impl Shared {
+    fn control(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self
+            .client
+            .request(method, format!("{}{path}", self.config.api_base()));
+        match &self.config.api_key {
+            Some(key) => request.header("X-API-KEY", key.expose()),
+            None => request,
+        }
+    }
+}
+
+/// Whole seconds, at least 1 (E2B's API takes int32 seconds; 0 would not mean "no limit").
+fn timeout_seconds(timeout: Duration) -> u64 {
+    timeout.as_secs_f64().ceil().max(1.0) as u64
+}
+
+#[async_trait]
+impl SandboxBackend for E2bBackend {
+    fn name(&self) -> &'static str {
+        "e2b"
+    }
+
+    async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError> {
+        Ok(Box::new(self.create_sandbox(options).await?))
+    }
+}
+
+/// One E2B sandbox. Tokens are kept out of `Debug` output.
+pub struct E2bSandbox {
+    shared: Arc<Shared>,
+    id: String,
+    envd_version: String,
+    envd_token: Option<Secret>,
+    traffic_token: Option<Secret>,
+    domain: Option<String>,
+}
+
+impl std::fmt::Debug for E2bSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2bSandbox")
+            .field("id", &self.id)
+            .field("envd_version", &self.envd_version)
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `(major, minor, patch)` of a version string; unparsable parts count as 0.
+fn version(v: &str) -> (u64, u64, u64) {
+    let mut parts = v
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+#[derive(Deserialize)]
+struct ListDirResponse {
+    #[serde(default)]
+    entries: Vec<ConnectEntry>,
+}
+
+/// envd's `EntryInfo` in proto3-JSON (int64 `size` as a string, enum `type` by name).
+#[derive(Deserialize)]
+struct ConnectEntry {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    path: String,
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    size: Value,
+}
+
+impl From<ConnectEntry> for EntryInfo {
+    fn from(entry: ConnectEntry) -> Self {
+        let size = match &entry.size {
+            Value::String(s) => s.parse().unwrap_or(0),
+            Value::Number(n) => n.as_u64().unwrap_or(0),
+            _ => 0,
+        };
+        EntryInfo {
+            name: entry.name,
+            path: entry.path,
+            is_dir: entry.kind == "FILE_TYPE_DIRECTORY",
+            size,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct UploadedEntry {
+    path: String,
+    name: String,
+}
+
+impl E2bSandbox {
+    /// envd version of the sandbox (gates upload format and `username`).
+    pub fn envd_version(&self) -> &str {
+        &self.envd_version
+    }
+
+    fn config(&self) -> &E2bConfig {
+        &self.shared.config
+    }
+
+    /// A data-plane request to `port` with E2B's routing headers and the tokens that port takes.
+    fn data(
+        &self,
+        client: &Client,
+        method: Method,
+        port: u16,
+        url: Url,
+        access_token: bool,
+    ) -> RequestBuilder {
+        let mut request = client
+            .request(method, url)
+            .header("E2b-Sandbox-Id", &self.id)
+            .header("E2b-Sandbox-Port", port.to_string());
+        if access_token {
+            if let Some(token) = &self.envd_token {
+                request = request.header("X-Access-Token", token.expose());
+            }
+        }
+        if port != ENVD_PORT {
+            if let Some(token) = &self.traffic_token {
+                request = request.header("E2B-Traffic-Access-Token", token.expose());
+            }
+        }
+        request
+    }
+
+    fn url(&self, port: u16, path: &str, query: &[(&str, &str)]) -> Result<Url, SandboxError> {
+        let base = self.config().sandbox_base(&self.id, self.domain.as_deref(), port);
+        let mut url = Url::parse(&format!("{base}{path}"))
+            .map_err(|e| SandboxError::InvalidArgument(format!("sandbox URL {base}{path}: {e}")))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url)
+    }
+
+    /// `username` for envd file calls: older envd needs `user`; newer picks the sandbox's user.
+    fn file_query<'a>(&self, path: &'a str) -> Vec<(&'static str, &'a str)> {
+        let mut query = vec![("path", path)];
+        if version(&self.envd_version) < (0, 4, 0) {
+            query.push(("username", "user"));
+        }
+        query
+    }
+
+    async fn code_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        what: &str,
+    ) -> Result<reqwest::Response, SandboxError> {
+        let url = self.url(CODE_INTERPRETER_PORT, path, &[])?;
+        http::send(self.config(), Endpoint::Code, what, || {
+            let request = self.data(
+                &self.shared.client,
+                method.clone(),
+                CODE_INTERPRETER_PORT,
+                url.clone(),
+                false,
+            );
+            match &body {
+                Some(body) => request.json(body),
+                None => request,
+            }
+        })
+        .await
+    }
+
+    async fn run(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+        // One fresh HTTP/1.1 connection per execution, never pooled: dropping it on timeout is
+        // what tells the server to interrupt the code (HTTP/2 would hide the disconnect).
+        let client = Client::builder()
+            .user_agent(USER_AGENT)
+            .http1_only()
+            .pool_max_idle_per_host(0)
+            .connect_timeout(self.config().request_timeout)
+            .build()
+            .map_err(|e| SandboxError::Other(format!("building the HTTP client: {e}")))?;
+        let url = self.url(CODE_INTERPRETER_PORT, "/execute", &[])?;
+        let body = json!({
+            "code": code,
+            "context_id": options.context_id,
+            "language": options.language,
+            "env_vars": options.env_vars,
+        });
+        let what = "execute";
+        let request_timeout = self.config().request_timeout;
+        let response = tokio::time::timeout(
+            request_timeout,
+            http::send(self.config(), Endpoint::Code, what, || {
+                self.data(&client, Method::POST, CODE_INTERPRETER_PORT, url.clone(), true)
+                    .json(&body)
+            }),
+        )
+        .await
+        .map_err(|_| {
+            SandboxError::Timeout(format!(
+                "execute: no response headers within the {request_timeout:?} request timeout"
+            ))
+        })??;
+        let mut assembler = ExecutionAssembler::new(options);
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| {
+                SandboxError::Transport(format!(
+                    "the /execute stream broke: {}",
+                    http::transport_error(what, &e)
+                ))
+            })?;
+            assembler.feed(&chunk)?;
+        }
+        assembler.finish()
+    }
+}
+
+#[async_trait]
+impl SandboxSession for E2bSandbox {
+    fn sandbox_id(&self) -> &str {
+        &self.id
+    }
+
+    async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+        if options.language.is_some() && options.context_id.is_some() {
+            return Err(SandboxError::InvalidArgument(
+                "Only one of context_id or language can be provided".into(),
+            ));
+        }
+        let timeout = options.timeout.unwrap_or(self.config().execution_timeout);
+        // One wall-clock deadline for the whole call (headers and body alike). On expiry the future
+        // and with it the connection are dropped; the server interrupts the code, state kept.
+        match tokio::time::timeout(timeout, self.run(code, options)).await {
+            Ok(result) => result,
+            Err(_) => Err(SandboxError::Timeout(format!(
+                "execution exceeded {timeout:?}; the connection was closed so the sandbox interrupts the \
+                 code (its state is kept)"
+            ))),
+        }
+    }
+
+    async fn create_context(
+        &self,
+        language: Option<&str>,
+        cwd: Option<&str>,
+    ) -> Result<CodeContext, SandboxError> {
+        let mut body = json!({});
+        if let Some(language) = language {
+            body["language"] = json!(language);
+        }
+        if let Some(cwd) = cwd {
+            body["cwd"] = json!(cwd);
+        }
+        let what = "create context";
+        let response = self
+            .code_json(Method::POST, "/contexts", Some(body), what)
+            .await?;
+        http::json(what, response).await
+    }
+
+    async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+        let what = "list contexts";
+        let response = self.code_json(Method::GET, "/contexts", None, what).await?;
+        http::json(what, response).await
+    }
+
+    async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        let what = format!("restart context {context_id}");
+        self.code_json(
+            Method::POST,
+            &format!("/contexts/{context_id}/restart"),
+            None,
+            &what,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        let what = format!("remove context {context_id}");
+        self.code_json(Method::DELETE, &format!("/contexts/{context_id}"), None, &what)
+            .await?;
+        Ok(())
+    }
+
+    async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        let url = self.url(ENVD_PORT, "/files", &self.file_query(path))?;
+        // envd >= 0.5.7 takes a raw body; older ones only multipart.
+        let raw = version(&self.envd_version) >= (0, 5, 7);
+        let (content_type, body) = if raw {
+            ("application/octet-stream".to_owned(), data.to_vec())
+        } else {
+            multipart_file(path, data)
+        };
+        let response = http::send(self.config(), Endpoint::Files, path, || {
+            self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
+                .header(CONTENT_TYPE, content_type.clone())
+                .body(body.clone())
+        })
+        .await?;
+        let written: Vec<UploadedEntry> = http::json(&format!("write {path}"), response).await?;
+        let entry = written.into_iter().next().ok_or_else(|| SandboxError::Protocol {
+            message: format!("write {path}: the upload response lists no file"),
+            received: "[]".into(),
+        })?;
+        Ok(EntryInfo {
+            name: entry.name,
+            path: entry.path,
+            is_dir: false,
+            size: data.len() as u64,
+        })
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let url = self.url(ENVD_PORT, "/files", &self.file_query(path))?;
+        let response = http::send(self.config(), Endpoint::Files, path, || {
+            self.data(&self.shared.client, Method::GET, ENVD_PORT, url.clone(), true)
+        })
+        .await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| http::transport_error(&format!("read {path}"), &e))?;
+        Ok(bytes.to_vec())
+    }
+
+    async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+        let url = self.url(ENVD_PORT, "/filesystem.Filesystem/ListDir", &[])?;
+        let body = json!({"path": path, "depth": 1});
+        let response = http::send(self.config(), Endpoint::Files, path, || {
+            self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
+                .header("Connect-Protocol-Version", "1")
+                .json(&body)
+        })
+        .await?;
+        let listing: ListDirResponse = http::json(&format!("list {path}"), response).await?;
+        Ok(listing.entries.into_iter().map(EntryInfo::from).collect())
+    }
+
+    async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("set timeout of sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/timeout", self.id);
+        let body = json!({"timeout": timeout_seconds(timeout)});
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("kill sandbox {}", self.id);
+        let path = format!("/sandboxes/{}", self.id);
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::DELETE, &path)
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// A multipart body with one part named `file` (what envd < 0.5.7 accepts).
+fn multipart_file(path: &str, data: &[u8]) -> (String, Vec<u8>) {
+    // Any boundary works as long as the data does not contain it.
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let boundary = loop {
+        let candidate = format!("waxell-boundary-{seed:016x}");
+        if !data.windows(candidate.len()).any(|w| w == candidate.as_bytes()) {
+            break candidate;
+        }
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    };
+    let filename = path.replace(['"', '\r', '\n'], "_");
+    let mut body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n\
+         Content-Type: application/octet-stream\r\n\r\n"
+    )
+    .into_bytes();
+    body.extend_from_slice(data);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
