@@ -161,8 +161,6 @@ class Kernel:
                 __import__(name)
             except Exception:
                 pass
-        threading.Thread(target=self.reader, daemon=True).start()
-        threading.Thread(target=lambda: [__import__(m) for m in DEFERRED_IMPORTS], daemon=True).start()
         self.send(
             {
                 "type": "ready",
@@ -174,6 +172,10 @@ class Kernel:
                 "version": sys.version.split()[0],
             }
         )
+        # Threads start after `ready`: a second thread wanting the GIL would delay it by up to a
+        # switch interval. Host messages wait in the pipe meanwhile.
+        threading.Thread(target=self.reader, daemon=True).start()
+        threading.Thread(target=lambda: [__import__(m) for m in DEFERRED_IMPORTS], daemon=True).start()
         pending_id = None
         while True:
             try:
