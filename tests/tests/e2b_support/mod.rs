@@ -1,0 +1,55 @@
+//! Shared by the e2b_* tests: an in-process `waxell-sandbox serve` and fake E2B servers, all on
+//! 127.0.0.1 port 0.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use waxell::e2b::E2bConfig;
+use waxell_sandbox::server::{router, ServerConfig};
+use waxell_sandbox::{LocalBackend, LocalConfig};
+
+pub const API_KEY: &str = "e2b_0123456789abcdef";
+
+/// Serve `app` on 127.0.0.1:0 (with the peer address available to handlers); returns the base URL.
+pub async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+    });
+    format!("http://{address}")
+}
+
+/// The local backend (isolated Python) with one pre-started interpreter.
+pub fn local_backend() -> Arc<LocalBackend> {
+    Arc::new(
+        LocalBackend::new(LocalConfig::default().with_pool_size(1))
+            .expect("local sandbox backend (run scripts/setup-sandbox.sh)"),
+    )
+}
+
+/// The server config the tests use: an API key (so tokens are enforced) and fast keepalives, so a
+/// client that leaves is noticed quickly.
+pub fn server_config() -> ServerConfig {
+    ServerConfig::new()
+        .with_api_key(API_KEY)
+        .with_keepalive_interval(Duration::from_millis(200))
+}
+
+/// `waxell-sandbox serve` over the local backend, in-process; returns the base URL.
+pub async fn start_server(config: ServerConfig) -> String {
+    serve(router(local_backend(), config)).await
+}
+
+/// The client pointed at one server for both planes, as E2B's SDKs are with E2B_API_URL and
+/// E2B_SANDBOX_URL.
+pub fn client_config(url: &str) -> E2bConfig {
+    E2bConfig::new()
+        .with_api_key(API_KEY)
+        .with_api_url(url)
+        .with_sandbox_url(url)
+        .with_request_timeout(Duration::from_secs(30))
+}
