@@ -25,10 +25,6 @@ const DEFAULT_TEMPLATE: &str = "code-interpreter-v1";
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(
-            "/health",
-            get(|| async { (StatusCode::OK, "Health check successful") }),
-        )
         .route("/sandboxes", post(create).get(list))
         .route("/v2/sandboxes", post(create).get(list))
         .route("/sandboxes/{id}", get(detail).delete(kill))
@@ -41,6 +37,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
         })
         .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
+        // Added after the key check's layer: health checks need no key.
+        .route(
+            "/health",
+            get(|| async { (StatusCode::OK, "Health check successful") }),
+        )
         .with_state(state)
 }
 

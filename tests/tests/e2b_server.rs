@@ -1,0 +1,503 @@
+//! `waxell-sandbox serve` at the HTTP level: bad input gets a JSON error with the right status and
+//! never takes the server down; routing, tokens, debug mode and the envd APIs.
+
+mod e2b_support;
+
+use std::io::Write;
+
+use e2b_support::{start_server, API_KEY};
+use reqwest::{Client, Method, RequestBuilder, StatusCode};
+use serde_json::{json, Value};
+use waxell_sandbox::server::ServerConfig;
+
+const LIMIT: usize = 64 * 1024;
+
+struct Peer {
+    url: String,
+    http: Client,
+}
+
+/// A sandbox created over the control plane, with its tokens.
+struct Created {
+    id: String,
+    envd_token: String,
+    traffic_token: String,
+}
+
+impl Peer {
+    async fn start(config: ServerConfig) -> Self {
+        Self {
+            url: start_server(config).await,
+            http: Client::new(),
+        }
+    }
+
+    fn control(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url))
+            .header("X-API-KEY", API_KEY)
+    }
+
+    fn data(&self, method: Method, sandbox: &Created, port: u16, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url))
+            .header("E2b-Sandbox-Id", &sandbox.id)
+            .header("E2b-Sandbox-Port", port.to_string())
+            .header("X-Access-Token", &sandbox.envd_token)
+            .header("E2B-Traffic-Access-Token", &sandbox.traffic_token)
+    }
+
+    async fn create(&self) -> Created {
+        let response = self
+            .control(Method::POST, "/v2/sandboxes")
+            .json(&json!({"templateID": "code-interpreter-v1", "timeout": 120}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let body: Value = response.json().await.unwrap();
+        for field in ["templateID", "sandboxID", "clientID", "envdVersion"] {
+            assert!(
+                body.get(field).is_some_and(|v| v.is_string()),
+                "{field} in {body}"
+            );
+        }
+        Created {
+            id: body["sandboxID"].as_str().unwrap().into(),
+            envd_token: body["envdAccessToken"].as_str().unwrap().into(),
+            traffic_token: body["trafficAccessToken"].as_str().unwrap().into(),
+        }
+    }
+
+    async fn alive(&self) {
+        let health = self
+            .http
+            .get(format!("{}/health", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), StatusCode::OK, "the server is still up");
+    }
+}
+
+/// Send, expect `status` and a JSON error body; returns the body.
+async fn expect_error(request: RequestBuilder, status: StatusCode) -> Value {
+    let response = request.send().await.unwrap();
+    let got = response.status();
+    let text = response.text().await.unwrap();
+    assert_eq!(got, status, "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert!(body.get("message").is_some_and(Value::is_string), "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_rejects_bad_input_with_json_errors() {
+    let peer = Peer::start(e2b_support::server_config().with_max_body_bytes(LIMIT)).await;
+    let body = expect_error(
+        peer.control(Method::POST, "/v2/sandboxes").body("{not json"),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert_eq!(body["code"], 400);
+    expect_error(
+        peer.control(Method::POST, "/v2/sandboxes")
+            .body(vec![b' '; LIMIT + 1]),
+        StatusCode::PAYLOAD_TOO_LARGE,
+    )
+    .await;
+    expect_error(
+        peer.control(Method::POST, "/sandboxes")
+            .json(&json!({"timeout": 0})),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    expect_error(
+        peer.http
+            .post(format!("{}/v2/sandboxes", peer.url))
+            .json(&json!({})),
+        StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    let missing = expect_error(
+        peer.control(Method::GET, "/sandboxes/doesnotexist"),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert!(
+        missing["message"].as_str().unwrap().contains("doesn't exist"),
+        "{missing}"
+    );
+    expect_error(
+        peer.control(Method::DELETE, "/sandboxes/doesnotexist"),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    expect_error(
+        peer.control(Method::PUT, "/v2/sandboxes"),
+        StatusCode::METHOD_NOT_ALLOWED,
+    )
+    .await;
+    expect_error(peer.control(Method::GET, "/nowhere"), StatusCode::NOT_FOUND).await;
+
+    // v1 create, detail, list, timeout, kill.
+    let created = peer.create().await;
+    let detail: Value = peer
+        .control(Method::GET, &format!("/sandboxes/{}", created.id))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for field in [
+        "startedAt",
+        "endAt",
+        "state",
+        "cpuCount",
+        "memoryMB",
+        "envdVersion",
+    ] {
+        assert!(detail.get(field).is_some(), "{field} in {detail}");
+    }
+    let list: Value = peer
+        .control(Method::GET, "/v2/sandboxes")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(list
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["sandboxID"] == created.id.as_str()));
+    let timeout = peer
+        .control(Method::POST, &format!("/sandboxes/{}/timeout", created.id))
+        .json(&json!({"timeout": 30}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(timeout.status(), StatusCode::NO_CONTENT);
+    let kill = peer
+        .control(Method::DELETE, &format!("/sandboxes/{}", created.id))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(kill.status(), StatusCode::NO_CONTENT);
+    peer.alive().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_plane_routing_tokens_and_bad_input() {
+    let peer = Peer::start(e2b_support::server_config().with_max_body_bytes(LIMIT)).await;
+    let sandbox = peer.create().await;
+
+    // Unknown sandbox: E2B's proxy answer.
+    let ghost = Created {
+        id: "ghost".into(),
+        envd_token: String::new(),
+        traffic_token: String::new(),
+    };
+    let body = expect_error(
+        peer.data(Method::GET, &ghost, 49983, "/health"),
+        StatusCode::BAD_GATEWAY,
+    )
+    .await;
+    assert_eq!(body["sandboxId"], "ghost");
+    assert!(body["message"].as_str().unwrap().contains("was not found"));
+    // Routing headers.
+    expect_error(
+        peer.http
+            .post(format!("{}/execute", peer.url))
+            .header("E2b-Sandbox-Port", "49999"),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    expect_error(
+        peer.http
+            .get(format!("{}/health", peer.url))
+            .header("E2b-Sandbox-Id", &sandbox.id)
+            .header("E2b-Sandbox-Port", "nope"),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    expect_error(
+        peer.data(Method::GET, &sandbox, 8080, "/"),
+        StatusCode::BAD_GATEWAY,
+    )
+    .await;
+    // Tokens.
+    let no_token = peer
+        .http
+        .get(format!("{}/files?path=x", peer.url))
+        .header("E2b-Sandbox-Id", &sandbox.id)
+        .header("E2b-Sandbox-Port", "49983");
+    expect_error(no_token, StatusCode::UNAUTHORIZED).await;
+    let no_traffic = peer
+        .http
+        .get(format!("{}/contexts", peer.url))
+        .header("E2b-Sandbox-Id", &sandbox.id)
+        .header("E2b-Sandbox-Port", "49999");
+    expect_error(no_traffic, StatusCode::UNAUTHORIZED).await;
+
+    // /execute input.
+    expect_error(
+        peer.data(Method::POST, &sandbox, 49999, "/execute")
+            .body("{\"code\": 1"),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    expect_error(
+        peer.data(Method::POST, &sandbox, 49999, "/execute")
+            .json(&json!({"code": "x" .repeat(LIMIT + 1)})),
+        StatusCode::PAYLOAD_TOO_LARGE,
+    )
+    .await;
+    let unknown = expect_error(
+        peer.data(Method::POST, &sandbox, 49999, "/execute")
+            .json(&json!({"code": "1", "context_id": "nope"})),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(unknown["message"], "Context nope not found");
+    expect_error(
+        peer.data(Method::POST, &sandbox, 49999, "/execute")
+            .json(&json!({"code": "1", "context_id": "default", "language": "python"})),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    expect_error(
+        peer.data(Method::POST, &sandbox, 49999, "/contexts/nope/restart"),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    expect_error(
+        peer.data(Method::DELETE, &sandbox, 49999, "/contexts/nope"),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+
+    // A good /execute: NDJSON, end_of_execution last.
+    let text = peer
+        .data(Method::POST, &sandbox, 49999, "/execute")
+        .json(&json!({"code": "print('a')\n21 * 2"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    types.dedup(); // output comes in chunks as written ("a", then "\n")
+    assert_eq!(
+        types,
+        ["stdout", "result", "number_of_executions", "end_of_execution"],
+        "{text}"
+    );
+    let result = lines.iter().find(|l| l["type"] == "result").unwrap();
+    assert_eq!(
+        (&result["text"], &result["is_main_result"]),
+        (&json!("42"), &json!(true))
+    );
+
+    // Files: raw, gzip and multipart uploads; traversal, symlinks, bad parts, gzip bombs.
+    let upload = |path: &str| peer.data(Method::POST, &sandbox, 49983, &format!("/files?path={path}"));
+    let written: Value = upload("raw.txt")
+        .header("content-type", "application/octet-stream")
+        .body("raw body")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        json!([{"path": "/home/user/raw.txt", "name": "raw.txt", "type": "file"}])
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"gzipped body").unwrap();
+    let gz = gz.finish().unwrap();
+    let response = upload("gz.txt")
+        .header("content-type", "application/octet-stream")
+        .header("content-encoding", "gzip")
+        .body(gz)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "{}",
+        response.text().await.unwrap()
+    );
+    let read = |path: &str| peer.data(Method::GET, &sandbox, 49983, &format!("/files?path={path}"));
+    assert_eq!(
+        read("gz.txt").send().await.unwrap().text().await.unwrap(),
+        "gzipped body"
+    );
+    let multipart = "--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/home/user/mp.txt\"\r\n\r\nmultipart body\r\n--XX--\r\n";
+    let response = peer
+        .data(Method::POST, &sandbox, 49983, "/files")
+        .header("content-type", "multipart/form-data; boundary=XX")
+        .body(multipart)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "{}",
+        response.text().await.unwrap()
+    );
+    assert_eq!(
+        read("/home/user/mp.txt")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "multipart body"
+    );
+    expect_error(
+        peer.data(Method::POST, &sandbox, 49983, "/files?path=x")
+            .header("content-type", "multipart/form-data; boundary=XX")
+            .body(multipart.replace("name=\"file\"", "name=\"other\"")),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    bomb.write_all(&vec![0u8; LIMIT * 4]).unwrap();
+    expect_error(
+        upload("bomb.bin")
+            .header("content-type", "application/octet-stream")
+            .header("content-encoding", "gzip")
+            .body(bomb.finish().unwrap()),
+        StatusCode::PAYLOAD_TOO_LARGE,
+    )
+    .await;
+    expect_error(
+        upload("big.bin").body(vec![0u8; LIMIT + 1]),
+        StatusCode::PAYLOAD_TOO_LARGE,
+    )
+    .await;
+    expect_error(read("../../etc/passwd"), StatusCode::BAD_REQUEST).await;
+    expect_error(read("/etc/passwd"), StatusCode::BAD_REQUEST).await;
+    expect_error(read("missing.txt"), StatusCode::NOT_FOUND).await;
+    expect_error(upload("../escape.txt").body("x"), StatusCode::BAD_REQUEST).await;
+    peer.data(Method::POST, &sandbox, 49999, "/execute")
+        .json(&json!({"code": "import os\nos.symlink('/etc/shadow', 'link')"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused = expect_error(read("link"), StatusCode::BAD_REQUEST).await;
+    assert!(
+        refused["message"].as_str().unwrap().contains("symlink"),
+        "{refused}"
+    );
+
+    // Connect RPCs: JSON codec, Connect error codes.
+    let rpc = |method: &str| {
+        peer.data(
+            Method::POST,
+            &sandbox,
+            49983,
+            &format!("/filesystem.Filesystem/{method}"),
+        )
+        .header("Connect-Protocol-Version", "1")
+    };
+    let listing: Value = rpc("ListDir")
+        .json(&json!({"path": "/home/user", "depth": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let raw = listing["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "raw.txt")
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert_eq!(
+        (raw["type"].as_str(), raw["size"].as_str()),
+        (Some("FILE_TYPE_FILE"), Some("8"))
+    );
+    let stat: Value = rpc("Stat")
+        .json(&json!({"path": "raw.txt"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stat["entry"]["name"], "raw.txt");
+    let missing = expect_error(
+        rpc("Stat").json(&json!({"path": "nope.txt"})),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(missing["code"], "not_found");
+    let missing = expect_error(
+        rpc("ListDir").json(&json!({"path": "nope"})),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    assert_eq!(missing["code"], "not_found");
+    let unsupported = expect_error(
+        rpc("MakeDir").json(&json!({"path": "d"})),
+        StatusCode::NOT_IMPLEMENTED,
+    )
+    .await;
+    assert_eq!(unsupported["code"], "unimplemented");
+    expect_error(rpc("ListDir").body("[1,"), StatusCode::BAD_REQUEST).await;
+
+    peer.alive().await;
+    let ok = peer
+        .data(Method::GET, &sandbox, 49983, "/health")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::NO_CONTENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_mode_serves_the_sdks_fixed_sandbox_without_create() {
+    let peer = Peer::start(ServerConfig::new().with_debug_sandbox(true)).await;
+    let debug = Created {
+        id: "debug_sandbox_id".into(),
+        envd_token: String::new(),
+        traffic_token: String::new(),
+    };
+    let text = peer
+        .data(Method::POST, &debug, 49999, "/execute")
+        .json(&json!({"code": "1 + 1"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("\"text\":\"2\"") || text.contains("\"text\": \"2\""),
+        "{text}"
+    );
+    // Without an API key configured, any key (or none) is accepted on the control plane.
+    let list = peer
+        .http
+        .get(format!("{}/v2/sandboxes", peer.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), StatusCode::OK);
+    let list: Value = list.json().await.unwrap();
+    assert_eq!(list[0]["sandboxID"], "debug_sandbox_id");
+}
