@@ -131,3 +131,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn refuses_a_non_loopback_address_without_an_api_key() {
+        let cli = Cli::try_parse_from(["waxell-sandbox", "serve", "--listen", "0.0.0.0:0"]).unwrap();
+        let Command::Serve(args) = cli.command;
+        let error = serve(args).await.unwrap_err();
+        assert!(error.contains("without an API key"), "{error}");
+    }
+}

@@ -169,3 +169,64 @@ impl E2bConfig {
         url.trim_end_matches('/').to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> E2bConfig {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        E2bConfig::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_reach_e2b_cloud_through_the_shared_host() {
+        let config = env(&[("E2B_API_KEY", "e2b_1")]);
+        assert_eq!(config.api_base(), "https://api.e2b.app");
+        assert_eq!(config.sandbox_base("abc", None, 49999), "https://sandbox.e2b.app");
+        assert_eq!(config.api_key.as_ref().map(Secret::expose), Some("e2b_1"));
+    }
+
+    #[test]
+    fn other_domains_use_the_port_and_id_host_and_the_sandboxs_domain_wins() {
+        let config = env(&[("E2B_DOMAIN", "example.org")]);
+        assert_eq!(config.api_base(), "https://api.example.org");
+        assert_eq!(
+            config.sandbox_base("abc", None, 49983),
+            "https://49983-abc.example.org"
+        );
+        assert_eq!(
+            config.sandbox_base("abc", Some("e2b.dev"), 49983),
+            "https://sandbox.e2b.dev"
+        );
+    }
+
+    #[test]
+    fn debug_mode_uses_localhost_and_explicit_urls_win() {
+        let config = env(&[("E2B_DEBUG", "TRUE")]);
+        assert!(config.debug);
+        assert_eq!(config.api_base(), "http://localhost:3000");
+        assert_eq!(config.sandbox_base("x", None, 49999), "http://localhost:49999");
+        let config = env(&[
+            ("E2B_DEBUG", "true"),
+            ("E2B_API_URL", "http://127.0.0.1:9/"),
+            ("E2B_SANDBOX_URL", "http://127.0.0.1:8/"),
+            ("E2B_CONNECTION_RETRIES", "5"),
+        ]);
+        assert_eq!(config.api_base(), "http://127.0.0.1:9");
+        assert_eq!(config.sandbox_base("x", None, 49999), "http://127.0.0.1:8");
+        assert_eq!(config.max_retries, 5);
+        assert!(
+            !env(&[("E2B_DEBUG", "1")]).debug,
+            "only `true` turns debug on, as in E2B's SDKs"
+        );
+    }
+
+    #[test]
+    fn the_api_key_never_shows_in_debug_output() {
+        let config = E2bConfig::new().with_api_key("e2b_supersecret");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("supersecret"), "{shown}");
+        assert!(shown.contains("redacted"), "{shown}");
+    }
+}
