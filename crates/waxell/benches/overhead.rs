@@ -142,6 +142,19 @@ fn main() {
     tracing::subscriber::set_global_default(subscriber).expect("subscriber");
 
     let code = "print(sum(range(10)))";
+    // `WAXELL_BENCH_ONLY=hand|waxell|tracing` runs 100,000 calls of one case and exits: for instruction
+    // counts under `valgrind --tool=callgrind`, which are repeatable on a noisy machine.
+    if let Ok(only) = std::env::var("WAXELL_BENCH_ONLY") {
+        for _ in 0..100_000 {
+            match only.as_str() {
+                "hand" => drop(hand_written(&hand_tracer, black_box(code), black_box(1))),
+                "waxell" => drop(instrumented(black_box(code), black_box(1))),
+                "tracing" => drop(traced(black_box(code), black_box(1))),
+                other => panic!("WAXELL_BENCH_ONLY={other}: expected hand, waxell or tracing"),
+            }
+        }
+        return;
+    }
     {
         let mut group = criterion.benchmark_group("tool_call");
         group.bench_function("bare", |b| b.iter(|| bare(black_box(code), black_box(1))));

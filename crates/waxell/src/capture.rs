@@ -30,6 +30,15 @@ impl Captured {
         }
     }
 
+    /// The capture as a JSON value, without copying a structured one.
+    pub fn into_json(self) -> serde_json::Value {
+        match self {
+            Self::Json(v) => v,
+            Self::Debug(s) => serde_json::Value::String(s),
+            Self::TypeName(t) => serde_json::Value::String(format!("<{t}>")),
+        }
+    }
+
     /// The capture as display text: JSON strings are unquoted, other JSON is compact JSON.
     pub fn to_text(&self) -> String {
         match self {
@@ -230,10 +239,15 @@ pub(crate) mod outcome {
     }
 }
 
-/// Cut `text` to at most `max_chars` characters, marking the cut.
-pub(crate) fn truncate(text: &str, max_chars: usize) -> String {
+/// Cut `text` to at most `max_chars` characters, marking the cut; a short enough owned string is returned
+/// as it is (the common case: no copy).
+pub(crate) fn truncate_owned(text: std::borrow::Cow<'_, str>, max_chars: usize) -> String {
+    // A string of at most `max_chars` bytes has at most `max_chars` characters.
+    if text.len() <= max_chars {
+        return text.into_owned();
+    }
     match text.char_indices().nth(max_chars) {
-        None => text.to_owned(),
+        None => text.into_owned(),
         Some((cut, _)) => {
             let total = text.chars().count();
             format!(
@@ -305,7 +319,9 @@ mod tests {
 
     #[test]
     fn truncate_marks_the_cut_on_char_boundaries() {
-        assert_eq!(truncate("héllo", 10), "héllo");
-        assert_eq!(truncate("héllo", 2), "hé...[truncated 3 of 5 chars]");
+        let cut = |s: &str, n| truncate_owned(std::borrow::Cow::Borrowed(s), n);
+        assert_eq!(cut("héllo", 10), "héllo");
+        assert_eq!(cut("héllo", 5), "héllo");
+        assert_eq!(cut("héllo", 2), "hé...[truncated 3 of 5 chars]");
     }
 }

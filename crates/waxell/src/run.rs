@@ -97,7 +97,7 @@ impl Run {
             Kind::Step => (OP_STEP, OI_KIND_CHAIN, "step"),
             Kind::Retrieval => (OP_RETRIEVAL, OI_KIND_RETRIEVER, "retrieval"),
         };
-        let mut attrs = Vec::with_capacity(10);
+        let mut attrs = Vec::with_capacity(14);
         attrs.push(KeyValue::new(GEN_AI_OPERATION_NAME, op));
         attrs.push(KeyValue::new(OI_SPAN_KIND, oi_kind));
         attrs.push(KeyValue::new(WAXELL_SPAN_TYPE, span_kind));
@@ -135,6 +135,15 @@ impl Run {
                 attrs.push(KeyValue::new(WAXELL_RETRIEVAL_SOURCE, meta.name));
             }
         }
+        // Arguments go into the builder with the other start attributes: one allocation, no per-attribute
+        // locking. They are skipped when the parent is known to be unsampled (the span will not record).
+        let parent_unsampled = {
+            let sc = parent.span().span_context().clone();
+            sc.is_valid() && !sc.is_sampled()
+        };
+        if meta.capture && state.capture.content && !parent_unsampled {
+            args_attributes(meta, &state, args(), &mut attrs);
+        }
         let builder = SpanBuilder::from_name(meta.span_name)
             .with_kind(SpanKind::Internal)
             .with_attributes(attrs);
@@ -150,9 +159,6 @@ impl Run {
             recording,
             ended: AtomicBool::new(false),
         };
-        if recording && meta.capture && inner.state.capture.content {
-            inner.record_args(&args());
-        }
         Run {
             inner: Some(Box::new(inner)),
         }
@@ -245,36 +251,6 @@ impl Drop for Run {
 }
 
 impl Inner {
-    fn record_args(&self, args: &Args) {
-        let span = self.cx.span();
-        if self.meta.kind == Kind::Retrieval {
-            // The query is the argument named like one, else the first argument.
-            let query = args
-                .iter()
-                .find(|(n, _)| matches!(*n, "query" | "q" | "question"))
-                .or(args.first());
-            if let Some((_, q)) = query {
-                span.set_attribute(KeyValue::new(
-                    WAXELL_RETRIEVAL_QUERY,
-                    self.state.content(&q.to_text()),
-                ));
-            }
-        }
-        if args.is_empty() {
-            return;
-        }
-        let mut object = serde_json::Map::with_capacity(args.len());
-        for (name, value) in args {
-            object.insert((*name).to_owned(), value.to_json());
-        }
-        let json = self.state.json_content(serde_json::Value::Object(object));
-        if self.meta.kind == Kind::Tool {
-            span.set_attribute(KeyValue::new(GEN_AI_TOOL_CALL_ARGUMENTS, json.clone()));
-        }
-        span.set_attribute(KeyValue::new(OI_INPUT_VALUE, json));
-        span.set_attribute(KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON));
-    }
-
     fn record_outcome(&self, outcome: Outcome) {
         let span = self.cx.span();
         if let Some(err) = &outcome.error {
@@ -383,6 +359,39 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     } else {
         "non-string panic payload".to_owned()
     }
+}
+
+/// The attributes of the captured arguments.
+fn args_attributes(meta: &Meta, state: &State, args: Args, attrs: &mut Vec<KeyValue>) {
+    if meta.kind == Kind::Retrieval {
+        // The query is the argument named like one, else the first argument.
+        let query = args
+            .iter()
+            .find(|(n, _)| matches!(*n, "query" | "q" | "question"))
+            .or(args.first());
+        if let Some((_, q)) = query {
+            attrs.push(KeyValue::new(WAXELL_RETRIEVAL_QUERY, state.content(&q.to_text())));
+        }
+    }
+    if args.is_empty() {
+        return;
+    }
+    let mut object = serde_json::Map::with_capacity(args.len());
+    for (name, value) in args {
+        object.insert(name.to_owned(), value.into_json());
+    }
+    // One shared string for both attribute families.
+    let json = shared(state.json_content(serde_json::Value::Object(object)));
+    if meta.kind == Kind::Tool {
+        attrs.push(KeyValue::new(GEN_AI_TOOL_CALL_ARGUMENTS, json.clone()));
+    }
+    attrs.push(KeyValue::new(OI_INPUT_VALUE, json));
+    attrs.push(KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON));
+}
+
+/// A string attribute value that clones by reference count (the same content goes into two keys).
+fn shared(text: String) -> Value {
+    Value::String(StringValue::from(std::sync::Arc::<str>::from(text)))
 }
 
 pub(crate) fn string_array(items: &[impl AsRef<str>]) -> Value {

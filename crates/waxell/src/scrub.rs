@@ -76,6 +76,33 @@ const BUILT_IN: &[(&str, &str, usize)] = &[
 pub(crate) struct Scrubber {
     any: RegexSet,
     patterns: Vec<(String, Regex, usize)>,
+    /// Only the built-in patterns: the cheap pre-check below is valid for them, not for user patterns.
+    built_in_only: bool,
+}
+
+/// A cheap test that rules out every built-in pattern: each needs a `:` or `=` (labels, URLs with
+/// credentials, "Authorization: Bearer"), a run of at least 12 token characters (API keys, JWTs, bearer
+/// tokens), or a PEM armour line. Most captured strings (numbers, short words, code without
+/// assignments) pass it in one scan and skip the regex set.
+fn might_contain_secret(text: &str) -> bool {
+    let (mut run, mut dashes) = (0usize, 0usize);
+    for b in text.bytes() {
+        dashes = if b == b'-' { dashes + 1 } else { 0 };
+        if dashes >= 5 {
+            return true; // "-----BEGIN ... PRIVATE KEY-----"
+        }
+        match b {
+            b':' | b'=' => return true,
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' | b'+' | b'/' => {
+                run += 1;
+                if run >= 12 {
+                    return true;
+                }
+            }
+            _ => run = 0,
+        }
+    }
+    false
 }
 
 impl Scrubber {
@@ -92,11 +119,18 @@ impl Scrubber {
         }
         let any = RegexSet::new(patterns.iter().map(|(_, re, _)| re.as_str()))
             .map_err(|e| format!("scrub patterns: {e}"))?;
-        Ok(Self { any, patterns })
+        Ok(Self {
+            any,
+            patterns,
+            built_in_only: extra.is_empty(),
+        })
     }
 
     /// Replace every secret in `text` with a tag naming its kind.
     pub(crate) fn scrub<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if self.built_in_only && !might_contain_secret(text) {
+            return Cow::Borrowed(text);
+        }
         let hits = self.any.matches(text);
         if !hits.matched_any() {
             return Cow::Borrowed(text);
@@ -149,12 +183,19 @@ impl Scrubber {
 
 /// Whether a key (argument name, JSON key, header name) names a secret.
 pub(crate) fn is_sensitive_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
+    let key = key.as_bytes();
+    let ends_with = |suffix: &str| {
+        key.len() >= suffix.len() && key[key.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+    };
     // "max_tokens", "input_tokens" and friends count tokens; they are not secrets.
-    if key.ends_with("tokens") || key.ends_with("token_count") {
+    if ends_with("tokens") || ends_with("token_count") {
         return false;
     }
-    SENSITIVE_KEY_PARTS.iter().any(|part| key.contains(part))
+    // Case-insensitive substring test without allocating: this runs for every captured JSON key.
+    SENSITIVE_KEY_PARTS.iter().any(|part| {
+        key.windows(part.len())
+            .any(|w| w.eq_ignore_ascii_case(part.as_bytes()))
+    })
 }
 
 /// The default scrubber (built-in patterns only), compiled on first use.
@@ -202,6 +243,23 @@ mod tests {
     fn private_keys_are_removed_whole() {
         let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc\n-----END RSA PRIVATE KEY-----";
         assert_eq!(DEFAULT.scrub(pem), "[REDACTED:PRIVATE_KEY]");
+    }
+
+    #[test]
+    fn the_pre_check_never_hides_a_planted_secret() {
+        for secret in [
+            "sk-proj-abcdefghijklmnopqrstuvwxyz012345",
+            "AKIAIOSFODNN7EXAMPLE",
+            "xoxb-1234567890-abcdefghij",
+            "-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----",
+            "Bearer abcdefghijklmnop123",
+            "password=hunter22",
+            "redis://u:pw12@host",
+        ] {
+            assert!(might_contain_secret(secret), "{secret}");
+            assert_ne!(DEFAULT.scrub(secret), secret, "{secret}");
+        }
+        assert!(!might_contain_secret("print(sum(range(10)))"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::InstrumentationScope;
 
-use crate::capture::truncate;
+use crate::capture::truncate_owned;
 use crate::config::{self, Capture};
 use crate::scrub::{self, Scrubber};
 
@@ -105,8 +105,8 @@ impl State {
     pub(crate) fn preview(&self, text: &str, max_chars: usize) -> String {
         let max = max_chars.min(self.capture.max_chars);
         match self.scrubber {
-            Some(s) => truncate(&s.scrub(text), max),
-            None => truncate(text, max),
+            Some(s) => truncate_owned(s.scrub(text), max),
+            None => truncate_owned(std::borrow::Cow::Borrowed(text), max),
         }
     }
 
@@ -115,7 +115,9 @@ impl State {
         if let Some(s) = self.scrubber {
             s.scrub_json(&mut value);
         }
-        truncate(&value.to_string(), self.capture.max_chars)
+        // `to_string` writes into one growing buffer; `Display` would go through the formatting machinery.
+        let text = serde_json::to_string(&value).unwrap_or_default();
+        truncate_owned(std::borrow::Cow::Owned(text), self.capture.max_chars)
     }
 }
 
