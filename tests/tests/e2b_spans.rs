@@ -31,7 +31,9 @@ async fn client_calls_are_spans_and_carry_traceparent() {
         .build();
     opentelemetry::global::set_tracer_provider(provider.clone());
 
-    let traceparents: Arc<Mutex<Vec<(String, Option<String>)>>> = Arc::default();
+    // (path, traceparent header) of each /execute request.
+    type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let traceparents: Seen = Arc::default();
     let record = traceparents.clone();
     let app = Router::new()
         .route(
