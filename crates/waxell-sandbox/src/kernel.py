@@ -60,6 +60,7 @@ class Kernel:
         self.truncated = False
         self.stream_truncated = False
         self.execution_count = 0
+        self.pid = os.getpid()
         self.queue = queue.Queue()
         self.synced = {1: threading.Event(), 2: threading.Event()}
         for fd, name in ((1, "stdout"), (2, "stderr")):
@@ -215,6 +216,10 @@ class Kernel:
             try:
                 value = self.run_cell(code)
             finally:
+                if os.getpid() != self.pid:
+                    # A process forked by the cell ran off its end into the kernel: it must not
+                    # answer for the kernel (its `done` would end the execution early).
+                    os._exit(0)
                 with self.state_lock:
                     self.executing = False
             if value is not None:

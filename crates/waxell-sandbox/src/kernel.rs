@@ -18,6 +18,8 @@ use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage,
 
 /// Largest `ready` line accepted.
 const READY_LINE_LIMIT: usize = 64 << 10;
+/// Largest line read while draining an abandoned execution.
+const ABANDONED_LINE_LIMIT: usize = 64 << 20;
 /// bwrap's own stderr kept for error messages.
 const STDERR_TAIL_LIMIT: usize = 8 << 10;
 
@@ -119,6 +121,8 @@ pub(crate) struct KernelProcess {
     reaped: bool,
     /// Host pids of the interpreter and of bwrap's init, waited for on kill.
     inner_pids: Vec<u32>,
+    /// An execution whose `done` was never read (its caller's future was dropped).
+    unfinished: Option<u64>,
 }
 
 impl std::fmt::Debug for KernelProcess {
@@ -149,6 +153,7 @@ impl KernelProcess {
             alive: true,
             reaped: false,
             inner_pids: Vec::new(),
+            unfinished: None,
         };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
@@ -236,6 +241,35 @@ impl KernelProcess {
         Ok(())
     }
 
+    /// If an earlier `execute` was abandoned mid-run (its future dropped, e.g. a client went away),
+    /// interrupt that cell and read up to its `done`, so the next run starts clean. Kills the kernel
+    /// if it does not finish within `grace`.
+    pub(crate) async fn settle_abandoned(&mut self, grace: Duration) {
+        let Some(id) = self.unfinished.take() else { return };
+        if self.send(serde_json::json!({"type": "interrupt"})).await.is_err() {
+            self.kill();
+            return;
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            let line = tokio::select! {
+                line = self.from_kernel.next_line(ABANDONED_LINE_LIMIT) => line,
+                _ = tokio::time::sleep_until(deadline) => break,
+            };
+            match line {
+                Ok(Some(line)) => {
+                    if let Ok(KernelMessage::Done { id: Some(done), .. }) = serde_json::from_slice(&line) {
+                        if done == id {
+                            return;
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.kill();
+    }
+
     /// Run one cell. Errors of the code, timeouts, OOM and truncation come back in the
     /// `Execution`; `Err` means the kernel could not be talked to at all.
     pub(crate) async fn execute(
@@ -256,6 +290,8 @@ impl KernelProcess {
         self.send(serde_json::json!({"type": "execute", "id": id, "code": code, "env": options.env_vars}))
             .await
             .map_err(|e| SandboxError::Transport(format!("sending to the kernel: {e}")))?;
+        // Cleared when `done` is read; still set if this future is dropped before that.
+        self.unfinished = Some(id);
         let mut deadline = Instant::now() + limits.timeout;
         let finished = loop {
             let line = tokio::select! {
@@ -343,6 +379,7 @@ impl KernelProcess {
                 } if mid == id => {
                     execution.execution_count = Some(execution_count);
                     truncated = t;
+                    self.unfinished = None;
                     break true;
                 }
                 _ => {}
@@ -428,6 +465,7 @@ impl KernelProcess {
     /// tree goes. Reaps the launcher so no zombie stays.
     pub(crate) fn kill(&mut self) {
         self.alive = false;
+        self.unfinished = None;
         if self.reaped {
             return;
         }

@@ -498,6 +498,11 @@ impl SandboxSession for LocalSandbox {
         let context = self.context(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
         let mut slot = context.kernel.lock().await;
         self.check_alive()?;
+        if let Some(kernel) = slot.as_mut() {
+            kernel
+                .settle_abandoned(self.inner.launcher.config.interrupt_grace)
+                .await;
+        }
         // A kernel killed by a timeout, OOM or the output cap is replaced with a fresh one.
         if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
             let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());

@@ -396,3 +396,36 @@ async fn warm_pool_hands_out_fresh_interpreters() {
     }
     assert_eq!(backend.pool_len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_child_falling_through_the_cell_does_not_answer_for_the_kernel() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let code =
+        "import os, time\npid = os.fork()\nif pid:\n    time.sleep(0.3)\n    print('parent done')\n'parent'";
+    let execution = run(&sandbox, code).await;
+    assert!(execution.error.is_none(), "{:?}", execution.error);
+    assert_eq!(execution.text(), Some("'parent'"));
+    assert_eq!(execution.stdout(), "parent done\n");
+    assert_eq!(eval(&sandbox, "os.getpid() == os.getpid()").await, "True");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_run_is_interrupted_before_the_next_one() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let options = RunOptions::default();
+    let slow = sandbox.run_code("kept = 1\nimport time\ntime.sleep(30)", &options);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), slow)
+            .await
+            .is_err(),
+        "caller gave up"
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(eval(&sandbox, "kept").await, "1", "state survives the interrupt");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the abandoned sleep did not block the next run"
+    );
+}
