@@ -62,8 +62,8 @@ fn create_cold(c: &mut Criterion) {
                     samples.push(took);
                     total += took;
                     drop(sandbox); // teardown is not part of create...
-                    // ...nor is the kernel's asynchronous namespace cleanup it triggers, which
-                    // would otherwise compete with the next create for the 2 cores.
+                                   // ...nor is the kernel's asynchronous namespace cleanup it triggers, which
+                                   // would otherwise compete with the next create for the 2 cores.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 total
