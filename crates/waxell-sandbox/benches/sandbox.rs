@@ -61,9 +61,9 @@ fn create_cold(c: &mut Criterion) {
                     let took = start.elapsed();
                     samples.push(took);
                     total += took;
-                    drop(sandbox); // teardown is not part of create...
-                                   // ...nor is the kernel's asynchronous namespace cleanup it triggers, which
-                                   // would otherwise compete with the next create for the 2 cores.
+                    // Teardown is not part of create, nor is the kernel's asynchronous namespace
+                    // cleanup it triggers, which would compete with the next create for 2 cores.
+                    drop(sandbox);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 total
