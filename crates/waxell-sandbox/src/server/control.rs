@@ -113,12 +113,15 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
     Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response())
 }
 
+/// E2B's answer for a sandbox that does not exist (or is not yours).
+fn sandbox_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "Sandbox \"{id}\" doesn't exist or you don't have access to it"
+    ))
+}
+
 fn live(state: &AppState, id: &str) -> Result<Arc<SandboxEntry>, ApiError> {
-    state.registry.get(id).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "Sandbox \"{id}\" doesn't exist or you don't have access to it"
-        ))
-    })
+    state.registry.get(id).ok_or_else(|| sandbox_not_found(id))
 }
 
 async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -136,7 +139,7 @@ async fn kill(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Res
     if state.registry.kill(&id).await {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(live(&state, &id).err().unwrap_or_else(|| ApiError::not_found(id)))
+        Err(sandbox_not_found(&id))
     }
 }
 

@@ -154,14 +154,9 @@ pub(crate) fn stream(
             // The run task ended without END_OF_EXECUTION: it panicked. Say so, then end the stream.
             Ok(None) => {
                 state.guard.finished = true;
-                let mut lines =
-                    closing_lines(Err(SandboxError::Other("the execution task failed".into())), 0);
-                let end = lines.pop().unwrap_or_default();
-                let error = lines.pop().unwrap_or_default();
-                return Some((
-                    Ok::<_, std::convert::Infallible>([error, end].concat().into()),
-                    state,
-                ));
+                let failed = Err(SandboxError::Other("the execution task failed".into()));
+                let bytes: Bytes = closing_lines(failed, 0).concat().into();
+                return Some((Ok::<_, std::convert::Infallible>(bytes), state));
             }
             Err(_) => Bytes::from_static(KEEPALIVE),
         };
