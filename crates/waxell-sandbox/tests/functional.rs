@@ -429,3 +429,17 @@ async fn an_abandoned_run_is_interrupted_before_the_next_one() {
         "the abandoned sleep did not block the next run"
     );
 }
+
+#[test]
+fn bad_configuration_is_refused_with_a_clear_error() {
+    let missing =
+        waxell_sandbox::LocalBackend::new(config().with_python("/nonexistent/python3")).unwrap_err();
+    assert!(
+        matches!(missing, waxell::sandbox::SandboxError::Unavailable(_)),
+        "{missing:?}"
+    );
+    assert!(missing.to_string().contains("/nonexistent/python3"), "{missing}");
+    let limits = waxell_sandbox::Limits::default().with_memory_bytes(1 << 20);
+    let tiny = waxell_sandbox::LocalBackend::new(config().with_limits(limits)).unwrap_err();
+    assert!(tiny.to_string().contains("limits.memory_bytes"), "{tiny}");
+}
