@@ -541,6 +541,20 @@ fn non_empty(text: String, fallback: &str) -> String {
     }
 }
 
+/// E2B's server strips the quotes around a string's repr (`'hi'` -> `hi`); do the same so agents see
+/// the same `text` on both backends.
+fn strip_surrounding_quotes(text: String) -> String {
+    let bytes = text.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(&first), Some(&last))
+            if bytes.len() >= 2 && first == last && (first == b'\'' || first == b'"') =>
+        {
+            text[1..text.len() - 1].to_owned()
+        }
+        _ => text,
+    }
+}
+
 /// Map a kernel MIME bundle onto E2B's result fields.
 fn to_execution_result(data: serde_json::Map<String, serde_json::Value>, is_main: bool) -> ExecutionResult {
     let mut result = ExecutionResult::default();
@@ -548,7 +562,7 @@ fn to_execution_result(data: serde_json::Map<String, serde_json::Value>, is_main
     for (mime, value) in data {
         let text = || value.as_str().map(str::to_owned);
         match mime.as_str() {
-            "text/plain" => result.text = text(),
+            "text/plain" => result.text = text().map(strip_surrounding_quotes),
             "text/html" => result.html = text(),
             "text/markdown" => result.markdown = text(),
             "image/svg+xml" => result.svg = text(),

@@ -39,12 +39,12 @@ async fn abuse_sandbox(backend: &waxell_sandbox::LocalBackend) -> waxell_sandbox
     sandbox
 }
 
-/// Evaluate a Python expression producing a JSON-able value.
+/// Run code that sets `result` to a JSON-able value and return that value (printed as JSON).
 async fn json_of(sandbox: &waxell_sandbox::LocalSandbox, code: &str) -> serde_json::Value {
-    let text = eval(sandbox, &format!("{code}\njson.dumps(result)")).await;
-    let literal: String = serde_json::from_str(&text.replace('\'', "\""))
-        .unwrap_or_else(|_| text.trim_matches('\'').to_owned());
-    serde_json::from_str(&literal).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    let execution = run(sandbox, &format!("{code}\nprint(json.dumps(result))")).await;
+    assert!(execution.error.is_none(), "{:?}", execution.error);
+    let stdout = execution.stdout();
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +79,7 @@ async fn identity_is_never_root() {
     // setresuid back to 0 fails.
     assert_eq!(
         eval(&sandbox, "attempt(lambda: os.setresuid(0, 0, 0))").await,
-        "'EPERM'"
+        "EPERM"
     );
     // Host side: no process of the sandbox except the root launchers (bwrap) has a zero id.
     for pid in sandbox.host_pids() {

@@ -17,7 +17,7 @@ async fn state_persists_across_runs_in_a_real_main() {
     assert!(first.error.is_none(), "{:?}", first.error);
     assert!(first.results.is_empty(), "no last expression, no result");
     assert_eq!(eval(&sandbox, "inc(x)").await, "42");
-    assert_eq!(eval(&sandbox, "__name__").await, "'__main__'");
+    assert_eq!(eval(&sandbox, "__name__").await, "__main__");
     // Cell-defined functions pickle (needs a real __main__ module).
     assert_eq!(
         eval(&sandbox, "import pickle; pickle.loads(pickle.dumps(inc))(1)").await,
@@ -163,7 +163,7 @@ async fn interrupt_on_timeout_keeps_state() {
     let error = execution.error.expect("timeout reported");
     assert_eq!(error.name, "TimeoutError");
     assert!(error.value.contains("state is kept"), "{}", error.value);
-    assert_eq!(eval(&sandbox, "kept").await, "'yes'");
+    assert_eq!(eval(&sandbox, "kept").await, "yes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +181,7 @@ async fn contexts_are_independent() {
         .run_code("open('shared.txt').read()", &in_context)
         .await
         .unwrap();
-    assert_eq!(read.text(), Some("'hi'"));
+    assert_eq!(read.text(), Some("hi"));
     assert_eq!(sandbox.list_contexts().await.unwrap().len(), 2);
     sandbox.remove_context(&context.id).await.unwrap();
     let gone = sandbox.run_code("1", &in_context).await;
@@ -215,10 +215,7 @@ async fn env_vars_are_exactly_the_ones_passed() {
     let backend = backend();
     let options = SandboxOptions::default().with_env("GREETING", "hello");
     let sandbox = backend.create_sandbox(&options).await.unwrap();
-    assert_eq!(
-        eval(&sandbox, "import os; os.environ['GREETING']").await,
-        "'hello'"
-    );
+    assert_eq!(eval(&sandbox, "import os; os.environ['GREETING']").await, "hello");
     let per_run = sandbox
         .run_code(
             "import os; os.environ['ONCE']",
@@ -226,7 +223,7 @@ async fn env_vars_are_exactly_the_ones_passed() {
         )
         .await
         .unwrap();
-    assert_eq!(per_run.text(), Some("'1'"));
+    assert_eq!(per_run.text(), Some("1"));
     assert_eq!(eval(&sandbox, "'ONCE' in os.environ").await, "False");
 }
 
@@ -239,7 +236,7 @@ async fn files_round_trip_and_list() {
     assert_eq!(info.size, 8);
     assert_eq!(
         eval(&sandbox, "open('/home/user/data/in.csv').read()").await,
-        "'a,b\\n1,2\\n'"
+        "a,b\\n1,2\\n"
     );
     eval(&sandbox, "open('out.txt', 'w').write('from sandbox')").await;
     assert_eq!(
@@ -385,7 +382,7 @@ async fn warm_pool_hands_out_fresh_interpreters() {
     let second = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     assert_eq!(eval(&second, "'marker' in globals()").await, "False");
     assert_eq!(eval(&second, "import os; 'WHO' in os.environ").await, "False");
-    assert_eq!(eval(&first, "import os; os.environ.get('WHO')").await, "'first'");
+    assert_eq!(eval(&first, "import os; os.environ.get('WHO')").await, "first");
     assert_ne!(first.scratch_dir(), second.scratch_dir());
     // The pool refills in the background.
     for _ in 0..100 {
@@ -405,7 +402,7 @@ async fn a_forked_child_falling_through_the_cell_does_not_answer_for_the_kernel(
         "import os, time\npid = os.fork()\nif pid:\n    time.sleep(0.3)\n    print('parent done')\n'parent'";
     let execution = run(&sandbox, code).await;
     assert!(execution.error.is_none(), "{:?}", execution.error);
-    assert_eq!(execution.text(), Some("'parent'"));
+    assert_eq!(execution.text(), Some("parent"));
     assert_eq!(execution.stdout(), "parent done\n");
     assert_eq!(eval(&sandbox, "os.getpid() == os.getpid()").await, "True");
 }
