@@ -71,7 +71,10 @@ pub(crate) struct EnvConfig {
     pub(crate) traces_endpoint: Option<String>,
     pub(crate) protocol: Protocol,
     pub(crate) headers: Vec<(String, String)>,
+    /// Longest wait for one export: `WAXELL_EXPORT_TIMEOUT_MS`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s.
     pub(crate) export_timeout: Duration,
+    /// Spans kept per run beyond the root, errors and scores: `WAXELL_MAX_SPANS_PER_RUN` (0 = no cap).
+    pub(crate) max_spans_per_run: usize,
     pub(crate) console: bool,
     /// `None` = default location; `Some(None)` = file output off.
     pub(crate) trace_file: Option<Option<PathBuf>>,
@@ -91,6 +94,19 @@ pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool, InitError> {
             expected: "true or false".to_owned(),
         }),
     }
+}
+
+/// A whole number from `name`, with an error naming the variable and what it expects.
+fn number_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
+    var(name)
+        .map(|v| {
+            v.trim().parse().map_err(|_| InitError::InvalidVariable {
+                name: name.to_owned(),
+                value: v.clone(),
+                expected: expected.to_owned(),
+            })
+        })
+        .transpose()
 }
 
 fn bool_var(name: &str) -> Result<Option<bool>, InitError> {
@@ -219,14 +235,14 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
             headers.extend(parse_headers(name, &v)?);
         }
     }
-    let export_timeout = match var("OTEL_EXPORTER_OTLP_TIMEOUT") {
-        Some(v) => Duration::from_millis(v.trim().parse().map_err(|_| InitError::InvalidVariable {
-            name: "OTEL_EXPORTER_OTLP_TIMEOUT".into(),
-            value: v.clone(),
-            expected: "milliseconds".into(),
-        })?),
+    let export_timeout = match number_var("WAXELL_EXPORT_TIMEOUT_MS", "milliseconds")?
+        .or(number_var("OTEL_EXPORTER_OTLP_TIMEOUT", "milliseconds")?)
+    {
+        Some(ms) => Duration::from_millis(ms as u64),
         None => Duration::from_secs(3),
     };
+    let max_spans_per_run = number_var("WAXELL_MAX_SPANS_PER_RUN", "a whole number of spans (0 = no cap)")?
+        .unwrap_or(crate::limits::DEFAULT_MAX_SPANS_PER_RUN);
     let console = bool_var("WAXELL_CONSOLE")?.unwrap_or(true);
     let trace_file = var("WAXELL_TRACE_FILE").map(|v| match v.trim().to_ascii_lowercase().as_str() {
         "off" | "false" | "0" | "none" => None,
@@ -239,6 +255,7 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
         protocol,
         headers,
         export_timeout,
+        max_spans_per_run,
         console,
         trace_file,
     })

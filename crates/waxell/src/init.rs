@@ -1,7 +1,7 @@
 //! `init()`, its builder, and the guard that flushes and shuts down.
 
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -12,7 +12,9 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 use opentelemetry_sdk::Resource;
 
 use crate::config::{self, Capture, Protocol};
-use crate::export::{default_trace_file, EmbeddedExporter};
+use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
+use crate::export::{default_trace_file, DroppedSpans, EmbeddedExporter};
+use crate::limits::SpanCap;
 use crate::scrub::{self, Scrubber};
 use crate::semconv::*;
 use crate::telemetry::{self, State};
@@ -89,6 +91,9 @@ pub struct Builder {
         >,
     >,
     shutdown_timeout: Option<Duration>,
+    export_timeout: Option<Duration>,
+    circuit_breaker: Option<(u32, Duration)>,
+    max_spans_per_run: Option<usize>,
 }
 
 impl Builder {
@@ -163,6 +168,25 @@ impl Builder {
         self
     }
 
+    /// Longest wait for one export, retries included (else `WAXELL_EXPORT_TIMEOUT_MS`, else
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s). A batch that takes longer is dropped and counted.
+    pub fn with_export_timeout(mut self, timeout: Duration) -> Self {
+        self.export_timeout = Some(timeout);
+        self
+    }
+    /// After `failures` consecutive failed exports, stop calling the collector for `cooldown` (spans offered
+    /// meanwhile are dropped and counted), then let one batch probe it (default: 3 failures, 30 s).
+    pub fn with_circuit_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
+        self.circuit_breaker = Some((failures.max(1), cooldown));
+        self
+    }
+    /// Spans kept per run (trace) before only the root, agent spans, errors and scores are kept
+    /// (else `WAXELL_MAX_SPANS_PER_RUN`, default 50,000; 0 = no cap).
+    pub fn with_max_spans_per_run(mut self, spans: usize) -> Self {
+        self.max_spans_per_run = Some(spans);
+        self
+    }
+
     /// Build the pipeline, install it globally, and return the guard that shuts it down.
     pub fn init(self) -> Result<Guard, InitError> {
         let env = config::from_env()?;
@@ -201,17 +225,27 @@ impl Builder {
         let mut runtime = None;
         let mut meter_provider = None;
         let mut target = Target::None;
+        let export_timeout = self.export_timeout.unwrap_or(env.export_timeout);
+        let limits = Limits {
+            fail_open: FailOpenConfig {
+                export_timeout,
+                breaker_failures: self.circuit_breaker.map_or(3, |b| b.0),
+                breaker_cooldown: self.circuit_breaker.map_or(Duration::from_secs(30), |b| b.1),
+            },
+            max_spans_per_run: self.max_spans_per_run.unwrap_or(env.max_spans_per_run),
+            counters: Arc::new(DropCounters::default()),
+        };
         if self.default_export.unwrap_or(true) {
             match &endpoint {
                 Some(url) => {
-                    let (exporter, rt) = otlp_exporter(url, protocol, &headers, env.export_timeout)?;
+                    let (exporter, rt) = otlp_exporter(url, protocol, &headers, export_timeout)?;
                     runtime = rt;
-                    provider = provider.with_span_processor(batch(exporter));
+                    provider = provider.with_span_processor(limits.pipeline(exporter)?);
                     meter_provider = Some(otlp_meter_provider(
                         url,
                         protocol,
                         &headers,
-                        env.export_timeout,
+                        export_timeout,
                         resource,
                         runtime.as_ref(),
                     )?);
@@ -229,7 +263,7 @@ impl Builder {
                                 source,
                             },
                         )?;
-                    provider = provider.with_span_processor(batch(exporter));
+                    provider = provider.with_span_processor(limits.pipeline(exporter)?);
                     target = Target::Embedded(file);
                 }
             }
@@ -250,6 +284,8 @@ impl Builder {
             runtime,
             target,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
+            counters: Some(limits.counters),
+            shut_down: false,
         })
     }
 }
@@ -278,16 +314,45 @@ fn build_resource(service_name: Option<&str>, project_name: Option<&str>) -> Res
     builder.build()
 }
 
-fn batch<E: opentelemetry_sdk::trace::SpanExporter + 'static>(exporter: E) -> BatchSpanProcessor {
-    BatchSpanProcessor::builder(exporter)
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_max_queue_size(8192)
-                .with_max_export_batch_size(512)
-                .with_scheduled_delay(Duration::from_millis(1000))
-                .build(),
-        )
-        .build()
+/// Spans waiting for export, at most (beyond it, spans are dropped and counted, never waited for).
+const MAX_QUEUED_SPANS: usize = 8192;
+
+/// The fail-open settings every default pipeline shares, and the drop tallies the guard reports.
+struct Limits {
+    fail_open: FailOpenConfig,
+    max_spans_per_run: usize,
+    counters: Arc<DropCounters>,
+}
+
+impl Limits {
+    /// `SpanCap -> QueueGate -> BatchSpanProcessor -> FailOpenExporter -> exporter` (see `export::fail_open`).
+    fn pipeline<E: opentelemetry_sdk::trace::SpanExporter + 'static>(
+        &self,
+        exporter: E,
+    ) -> Result<impl SpanProcessor + 'static, InitError> {
+        let exporter =
+            FailOpenExporter::new(exporter, self.fail_open, Arc::clone(&self.counters)).map_err(|e| {
+                InitError::InvalidSetting {
+                    setting: "export worker",
+                    message: format!("could not start the export thread: {e}"),
+                }
+            })?;
+        let batch = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(
+                BatchConfigBuilder::default()
+                    .with_max_queue_size(MAX_QUEUED_SPANS)
+                    .with_max_export_batch_size(512)
+                    .with_scheduled_delay(Duration::from_millis(1000))
+                    .build(),
+            )
+            .build();
+        let gated = QueueGate::new(batch, MAX_QUEUED_SPANS, Arc::clone(&self.counters));
+        let cap = match self.max_spans_per_run {
+            0 => usize::MAX,
+            n => n,
+        };
+        Ok(SpanCap::new(gated, cap, Arc::clone(&self.counters)))
+    }
 }
 
 fn protocol_name(p: Protocol) -> &'static str {
@@ -426,6 +491,9 @@ pub struct Guard {
     runtime: Option<tokio::runtime::Runtime>,
     target: Target,
     shutdown_timeout: Duration,
+    /// Drop tallies of the default export pipeline; `None` when telemetry is off.
+    counters: Option<Arc<DropCounters>>,
+    shut_down: bool,
 }
 
 impl std::fmt::Debug for Guard {
@@ -444,7 +512,26 @@ impl Guard {
             runtime: None,
             target: Target::None,
             shutdown_timeout: Duration::ZERO,
+            counters: None,
+            shut_down: false,
         }
+    }
+
+    /// Spans dropped so far by the default export (queue full, export failed or timed out, circuit breaker
+    /// open, per-run span cap), by reason. After shutdown it also counts spans still unsent when it gave up.
+    /// Reported once on stderr at shutdown when any were dropped.
+    pub fn dropped_spans(&self) -> DroppedSpans {
+        self.counters
+            .as_ref()
+            .map(|c| c.snapshot(self.shut_down))
+            .unwrap_or_default()
+    }
+
+    /// Export attempts that reached the exporter (each a batch; attempts skipped by the open circuit breaker
+    /// are not counted). For diagnostics and tests.
+    #[doc(hidden)]
+    pub fn export_attempts(&self) -> u64 {
+        self.counters.as_ref().map_or(0, |c| c.export_attempts())
     }
 
     /// Whether telemetry is on (`WAXELL_OBSERVE` is not false).
@@ -506,6 +593,11 @@ impl Guard {
         if let Some(rt) = self.runtime.take() {
             // Never blocks, so the guard may be dropped inside async code.
             rt.shutdown_background();
+        }
+        self.shut_down = true;
+        let dropped = self.dropped_spans();
+        if dropped.total() > 0 {
+            eprintln!("waxell: {dropped}");
         }
         result
     }

@@ -40,6 +40,7 @@ mod decision;
 pub mod e2b;
 pub mod export;
 mod init;
+mod limits;
 pub mod llm;
 mod run;
 pub mod sandbox;

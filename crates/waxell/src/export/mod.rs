@@ -3,8 +3,10 @@
 //! line) in a file that [`replay`] can send to any OTLP endpoint later.
 
 mod console;
+pub(crate) mod fail_open;
 mod replay;
 
+pub use fail_open::DroppedSpans;
 pub use replay::{replay, ReplayError, ReplaySummary};
 
 use std::collections::HashMap;
