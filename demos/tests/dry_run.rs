@@ -1,0 +1,177 @@
+//! The built demo, run with `--dry-run` as a user would, exporting over OTLP/HTTP to a receiver on 127.0.0.1.
+//! Every assertion is on the spans that arrived and on the files the run left.
+
+use std::process::Command;
+use std::time::Duration;
+
+use waxell_tests::{attr, attr_string, by_name, is_child, AnyValue, OtlpReceiver, Received};
+
+fn children<'a>(spans: &'a [Received], parent: &Received, name: &str) -> Vec<&'a Received> {
+    spans
+        .iter()
+        .filter(|s| s.span.name == name && is_child(&s.span, &parent.span))
+        .collect()
+}
+
+fn score(agent: &Received, name: &str) -> Option<f64> {
+    agent
+        .span
+        .events
+        .iter()
+        .filter(|e| e.name == "gen_ai.evaluation.result")
+        .find_map(|e| {
+            let named = e.attributes.iter().any(|kv| {
+                kv.key == "gen_ai.evaluation.name"
+                    && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                        == Some(&AnyValue::StringValue(name.into()))
+            });
+            let value = e
+                .attributes
+                .iter()
+                .find(|kv| kv.key == "gen_ai.evaluation.score.value")?;
+            match value.value.as_ref()?.value.as_ref()? {
+                AnyValue::DoubleValue(d) if named => Some(*d),
+                _ => None,
+            }
+        })
+}
+
+#[test]
+fn dry_run_demo_exports_the_whole_agent_trace() {
+    let rx = OtlpReceiver::start_http();
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-test-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--dry-run", "--quiet", "--output-dir"])
+        .arg(&out_dir)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
+        .env("JAEGER_UI_URL", "http://jaeger.test:16686")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("the demo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    let spans = rx.wait_for_spans(30, Duration::from_secs(10));
+    let root = by_name(&spans, "invoke_agent code-sandbox-agent").expect("orchestrator span");
+    let trace_hex: String = root.span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        stdout.contains(&format!("trace id: {trace_hex}")),
+        "summary names the exported trace\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("jaeger: http://jaeger.test:16686/trace/{trace_hex}")),
+        "{stdout}"
+    );
+
+    // The three agents.
+    let runner = children(&spans, root, "invoke_agent sandbox-runner");
+    let evaluator = children(&spans, root, "invoke_agent sandbox-evaluator");
+    assert_eq!((runner.len(), evaluator.len()), (1, 1));
+    let (runner, evaluator) = (runner[0], evaluator[0]);
+
+    // The four tools, each with the sandbox call under it.
+    for tool in [
+        "run_basic_code",
+        "run_statistics",
+        "run_error_test",
+        "analyze_sales",
+    ] {
+        let t = children(&spans, runner, &format!("execute_tool {tool}"));
+        assert_eq!(t.len(), 1, "{tool}");
+        assert_eq!(
+            attr_string(&t[0].span, "waxell.tool.type").as_deref(),
+            Some("sandbox")
+        );
+    }
+    for tool in ["run_basic_code", "run_statistics", "run_error_test"] {
+        let t = children(&spans, runner, &format!("execute_tool {tool}"))[0];
+        let sandbox_calls = children(&spans, t, "execute_tool local.run_code");
+        assert_eq!(sandbox_calls.len(), 1, "sandbox span under {tool}");
+    }
+    let error_call = children(
+        &spans,
+        children(&spans, runner, "execute_tool run_error_test")[0],
+        "execute_tool local.run_code",
+    )[0];
+    assert_eq!(
+        attr_string(&error_call.span, "waxell.sandbox.error.name").as_deref(),
+        Some("ZeroDivisionError")
+    );
+
+    // The code agent: LLM calls with tokens, a failed script, the retry that worked.
+    let analyze = children(&spans, runner, "execute_tool analyze_sales")[0];
+    let chats = children(&spans, analyze, "chat gpt-4o-mini");
+    assert_eq!(chats.len(), 3, "write, fix, summarise");
+    for chat in &chats {
+        assert!(
+            matches!(attr(&chat.span, "gen_ai.usage.input_tokens"), Some(AnyValue::IntValue(n)) if *n > 0)
+        );
+        assert!(
+            matches!(attr(&chat.span, "gen_ai.usage.output_tokens"), Some(AnyValue::IntValue(n)) if *n > 0)
+        );
+        assert_eq!(
+            attr(&chat.span, "waxell.dry_run"),
+            Some(&AnyValue::BoolValue(true))
+        );
+    }
+    let attempts = children(&spans, analyze, "execute_tool run_code");
+    assert_eq!(attempts.len(), 2, "one failed attempt, one retry");
+    let errors: Vec<Option<String>> = attempts
+        .iter()
+        .map(|a| children(&spans, a, "execute_tool local.run_code")[0])
+        .map(|s| attr_string(&s.span, "waxell.sandbox.error.name"))
+        .collect();
+    assert!(
+        errors.contains(&Some("KeyError".into())) && errors.contains(&None),
+        "{errors:?}"
+    );
+
+    // The evaluator: LLM, reasoning, decision, computed scores.
+    assert_eq!(children(&spans, evaluator, "chat gpt-4o-mini").len(), 1);
+    let reasoning = children(&spans, evaluator, "reasoning execution_quality_assessment");
+    assert_eq!(reasoning.len(), 1);
+    assert!(attr_string(&reasoning[0].span, "waxell.reasoning.thought")
+        .unwrap()
+        .contains("2 attempt(s)"));
+    let decision = children(&spans, evaluator, "decide output_format");
+    assert_eq!(
+        attr_string(&decision[0].span, "waxell.decision.chosen").as_deref(),
+        Some("markdown_with_chart")
+    );
+    assert_eq!(score(evaluator, "execution_reliability"), Some(1.0));
+    assert_eq!(score(evaluator, "output_quality"), Some(1.0));
+    assert_eq!(
+        score(evaluator, "first_attempt_success"),
+        Some(0.0),
+        "the first script failed"
+    );
+    assert_eq!(score(evaluator, "self_debug_attempts"), Some(2.0));
+
+    // The chart is a real PNG.
+    let chart = std::fs::read(out_dir.join("sales_chart.png")).expect("chart written");
+    assert!(
+        chart.starts_with(b"\x89PNG\r\n\x1a\n") && &chart[12..16] == b"IHDR",
+        "valid PNG"
+    );
+    let _ = std::fs::remove_dir_all(out_dir);
+}
+
+#[test]
+fn live_mode_without_a_key_fails_with_a_clear_message() {
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--quiet"])
+        .env_remove("OPENAI_API_KEY")
+        .env("WAXELL_OBSERVE", "false")
+        .output()
+        .expect("the demo runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("OPENAI_API_KEY is not set") && stderr.contains("--dry-run"),
+        "{stderr}"
+    );
+}
