@@ -440,3 +440,58 @@ fn bad_configuration_is_refused_with_a_clear_error() {
     let tiny = waxell_sandbox::LocalBackend::new(config().with_limits(limits)).unwrap_err();
     assert!(tiny.to_string().contains("limits.memory_bytes"), "{tiny}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_and_results_stream_before_the_run_returns() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    let first_chunk = Arc::new(Mutex::new(None));
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let (seen, collected) = (first_chunk.clone(), results.clone());
+    let options = RunOptions::default()
+        .on_stdout(move |_| {
+            seen.lock().unwrap().get_or_insert_with(std::time::Instant::now);
+        })
+        .on_result(move |r| collected.lock().unwrap().push(r.text.clone()));
+    let execution = sandbox
+        .run_code(
+            "import time\nprint('early', flush=True)\ntime.sleep(0.5)\n'late'",
+            &options,
+        )
+        .await
+        .unwrap();
+    let returned = std::time::Instant::now();
+    let first = first_chunk.lock().unwrap().expect("stdout callback called");
+    assert!(
+        returned - first >= Duration::from_millis(400),
+        "stdout arrived as written, not at the end"
+    );
+    assert_eq!(*results.lock().unwrap(), [Some("late".to_owned())]);
+    assert_eq!(execution.stdout(), "early\n");
+}
+
+#[test]
+fn sandboxes_outlive_the_thread_that_created_them() {
+    // bwrap's --die-with-parent fires when the *forking thread* exits; spawns go through a
+    // long-lived thread, so a short-lived caller thread must not take the sandbox with it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let (backend, sandbox) = std::thread::spawn(move || {
+        handle.block_on(async {
+            let backend = backend();
+            let sandbox = sandbox(&backend).await;
+            (backend, sandbox)
+        })
+    })
+    .join()
+    .unwrap();
+    runtime.block_on(async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(eval(&sandbox, "6 * 7").await, "42");
+        drop((sandbox, backend));
+    });
+}
