@@ -501,3 +501,37 @@ async fn debug_mode_serves_the_sdks_fixed_sandbox_without_create() {
     let list: Value = list.json().await.unwrap();
     assert_eq!(list[0]["sandboxID"], "debug_sandbox_id");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multipart_uploads_above_axums_default_limit_are_accepted() {
+    let peer = Peer::start(e2b_support::server_config()).await;
+    let sandbox = peer.create().await;
+    // 3 MiB: above axum's 2 MiB default body limit, below the server's own.
+    let data: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut body =
+        b"--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n\r\n".to_vec();
+    body.extend_from_slice(&data);
+    body.extend_from_slice(b"\r\n--XX--\r\n");
+    let response = peer
+        .data(Method::POST, &sandbox, 49983, "/files?path=big.bin")
+        .header("content-type", "multipart/form-data; boundary=XX")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "{}",
+        response.text().await.unwrap()
+    );
+    let read = peer
+        .data(Method::GET, &sandbox, 49983, "/files?path=big.bin")
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(read.as_ref() == data.as_slice(), "read back {} bytes", read.len());
+}
