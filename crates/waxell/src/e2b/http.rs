@@ -82,7 +82,7 @@ pub(crate) async fn send(
         let retry_after = retry_after(response.headers());
         let body = response.text().await.unwrap_or_default();
         let retryable = should_retry.unwrap_or(matches!(status.as_u16(), 429 | 502 | 503 | 504))
-            && !sandbox_gone(status, &body);
+            && !sandbox_gone(endpoint, status, &body);
         if retryable && attempt < config.max_retries {
             let delay = retry_after
                 .unwrap_or(BASE_RETRY_DELAY * 2u32.saturating_pow(attempt))
@@ -102,10 +102,13 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
-/// E2B's proxy answers 502 for a sandbox that is gone: JSON "The sandbox was not found", or an
-/// HTML error page (to browsers, and from a self-hosted nginx in front of a dead sandbox).
-fn sandbox_gone(status: StatusCode, body: &str) -> bool {
-    status == StatusCode::BAD_GATEWAY && (body.contains("was not found") || looks_like_html(body))
+/// E2B's proxy answers a data-plane request for a sandbox that is gone with 502: JSON "The sandbox
+/// was not found", or an HTML error page (to browsers, and from a self-hosted nginx in front of a
+/// dead sandbox). On the control plane a 502 is just a 502, and retried.
+fn sandbox_gone(endpoint: Endpoint, status: StatusCode, body: &str) -> bool {
+    endpoint != Endpoint::Control
+        && status == StatusCode::BAD_GATEWAY
+        && (body.contains("was not found") || looks_like_html(body))
 }
 
 fn looks_like_html(body: &str) -> bool {
@@ -129,7 +132,7 @@ fn error_message(body: &str) -> String {
 /// Map a non-success answer to an error naming what was asked and what came back.
 pub(crate) fn status_error(endpoint: Endpoint, what: &str, status: StatusCode, body: &str) -> SandboxError {
     let message = format!("{what}: {status}: {}", error_message(body));
-    if sandbox_gone(status, body) {
+    if sandbox_gone(endpoint, status, body) {
         let reason = if looks_like_html(body) {
             format!("{what}: {status} with an HTML page (the sandbox is gone or its server is not running)")
         } else {
