@@ -119,10 +119,12 @@ pub(crate) struct KernelProcess {
     alive: bool,
     /// The launcher has been waited for; its pid must not be signalled any more.
     reaped: bool,
-    /// Host pids of the interpreter and of bwrap's init, waited for on kill.
-    inner_pids: Vec<u32>,
+    /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
+    inner_pids: Vec<(u32, u64)>,
     /// An execution whose `done` was never read (its caller's future was dropped).
     unfinished: Option<u64>,
+    /// The launcher's exit status once reaped.
+    exit_status: Option<std::process::ExitStatus>,
 }
 
 impl std::fmt::Debug for KernelProcess {
@@ -154,6 +156,7 @@ impl KernelProcess {
             reaped: false,
             inner_pids: Vec::new(),
             unfinished: None,
+            exit_status: None,
         };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
@@ -179,7 +182,10 @@ impl KernelProcess {
     }
 
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
-        self.inner_pids = pids.to_vec();
+        self.inner_pids = pids
+            .iter()
+            .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
+            .collect();
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -387,6 +393,10 @@ impl KernelProcess {
         };
         let oom = cgroup.oom_kills() > oom_before;
         if !finished {
+            if abort.is_none() {
+                // The kernel went away by itself: let the launcher exit so its status is the real one.
+                self.reap_within(Duration::from_millis(100));
+            }
             self.kill();
             execution.error = Some(self.death_report(abort, oom, limits));
             return Ok(execution);
@@ -452,12 +462,40 @@ impl KernelProcess {
             (None, false) => report(
                 "KernelDied",
                 format!(
-                    "the interpreter exited unexpectedly{}; the state is lost and the context restarts on the next \
-                     run",
-                    non_empty(self.stderr_tail(), "").split('\n').next().map(|s| if s.is_empty() { String::new() } else { format!(" ({s})") }).unwrap_or_default()
+                    "the interpreter exited unexpectedly ({}); the state is lost and the context restarts on the \
+                     next run",
+                    self.exit_detail()
                 ),
                 String::new(),
             ),
+        }
+    }
+
+    /// Wait up to `limit` for the launcher to exit and record its status.
+    fn reap_within(&mut self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while !self.reaped {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exit_status = Some(status);
+                    self.reaped = true;
+                }
+                // Only possible if the child was already reaped: nothing left to wait for.
+                Err(_) => self.reaped = true,
+                Ok(None) if std::time::Instant::now() >= deadline => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+
+    /// Why the launcher ended, for `KernelDied`: bwrap's first error line, else its exit status
+    /// (bwrap exits with 128 + signal when the interpreter was killed, e.g. 152 for SIGXCPU).
+    fn exit_detail(&self) -> String {
+        let stderr = self.stderr_tail();
+        match (stderr.lines().next(), self.exit_status) {
+            (Some(line), _) if !line.is_empty() => line.to_owned(),
+            (_, Some(status)) => status.to_string(),
+            _ => "no exit status".to_owned(),
         }
     }
 
@@ -466,41 +504,33 @@ impl KernelProcess {
     pub(crate) fn kill(&mut self) {
         self.alive = false;
         self.unfinished = None;
-        if self.reaped {
-            return;
-        }
-        if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
-            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
-        }
-        let _ = self.child.kill();
-        for _ in 0..500 {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => {
-                    self.reaped = true;
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
         if !self.reaped {
-            tracing::warn!(
-                pid = self.child.id(),
-                "sandbox launcher did not exit after SIGKILL"
-            );
+            if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
+            let _ = self.child.kill();
+            self.reap_within(Duration::from_millis(500));
+            if !self.reaped {
+                tracing::warn!(
+                    pid = self.child.id(),
+                    "sandbox launcher did not exit after SIGKILL"
+                );
+            }
         }
         // The pid namespace collapses asynchronously once bwrap's init dies; wait for the interpreter
-        // and the init so "killed" means gone.
-        for pid in std::mem::take(&mut self.inner_pids) {
-            let mut tries = 0;
-            while process_running(pid) && tries < 1000 {
-                if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        // and the init so "killed" means gone. Identified by pid *and* start time, so a recycled pid
+        // is never waited for (and nothing here signals them).
+        for (pid, started) in std::mem::take(&mut self.inner_pids) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            while process_start_time(pid) == Some(started) {
+                if std::time::Instant::now() >= deadline {
+                    tracing::warn!(
+                        pid,
+                        "sandboxed process did not exit after its namespace was killed"
+                    );
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(1));
-                tries += 1;
-            }
-            if tries == 1000 {
-                tracing::warn!(pid, "sandboxed process did not exit after SIGKILL");
             }
         }
     }
@@ -512,17 +542,15 @@ impl Drop for KernelProcess {
     }
 }
 
-/// True while `pid` exists and is not a zombie.
-fn process_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
+/// Start time (clock ticks since boot) of a live, non-zombie process; `None` once it is gone.
+fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name: state is field 3, starttime field 22.
+    let mut fields = stat.rsplit(')').next()?.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
     }
+    fields.nth(18)?.parse().ok()
 }
 
 fn report(name: &str, value: String, traceback: String) -> ExecutionError {
