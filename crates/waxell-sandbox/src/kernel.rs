@@ -181,6 +181,11 @@ impl KernelProcess {
         Ok(kernel)
     }
 
+    /// Host pid of the bwrap launcher.
+    pub(crate) fn launcher_pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
         self.inner_pids = pids
             .iter()

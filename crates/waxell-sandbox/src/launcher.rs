@@ -91,7 +91,7 @@ impl Launcher {
                 ready.uid, ready.gid, slot.uid
             )));
         }
-        let host_pid = verify_host_identity(slot.cgroup, ready.pid)?;
+        let host_pid = verify_host_identity(slot.cgroup, kernel.launcher_pid(), ready.pid)?;
         kernel.set_inner_pids(host_pid);
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::Other(format!(
@@ -307,39 +307,50 @@ fn memfd(name: &str, data: &[u8]) -> Result<OwnedFd, SandboxError> {
     Ok(file.into())
 }
 
-/// R1 check from the host side: the kernel's host process (found through the cgroup) runs with no
-/// uid or gid 0 in any of its real/effective/saved/fs ids. Returns the interpreter's host pid and
-/// its parent's (bwrap's init in the pid namespace).
-fn verify_host_identity(cgroup: &Cgroup, sandbox_pid: u32) -> Result<[u32; 2], SandboxError> {
-    let mut found = None;
-    for pid in cgroup.pids() {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.split_whitespace().collect::<Vec<_>>())
-        };
-        let innermost_pid = field("NSpid:").and_then(|ids| ids.last().and_then(|p| p.parse::<u32>().ok()));
-        let is_python = status.lines().next().is_some_and(|l| l.contains("python"));
-        if innermost_pid != Some(sandbox_pid) || !is_python {
-            continue;
-        }
-        let parent = field("PPid:").and_then(|ids| ids.first().and_then(|p| p.parse::<u32>().ok()));
-        found = Some([pid, parent.unwrap_or(pid)]);
-        for name in ["Uid:", "Gid:"] {
-            if field(name).unwrap_or_default().contains(&"0") {
-                return Err(SandboxError::Other(format!(
-                    "sandbox identity check failed: host process {pid} has a zero id in `{name}`"
-                )));
-            }
-        }
-    }
-    found.ok_or_else(|| {
-        SandboxError::Other(format!(
-            "sandbox identity check failed: kernel pid {sandbox_pid} not found in the sandbox's cgroup"
-        ))
+/// The fields of `/proc/<pid>/status` the identity check needs.
+struct ProcStatus {
+    parent: u32,
+    innermost_pid: u32,
+    uids: Vec<String>,
+    gids: Vec<String>,
+}
+
+fn proc_status(pid: u32) -> Option<ProcStatus> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Vec<String> {
+        let values = status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("");
+        values.split_whitespace().map(str::to_owned).collect()
+    };
+    Some(ProcStatus {
+        parent: field("PPid:").first()?.parse().ok()?,
+        innermost_pid: field("NSpid:").last()?.parse().ok()?,
+        uids: field("Uid:"),
+        gids: field("Gid:"),
     })
+}
+
+/// R1 check from the host side: the kernel's host process runs with no uid or gid 0 in any of its
+/// real/effective/saved/fs ids. The process is the one in the sandbox's cgroup that the kernel
+/// names (its pid inside the namespace) and whose grandparent is this launcher (bwrap -> bwrap's
+/// init -> interpreter). Returns the interpreter's host pid and its parent's.
+fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Result<[u32; 2], SandboxError> {
+    for pid in cgroup.pids() {
+        let Some(status) = proc_status(pid) else { continue };
+        if status.innermost_pid != sandbox_pid {
+            continue;
+        }
+        if proc_status(status.parent).map(|init| init.parent) != Some(launcher) {
+            continue; // another context's interpreter
+        }
+        if status.uids.iter().chain(&status.gids).any(|id| id == "0") || status.uids.len() != 4 {
+            return Err(SandboxError::Other(format!(
+                "sandbox identity check failed: host process {pid} has uids {:?} and gids {:?}",
+                status.uids, status.gids
+            )));
+        }
+        return Ok([pid, status.parent]);
+    }
+    Err(SandboxError::Other(format!(
+        "sandbox identity check failed: the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
+    )))
 }
