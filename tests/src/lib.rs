@@ -303,3 +303,4 @@ pub fn by_name<'a>(spans: &'a [Received], name: &str) -> Option<&'a Received> {
 pub fn is_child(child: &Span, parent: &Span) -> bool {
     child.parent_span_id == parent.span_id && child.trace_id == parent.trace_id
 }
+pub mod faults;

@@ -13,7 +13,7 @@ use opentelemetry_sdk::Resource;
 
 use crate::config::{self, Capture, Protocol};
 use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
-use crate::export::{default_trace_file, DroppedSpans, EmbeddedExporter};
+use crate::export::{default_trace_file, DropCounter, DroppedSpans, EmbeddedExporter};
 use crate::limits::SpanCap;
 use crate::scrub::{self, Scrubber};
 use crate::semconv::*;
@@ -284,8 +284,7 @@ impl Builder {
             runtime,
             target,
             shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
-            counters: Some(limits.counters),
-            shut_down: false,
+            counters: DropCounter(limits.counters),
         })
     }
 }
@@ -491,9 +490,8 @@ pub struct Guard {
     runtime: Option<tokio::runtime::Runtime>,
     target: Target,
     shutdown_timeout: Duration,
-    /// Drop tallies of the default export pipeline; `None` when telemetry is off.
-    counters: Option<Arc<DropCounters>>,
-    shut_down: bool,
+    /// Drop tallies of the default export pipeline (all zero when telemetry is off).
+    counters: DropCounter,
 }
 
 impl std::fmt::Debug for Guard {
@@ -512,26 +510,20 @@ impl Guard {
             runtime: None,
             target: Target::None,
             shutdown_timeout: Duration::ZERO,
-            counters: None,
-            shut_down: false,
+            counters: DropCounter::default(),
         }
     }
 
     /// Spans dropped so far by the default export (queue full, export failed or timed out, circuit breaker
-    /// open, per-run span cap), by reason. After shutdown it also counts spans still unsent when it gave up.
-    /// Reported once on stderr at shutdown when any were dropped.
+    /// open, per-run span cap), by reason. Reported once on stderr at shutdown when any were dropped.
     pub fn dropped_spans(&self) -> DroppedSpans {
-        self.counters
-            .as_ref()
-            .map(|c| c.snapshot(self.shut_down))
-            .unwrap_or_default()
+        self.counters.dropped()
     }
 
-    /// Export attempts that reached the exporter (each a batch; attempts skipped by the open circuit breaker
-    /// are not counted). For diagnostics and tests.
-    #[doc(hidden)]
-    pub fn export_attempts(&self) -> u64 {
-        self.counters.as_ref().map_or(0, |c| c.export_attempts())
+    /// A handle on the drop tallies that outlives the guard: after shutdown it also counts the spans still
+    /// unsent when shutdown gave up.
+    pub fn drop_counter(&self) -> DropCounter {
+        self.counters.clone()
     }
 
     /// Whether telemetry is on (`WAXELL_OBSERVE` is not false).
@@ -594,7 +586,7 @@ impl Guard {
             // Never blocks, so the guard may be dropped inside async code.
             rt.shutdown_background();
         }
-        self.shut_down = true;
+        self.counters.0.mark_shut_down();
         let dropped = self.dropped_spans();
         if dropped.total() > 0 {
             eprintln!("waxell: {dropped}");

@@ -81,6 +81,8 @@ pub(crate) struct DropCounters {
     queued: AtomicUsize,
     /// Export attempts that reached the exporter (probes included); used by tests and diagnostics.
     attempts: AtomicU64,
+    /// Set once shutdown has finished or given up: spans still queued then will never be sent.
+    shut_down: AtomicBool,
 }
 
 impl DropCounters {
@@ -88,8 +90,13 @@ impl DropCounters {
         self.over_span_cap.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn mark_shut_down(&self) {
+        self.shut_down.store(true, Ordering::Release);
+    }
+
     /// The tallies now. After shutdown, spans still queued count as unsent.
-    pub(crate) fn snapshot(&self, shut_down: bool) -> DroppedSpans {
+    fn snapshot(&self) -> DroppedSpans {
+        let shut_down = self.shut_down.load(Ordering::Acquire);
         DroppedSpans {
             queue_full: self.queue_full.load(Ordering::Relaxed),
             export_failed: self.export_failed.load(Ordering::Relaxed),
@@ -309,10 +316,21 @@ impl<E: SpanExporter + 'static> SpanExporter for FailOpenExporter<E> {
     }
 }
 
-/// Export attempts that reached the wrapped exporter, for diagnostics.
-impl DropCounters {
-    pub(crate) fn export_attempts(&self) -> u64 {
-        self.attempts.load(Ordering::Relaxed)
+/// A handle on the export pipeline's drop tallies that stays readable after the guard is shut down and gone.
+/// Get one from [`Guard::drop_counter`](crate::Guard::drop_counter).
+#[derive(Debug, Clone, Default)]
+pub struct DropCounter(pub(crate) Arc<DropCounters>);
+
+impl DropCounter {
+    /// Spans dropped so far, by reason.
+    pub fn dropped(&self) -> DroppedSpans {
+        self.0.snapshot()
+    }
+
+    /// Export attempts that reached the exporter (one per batch); batches dropped by the open circuit breaker
+    /// or while a timed-out export was still running are not attempts.
+    pub fn export_attempts(&self) -> u64 {
+        self.0.attempts.load(Ordering::Relaxed)
     }
 }
 
@@ -413,7 +431,8 @@ mod tests {
         assert!(export(&e, &c, 1).is_ok(), "the probe goes through");
         assert!(export(&e, &c, 1).is_ok());
         assert_eq!(s.calls.load(Ordering::Relaxed), 4);
-        let d = c.snapshot(true);
+        c.mark_shut_down();
+        let d = c.snapshot();
         assert_eq!((d.export_failed, d.circuit_open, d.unsent_at_shutdown), (6, 4, 0));
         assert_eq!(
             d.to_string(),
@@ -432,7 +451,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert_eq!(c.snapshot(false).export_failed, 4);
+        assert_eq!(c.snapshot().export_failed, 4);
     }
 
     #[test]
@@ -448,9 +467,10 @@ mod tests {
             gate.on_end(s);
         }
         assert_eq!(exporter.get_finished_spans().unwrap().len(), 3);
-        assert_eq!(counters.snapshot(false).queue_full, 2);
+        assert_eq!(counters.snapshot().queue_full, 2);
+        counters.mark_shut_down();
         assert_eq!(
-            counters.snapshot(true).unsent_at_shutdown,
+            counters.snapshot().unsent_at_shutdown,
             3,
             "never counted out by an export"
         );

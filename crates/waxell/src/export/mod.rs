@@ -6,7 +6,7 @@ mod console;
 pub(crate) mod fail_open;
 mod replay;
 
-pub use fail_open::DroppedSpans;
+pub use fail_open::{DropCounter, DroppedSpans};
 pub use replay::{replay, ReplayError, ReplaySummary};
 
 use std::collections::HashMap;
