@@ -237,10 +237,10 @@ fn flaky_create(statuses: Vec<(u16, Option<&'static str>)>, calls: Arc<AtomicUsi
 }
 
 #[tokio::test]
-async fn retries_on_429_and_503_honour_retry_after() {
+async fn retries_on_429_503_and_control_plane_502_honour_retry_after() {
     let calls = Arc::new(AtomicUsize::new(0));
     let url = serve(flaky_create(
-        vec![(429, Some("1")), (503, Some("0"))],
+        vec![(429, Some("1")), (503, Some("0")), (502, None)],
         calls.clone(),
     ))
     .await;
@@ -248,7 +248,7 @@ async fn retries_on_429_and_503_honour_retry_after() {
     let started = Instant::now();
     let sandbox = Sandbox::create(&backend, &SandboxOptions::new()).await.unwrap();
     assert_eq!(sandbox.sandbox_id(), SANDBOX_ID);
-    assert_eq!(calls.load(Ordering::SeqCst), 3, "two retries then success");
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "three retries then success");
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After: 1 was honoured"
