@@ -51,6 +51,10 @@ struct ServeArgs {
     /// Pre-started interpreters kept ready.
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
+    /// Longest a single run may take before the sandbox interrupts it (E2B has no server-side
+    /// limit; its SDKs default to 300 s on the client side).
+    #[arg(long, default_value_t = 300)]
+    max_run_seconds: u64,
 }
 
 #[tokio::main]
@@ -77,8 +81,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             args.listen
         ));
     }
-    let backend = LocalBackend::new(LocalConfig::default().with_pool_size(args.pool_size))
-        .map_err(|e| e.to_string())?;
+    let local = LocalConfig::default()
+        .with_pool_size(args.pool_size)
+        .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)));
+    let backend = LocalBackend::new(local).map_err(|e| e.to_string())?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
