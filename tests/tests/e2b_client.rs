@@ -320,3 +320,27 @@ async fn wrong_api_key_and_the_sandbox_limit_are_typed_errors() {
     let third = Sandbox::create(&backend, &SandboxOptions::new()).await.unwrap();
     third.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_mode_makes_no_control_plane_calls() {
+    let url = start_server(waxell_sandbox::server::ServerConfig::new().with_debug_sandbox(true)).await;
+    // A control plane that refuses connections: debug mode must never dial it.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let config = waxell::e2b::E2bConfig::new()
+        .with_debug(true)
+        .with_api_url(closed)
+        .with_sandbox_url(&url);
+    let backend = E2bBackend::new(config).expect("debug mode needs no API key");
+    let sandbox = Sandbox::create(&backend, &SandboxOptions::new()).await.unwrap();
+    assert_eq!(sandbox.sandbox_id(), "debug_sandbox_id");
+    let execution = sandbox.run_code("2 ** 10", &RunOptions::new()).await.unwrap();
+    assert_eq!(execution.text(), Some("1024"));
+    sandbox.set_timeout(Duration::from_secs(60)).await.unwrap();
+    sandbox.kill().await.unwrap();
+    // kill was a no-op: the sandbox still runs.
+    let again = sandbox.run_code("1", &RunOptions::new()).await.unwrap();
+    assert_eq!(again.text(), Some("1"));
+}
