@@ -117,26 +117,32 @@ impl ServerConfig {
         self.api_key = Some(key.into());
         self
     }
+    /// Allow at most this many live sandboxes.
     pub fn with_max_sandboxes(mut self, n: usize) -> Self {
         self.max_sandboxes = n;
         self
     }
+    /// Refuse request bodies larger than this (413).
     pub fn with_max_body_bytes(mut self, n: usize) -> Self {
         self.max_body_bytes = n;
         self
     }
+    /// Lifetime of sandboxes whose create gives none.
     pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
         self.default_timeout = timeout;
         self
     }
+    /// Longest lifetime create or set-timeout may ask for.
     pub fn with_max_timeout(mut self, timeout: Duration) -> Self {
         self.max_timeout = timeout;
         self
     }
+    /// Silence after which `/execute` writes a keepalive line.
     pub fn with_keepalive_interval(mut self, interval: Duration) -> Self {
         self.keepalive_interval = interval;
         self
     }
+    /// Serve E2B's debug-mode sandbox `debug_sandbox_id`.
     pub fn with_debug_sandbox(mut self, enabled: bool) -> Self {
         self.debug_sandbox = enabled;
         self

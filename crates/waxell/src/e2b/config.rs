@@ -110,38 +110,47 @@ impl E2bConfig {
         config
     }
 
+    /// Use this API key.
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(Secret::new(key));
         self
     }
+    /// Use this E2B domain.
     pub fn with_domain(mut self, domain: impl Into<String>) -> Self {
         self.domain = domain.into();
         self
     }
+    /// Use this control-plane base URL.
     pub fn with_api_url(mut self, url: impl Into<String>) -> Self {
         self.api_url = Some(url.into());
         self
     }
+    /// Send all sandbox traffic to this base URL (header-routed).
     pub fn with_sandbox_url(mut self, url: impl Into<String>) -> Self {
         self.sandbox_url = Some(url.into());
         self
     }
+    /// Turn E2B's debug mode on or off.
     pub fn with_debug(mut self, debug: bool) -> Self {
         self.debug = debug;
         self
     }
+    /// Limit every request (for `/execute`: until the response headers).
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
+    /// Default limit of one `run_code`.
     pub fn with_execution_timeout(mut self, timeout: Duration) -> Self {
         self.execution_timeout = timeout;
         self
     }
+    /// Retry retryable answers at most this many times.
     pub fn with_max_retries(mut self, retries: u32) -> Self {
         self.max_retries = retries;
         self
     }
+    /// Never wait longer than this between retries.
     pub fn with_max_retry_delay(mut self, delay: Duration) -> Self {
         self.max_retry_delay = delay;
         self
