@@ -35,6 +35,8 @@ pub fn nothing_listening_url() -> String {
 struct Shared {
     fault: Mutex<Fault>,
     requests: AtomicUsize,
+    /// Path and raw body of the requests answered `200 OK`, as they came off the wire.
+    bodies: Mutex<Vec<(String, Vec<u8>)>>,
     stop: AtomicBool,
 }
 
@@ -51,6 +53,7 @@ impl FaultServer {
         let shared = Arc::new(Shared {
             fault: Mutex::new(fault),
             requests: AtomicUsize::new(0),
+            bodies: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
         let accept_shared = Arc::clone(&shared);
@@ -75,6 +78,12 @@ impl FaultServer {
     /// Requests that reached the collector (for `Reset`, connections that sent data).
     pub fn requests(&self) -> usize {
         self.shared.requests.load(Ordering::Acquire)
+    }
+
+    /// Path and raw body of the requests answered `200 OK` (`Healthy`, `Slow`), byte for byte as received
+    /// (traces on `/v1/traces`, metrics on `/v1/metrics`).
+    pub fn bodies(&self) -> Vec<(String, Vec<u8>)> {
+        self.shared.bodies.lock().unwrap().clone()
     }
 
     /// Change how the collector answers from now on.
@@ -106,23 +115,27 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             shared.requests.fetch_add(1, Ordering::AcqRel);
             return;
         }
-        if read_request(&mut stream).is_none() {
+        let Some(request) = read_request(&mut stream) else {
             return;
-        }
+        };
         shared.requests.fetch_add(1, Ordering::AcqRel);
         let response: Vec<u8> = match fault {
-            Fault::Healthy | Fault::Reset => ok(),
+            Fault::Healthy | Fault::Reset => {
+                shared.bodies.lock().unwrap().push(request);
+                ok()
+            }
             Fault::Slow(delay) => {
                 std::thread::sleep(delay);
+                shared.bodies.lock().unwrap().push(request);
                 ok()
             }
             Fault::Status(429) => {
                 b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n".to_vec()
             }
-            Fault::Status(code) => format!(
-                "HTTP/1.1 {code} Fault\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nfault"
-            )
-            .into_bytes(),
+            Fault::Status(code) => {
+                format!("HTTP/1.1 {code} Fault\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nfault")
+                    .into_bytes()
+            }
             Fault::Garbage => {
                 let _ = stream.write_all(b"\x00\x01\x02 this is not HTTP \xff\xfe\r\n\r\n");
                 return;
@@ -138,8 +151,9 @@ fn ok() -> Vec<u8> {
     b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n".to_vec()
 }
 
-/// Read one HTTP/1.1 request (headers and a `content-length` body); `None` when the connection ends.
-fn read_request(stream: &mut TcpStream) -> Option<()> {
+/// Read one HTTP/1.1 request (headers and a `content-length` body) and return its path and body; `None` when
+/// the connection ends.
+fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -152,11 +166,13 @@ fn read_request(stream: &mut TcpStream) -> Option<()> {
         }
     }
     let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
     let length: usize = head
         .lines()
         .find_map(|l| l.strip_prefix("content-length:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).ok()
+    stream.read_exact(&mut body).ok()?;
+    Some((path, body))
 }

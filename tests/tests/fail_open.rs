@@ -114,14 +114,26 @@ fn server_errors_open_the_breaker_and_a_probe_closes_it_when_the_collector_recov
     // 500 is not retried: each failed export is one request, and the breaker stops them after three.
     assert_eq!(server.requests(), 3, "the open breaker keeps the collector alone");
     let failing = counter.dropped();
-    assert_eq!(failing.export_failed + failing.circuit_open, 6 * 4 * SPANS_PER_RUN, "{failing}");
+    assert_eq!(
+        failing.export_failed + failing.circuit_open,
+        6 * 4 * SPANS_PER_RUN,
+        "{failing}"
+    );
     assert!(failing.circuit_open > 0, "{failing}");
 
     server.set_fault(Fault::Healthy);
     std::thread::sleep(Duration::from_millis(2_300));
     rounds(&guard, 2, 4);
-    assert!(server.requests() >= 5, "a probe, then normal exports: {}", server.requests());
-    assert_eq!(counter.dropped(), failing, "nothing dropped once the collector recovered");
+    assert!(
+        server.requests() >= 5,
+        "a probe, then normal exports: {}",
+        server.requests()
+    );
+    assert_eq!(
+        counter.dropped(),
+        failing,
+        "nothing dropped once the collector recovered"
+    );
     let dropped = shutdown_within(guard, Duration::from_secs(6));
     assert_eq!(dropped, failing);
 }
@@ -136,14 +148,23 @@ fn check_fault(fault: Fault) {
         .unwrap();
     let counter = guard.drop_counter();
     let calling = rounds(&guard, 6, 4);
-    assert!(calling < LOOP_BOUND, "{fault:?}: the instrumented loop took {calling:?}");
+    assert!(
+        calling < LOOP_BOUND,
+        "{fault:?}: the instrumented loop took {calling:?}"
+    );
     let dropped = shutdown_within(guard, Duration::from_secs(6));
     eprintln!("{fault:?}: {} requests, {dropped}", server.requests());
     assert_eq!(dropped.total(), 6 * 4 * SPANS_PER_RUN, "{fault:?}: {dropped}");
-    assert!(dropped.circuit_open > 0, "{fault:?}: the breaker opened: {dropped}");
+    assert!(
+        dropped.circuit_open > 0,
+        "{fault:?}: the breaker opened: {dropped}"
+    );
     assert_eq!(counter.export_attempts(), 3, "{fault:?}");
     let requests = server.requests();
-    assert!((3..=12).contains(&requests), "{fault:?}: {requests} requests reached the server");
+    assert!(
+        (3..=12).contains(&requests),
+        "{fault:?}: {requests} requests reached the server"
+    );
 }
 
 #[test]
@@ -206,12 +227,20 @@ fn child_drops_then_shuts_down() {
 #[test]
 fn drops_are_reported_once_on_stderr_at_shutdown() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["child_drops_then_shuts_down", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "child_drops_then_shuts_down",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .output()
         .expect("run the child test");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {stderr}");
-    let reports: Vec<&str> = stderr.lines().filter(|l| l.starts_with("waxell: dropped")).collect();
+    let reports: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("waxell: dropped"))
+        .collect();
     assert_eq!(reports.len(), 1, "one report: {stderr}");
     assert!(
         reports[0].starts_with(&format!("waxell: dropped {} spans (", 10 * SPANS_PER_RUN)),
