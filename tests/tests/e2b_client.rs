@@ -238,7 +238,7 @@ async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
         "{timed_out:?}"
     );
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

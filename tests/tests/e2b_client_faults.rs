@@ -271,7 +271,7 @@ async fn retries_are_bounded_in_number_and_in_wait() {
     assert!(matches!(result, Err(SandboxError::RateLimited(_))), "{result:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 3, "one try and two retries");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "a Retry-After of an hour was capped"
     );
 
@@ -324,10 +324,10 @@ async fn an_execution_timeout_closes_the_connection() {
     assert!(matches!(result, Err(SandboxError::Timeout(_))), "{result:?}");
     let elapsed = started.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(450) && elapsed < Duration::from_secs(2),
+        elapsed >= Duration::from_millis(450) && elapsed < Duration::from_secs(5),
         "{elapsed:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(5);
     while !closed.load(Ordering::SeqCst) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -349,7 +349,7 @@ async fn a_server_that_never_answers_hits_the_request_timeout() {
     let result = sandbox.run_code("1", &RunOptions::new()).await;
     assert!(matches!(result, Err(SandboxError::Timeout(_))), "{result:?}");
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );
