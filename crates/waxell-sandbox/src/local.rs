@@ -132,13 +132,7 @@ impl LocalBackend {
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
-        let scratch_root = config
-            .scratch_root
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("waxell-sandbox"));
-        fs::create_dir_all(&scratch_root)?;
-        // Root-owned and not listable: sandboxes cannot find each other's directories from the host fs.
-        fs::set_permissions(&scratch_root, fs::Permissions::from_mode(0o711))?;
+        let scratch_root = prepare_scratch_root(config.scratch_root.as_deref())?;
         cgroup::sweep_stale();
         sweep_stale_scratch(&scratch_root);
         let launcher = Arc::new(Launcher::new(tools, python, config)?);
@@ -266,6 +260,45 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         cgroup,
         scratch,
     })
+}
+
+/// The directory holding the scratch dirs: ours (`$TMPDIR/waxell-sandbox`, made root 0711 so
+/// sandboxes' directories cannot be listed) or a configured one, which must already be a real
+/// directory owned by root and not writable by others (the sweep deletes entries in it).
+fn prepare_scratch_root(configured: Option<&Path>) -> Result<PathBuf, SandboxError> {
+    let (root, ours) = match configured {
+        Some(path) => (path.to_path_buf(), false),
+        None => (std::env::temp_dir().join("waxell-sandbox"), true),
+    };
+    if ours {
+        match fs::DirBuilder::new().mode(0o711).create(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(SandboxError::Io(e)),
+        }
+    }
+    let meta = fs::symlink_metadata(&root)
+        .map_err(|e| SandboxError::InvalidArgument(format!("scratch_root {}: {e}", root.display())))?;
+    let unsafe_reason = if !meta.is_dir() {
+        Some("is not a directory (or is a symlink)")
+    } else if std::os::unix::fs::MetadataExt::uid(&meta) != 0 {
+        Some("is not owned by root")
+    } else if !ours && meta.permissions().mode() & 0o022 != 0 {
+        Some("is writable by group or others")
+    } else {
+        None
+    };
+    if let Some(reason) = unsafe_reason {
+        return Err(SandboxError::InvalidArgument(format!(
+            "scratch_root {} {reason}",
+            root.display()
+        )));
+    }
+    if ours {
+        // Root-owned and not listable: sandboxes cannot find each other's directories.
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o711))?;
+    }
+    Ok(root)
 }
 
 fn sweep_stale_scratch(root: &Path) {

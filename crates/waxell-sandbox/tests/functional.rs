@@ -495,3 +495,16 @@ fn sandboxes_outlive_the_thread_that_created_them() {
         drop((sandbox, backend));
     });
 }
+
+#[test]
+fn a_shared_or_foreign_scratch_root_is_refused() {
+    let mut shared = config();
+    shared.scratch_root = Some("/tmp".into());
+    let error = waxell_sandbox::LocalBackend::new(shared).unwrap_err();
+    assert!(
+        error.to_string().contains("writable by group or others"),
+        "{error}"
+    );
+    let tmp_mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata("/tmp").unwrap().permissions());
+    assert_eq!(tmp_mode & 0o7777, 0o1777, "/tmp untouched");
+}
