@@ -361,7 +361,7 @@ async fn lifetime_expiry_kills_the_sandbox() {
     let sandbox = backend.create_sandbox(&options).await.unwrap();
     sandbox.set_timeout(Duration::from_millis(600)).await.unwrap();
     let before = footprint(&sandbox);
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(matches!(
         sandbox.run_code("1", &RunOptions::default()).await,
         Err(waxell::sandbox::SandboxError::NotFound(_))
