@@ -53,7 +53,7 @@ async fn run_code_streams_output_results_errors_and_counts() {
     let ended = Instant::now();
     assert_eq!(execution.stdout(), "first\n");
     assert_eq!(execution.stderr(), "second\n");
-    assert_eq!(execution.text(), Some("'done'"));
+    assert_eq!(execution.text(), Some("done"));
     assert!(execution.error.is_none(), "{:?}", execution.error);
     let events = events.lock().unwrap().clone();
     let of = |kind: &str| -> String {
@@ -65,7 +65,7 @@ async fn run_code_streams_output_results_errors_and_counts() {
     };
     assert_eq!(
         (of("out"), of("err"), of("result")),
-        ("first\n".into(), "second\n".into(), "'done'".into())
+        ("first\n".into(), "second\n".into(), "done".into())
     );
     // Order kept: all stdout (before the sleep), then stderr, then the result.
     let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
@@ -87,9 +87,9 @@ async fn run_code_streams_output_results_errors_and_counts() {
         )
         .await
         .unwrap();
-    assert_eq!(first.text(), Some("'hello/yes'"));
+    assert_eq!(first.text(), Some("hello/yes"));
     let second = sandbox.run_code("value", &RunOptions::new()).await.unwrap();
-    assert_eq!(second.text(), Some("'hello/yes'"));
+    assert_eq!(second.text(), Some("hello/yes"));
     let (a, b) = (first.execution_count.unwrap(), second.execution_count.unwrap());
     assert_eq!(b, a + 1);
 
@@ -252,7 +252,7 @@ async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
         )
         .await
         .unwrap();
-    assert_eq!(after.text(), Some("'sleeping'"));
+    assert_eq!(after.text(), Some("sleeping"));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the next run waited {:?} behind the abandoned one",

@@ -201,10 +201,11 @@ impl Drop for AbandonGuard {
 
 /// Interrupt whatever the context is still running, keeping its state.
 ///
-/// The sandbox interface has no interrupt call, but a run's timeout is defined to interrupt the
-/// context's code (KeyboardInterrupt, state kept). Dropping the abandoned run released the context;
-/// an empty run with a minimal timeout now queues behind the abandoned code and its timeout
-/// interrupt lands on that code, after which the empty run completes.
+/// The sandbox interface has no interrupt call. Dropping the abandoned run released the context; an
+/// empty run on it now makes the backend deal with the abandoned code at once rather than when the
+/// next client happens to run something: the local backend interrupts and drains an abandoned cell
+/// before any run, and the 1 ms timeout makes backends that only interrupt on a run's timeout (an
+/// E2B sandbox behind `waxell::e2b`, which drops its connection) interrupt as well.
 async fn interrupt_abandoned(session: &dyn SandboxSession, target: &Target) {
     let options = target.options().with_timeout(INTERRUPT_RUN_TIMEOUT);
     match session.run_code("", &options).await {
