@@ -181,6 +181,12 @@ impl KernelProcess {
         Ok(kernel)
     }
 
+    /// Whether the launcher has exited (a cheap, non-blocking check).
+    pub(crate) fn has_exited(&mut self) -> bool {
+        self.reap_within(Duration::ZERO);
+        self.reaped || !self.alive
+    }
+
     /// Host pid of the bwrap launcher.
     pub(crate) fn launcher_pid(&self) -> u32 {
         self.child.id()

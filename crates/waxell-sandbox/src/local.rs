@@ -217,19 +217,27 @@ impl LocalBackend {
 
     /// Create a sandbox (the concrete type; [`SandboxBackend::create`] boxes it).
     pub async fn create_sandbox(&self, options: &SandboxOptions) -> Result<LocalSandbox, SandboxError> {
-        let pooled = self.inner.pool.lock().ok().and_then(|mut p| p.pop_front());
-        let prepared = match pooled {
-            Some(prepared) => {
-                self.inner.refill.notify_one();
-                prepared
+        // Idempotent; starts the refill if the backend was made outside a runtime.
+        self.start_refill();
+        let pooled = loop {
+            let Some(mut prepared) = self.inner.pool.lock().ok().and_then(|mut p| p.pop_front()) else {
+                break None;
+            };
+            self.inner.refill.notify_one();
+            // An interpreter that died while waiting (killed from outside) is discarded.
+            if !prepared.kernel.has_exited() {
+                break Some(prepared);
             }
+        };
+        let prepared = match pooled {
+            Some(prepared) => prepared,
             None => prepare(&self.inner).await?,
         };
         LocalSandbox::start(self.inner.launcher.clone(), prepared, options).await
     }
 }
 
-/// Make a sandbox shell and start its default kernel (cold path, ~75 ms).
+/// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).
 async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let launcher = &inner.launcher;
     let config = &launcher.config;

@@ -508,3 +508,28 @@ fn a_shared_or_foreign_scratch_root_is_refused() {
     let tmp_mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata("/tmp").unwrap().permissions());
     assert_eq!(tmp_mode & 0o7777, 0o1777, "/tmp untouched");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
+    let backend = backend_with(config().with_pool_size(1));
+    backend.warm_up().await.unwrap();
+    // Kill everything in this process's pooled sandbox from outside.
+    let ours = format!("{}-", std::process::id());
+    for entry in std::fs::read_dir(waxell_sandbox::cgroup_subtree_dir("pids"))
+        .unwrap()
+        .flatten()
+    {
+        if entry.file_name().to_string_lossy().starts_with(&ours) {
+            let procs = std::fs::read_to_string(entry.path().join("cgroup.procs")).unwrap();
+            for pid in procs.lines() {
+                std::process::Command::new("kill")
+                    .args(["-9", pid])
+                    .status()
+                    .unwrap();
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    assert_eq!(eval(&sandbox, "6 * 7").await, "42");
+}
