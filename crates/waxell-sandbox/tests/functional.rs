@@ -183,6 +183,12 @@ async fn contexts_are_independent() {
         .unwrap();
     assert_eq!(read.text(), Some("hi"));
     assert_eq!(sandbox.list_contexts().await.unwrap().len(), 2);
+    // Restarting a context loses its state, keeps its id and leaves the others alone.
+    sandbox.run_code("b = 2", &in_context).await.unwrap();
+    sandbox.restart_context(&context.id).await.unwrap();
+    let restarted = sandbox.run_code("'b' in globals()", &in_context).await.unwrap();
+    assert_eq!(restarted.text(), Some("False"));
+    assert_eq!(eval(&sandbox, "a").await, "1");
     sandbox.remove_context(&context.id).await.unwrap();
     let gone = sandbox.run_code("1", &in_context).await;
     assert!(
