@@ -229,7 +229,8 @@ async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
     let started = Instant::now();
     let timed_out = sandbox
         .run_code(
-            "import time\nprogress = 'sleeping'\ntime.sleep(60)\nprogress = 'finished'",
+            "import time\nprogress = 'sleeping'\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    \
+             open('interrupted', 'w').write('yes')\n    raise\nprogress = 'finished'",
             &RunOptions::new().with_timeout(Duration::from_secs(1)),
         )
         .await;
@@ -243,7 +244,19 @@ async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
         started.elapsed()
     );
 
-    // The server saw the connection go, interrupted the sleep, and the variable survived.
+    // The server saw the connection go and interrupted the sleep on its own, before any other run
+    // (the files API does not queue behind runs).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let marker = loop {
+        match sandbox.read_file("interrupted").await {
+            Ok(marker) => break marker,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("the abandoned code was not interrupted within 10 s: {e}"),
+        }
+    };
+    assert_eq!(marker, b"yes");
+
+    // The variable survived, and the next run does not wait.
     let started = Instant::now();
     let after = sandbox
         .run_code(
