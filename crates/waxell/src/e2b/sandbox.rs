@@ -328,14 +328,21 @@ impl E2bSandbox {
         query
     }
 
+    /// A Code Interpreter call on `/<segments...>` (each segment percent-encoded, so an id cannot
+    /// change the route).
     async fn code_json(
         &self,
         method: Method,
-        path: &str,
+        segments: &[&str],
         body: Option<Value>,
         what: &str,
     ) -> Result<reqwest::Response, SandboxError> {
-        let url = self.url(CODE_INTERPRETER_PORT, path, &[])?;
+        let mut url = self.url(CODE_INTERPRETER_PORT, "", &[])?;
+        let cannot_have_path = SandboxError::InvalidArgument(format!("sandbox URL {url} cannot have a path"));
+        url.path_segments_mut()
+            .map_err(|()| cannot_have_path)?
+            .pop_if_empty()
+            .extend(segments);
         http::send(self.config(), Endpoint::Code, what, || {
             let request = self.data(
                 &self.shared.client,
@@ -437,32 +444,27 @@ impl SandboxSession for E2bSandbox {
         }
         let what = "create context";
         let response = self
-            .code_json(Method::POST, "/contexts", Some(body), what)
+            .code_json(Method::POST, &["contexts"], Some(body), what)
             .await?;
         http::json(what, response).await
     }
 
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
         let what = "list contexts";
-        let response = self.code_json(Method::GET, "/contexts", None, what).await?;
+        let response = self.code_json(Method::GET, &["contexts"], None, what).await?;
         http::json(what, response).await
     }
 
     async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
         let what = format!("restart context {context_id}");
-        self.code_json(
-            Method::POST,
-            &format!("/contexts/{context_id}/restart"),
-            None,
-            &what,
-        )
-        .await?;
+        self.code_json(Method::POST, &["contexts", context_id, "restart"], None, &what)
+            .await?;
         Ok(())
     }
 
     async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
         let what = format!("remove context {context_id}");
-        self.code_json(Method::DELETE, &format!("/contexts/{context_id}"), None, &what)
+        self.code_json(Method::DELETE, &["contexts", context_id], None, &what)
             .await?;
         Ok(())
     }
