@@ -191,12 +191,12 @@ fn instrument(kind: Kind, args: &Args, mut function: ItemFn) -> TokenStream {
             None => quote!(::core::option::Option::None),
         };
         let (s, u) = (to_id(&args.session_id), to_id(&args.user_id));
-        quote! { __waxell_run.set_ids(#s, #u); }
+        quote! { ::waxell::__private::Run::set_ids(&__waxell_run, #s, #u); }
     } else {
         TokenStream::new()
     };
     let finish = quote! {
-        __waxell_run.finish(|__waxell_wants_value| {
+        ::waxell::__private::Run::finish(&__waxell_run, |__waxell_wants_value| {
             #[allow(unused_imports)]
             use ::waxell::__private::{
                 PlainAny as _, PlainDebug as _, PlainSer as _, ResultAnyAny as _, ResultAnyDebug as _,
@@ -229,7 +229,7 @@ fn instrument(kind: Kind, args: &Args, mut function: ItemFn) -> TokenStream {
         quote! {{
             #start
             #ids
-            let __waxell_ret = __waxell_run.instrument(async move { #fake_return #body }).await;
+            let __waxell_ret = ::waxell::__private::Run::instrument(&__waxell_run, async move { #fake_return #body }).await;
             #finish
             __waxell_ret
         }}
@@ -242,7 +242,7 @@ fn instrument(kind: Kind, args: &Args, mut function: ItemFn) -> TokenStream {
             #start
             #ids
             async move {
-                let __waxell_ret = __waxell_run.instrument(#wrapped).await;
+                let __waxell_ret = ::waxell::__private::Run::instrument(&__waxell_run, #wrapped).await;
                 #finish
                 __waxell_ret
             }
@@ -260,7 +260,7 @@ fn instrument(kind: Kind, args: &Args, mut function: ItemFn) -> TokenStream {
         quote! {{
             #start
             #ids
-            let __waxell_ret = __waxell_run.in_scope(move || { #fake_return #body });
+            let __waxell_ret = ::waxell::__private::Run::in_scope(&__waxell_run, move || { #fake_return #body });
             #finish
             __waxell_ret
         }}

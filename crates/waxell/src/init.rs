@@ -72,6 +72,7 @@ pub fn builder() -> Builder {
 #[must_use]
 pub struct Builder {
     service_name: Option<String>,
+    service_version: Option<String>,
     project_name: Option<String>,
     endpoint: Option<String>,
     protocol: Option<Protocol>,
@@ -100,6 +101,11 @@ impl Builder {
     /// `service.name` of the resource (else `OTEL_SERVICE_NAME`, else `waxell-agent`).
     pub fn with_service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = Some(name.into());
+        self
+    }
+    /// `service.version` of the resource (else from `OTEL_RESOURCE_ATTRIBUTES`).
+    pub fn with_service_version(mut self, version: impl Into<String>) -> Self {
+        self.service_version = Some(version.into());
         self
     }
     /// `openinference.project.name` (Phoenix project), else `WAXELL_PROJECT_NAME`.
@@ -213,15 +219,32 @@ impl Builder {
         }
         telemetry::set_enabled(true);
 
-        let resource = build_resource(self.service_name.as_deref(), self.project_name.as_deref());
+        // Waxell's cloud, when nothing more specific names a collector.
+        let explicit_endpoint = self.endpoint.clone().or(env.traces_endpoint.clone());
+        let cloud = match (&explicit_endpoint, self.default_export.unwrap_or(true)) {
+            (None, true) => crate::cloud::from_env()?,
+            _ => None,
+        };
+        let resource = build_resource(
+            self.service_name.as_deref(),
+            self.service_version.as_deref(),
+            self.project_name.as_deref(),
+            cloud.as_ref().and_then(|c| c.tenant_id.as_deref()),
+        );
         let mut provider = SdkTracerProvider::builder().with_resource(resource.clone());
         for add in self.processors {
             provider = add(provider);
         }
-        let protocol = self.protocol.unwrap_or(env.protocol);
-        let endpoint = self.endpoint.clone().or(env.traces_endpoint.clone());
+        let mut protocol = self.protocol.unwrap_or(env.protocol);
+        let mut endpoint = explicit_endpoint;
         let mut headers = env.headers.clone();
         headers.extend(self.headers.iter().cloned());
+        if let Some(cloud) = &cloud {
+            // Waxell ingests OTLP/HTTP protobuf and authenticates with X-Wax-Key.
+            endpoint = Some(cloud.traces_url.clone());
+            protocol = Protocol::HttpProtobuf;
+            headers.push(("X-Wax-Key".to_owned(), cloud.key.clone()));
+        }
         let mut runtime = None;
         let mut meter_provider = None;
         let mut target = Target::None;
@@ -289,7 +312,12 @@ impl Builder {
     }
 }
 
-fn build_resource(service_name: Option<&str>, project_name: Option<&str>) -> Resource {
+fn build_resource(
+    service_name: Option<&str>,
+    service_version: Option<&str>,
+    project_name: Option<&str>,
+    tenant_id: Option<&str>,
+) -> Resource {
     let mut builder = Resource::builder();
     let env_name = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty());
     let in_attributes = std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|a| a.contains("service.name="));
@@ -309,6 +337,12 @@ fn build_resource(service_name: Option<&str>, project_name: Option<&str>) -> Res
     });
     if let Some(project) = project {
         builder = builder.with_attribute(KeyValue::new(OPENINFERENCE_PROJECT_NAME, project));
+    }
+    if let Some(version) = service_version {
+        builder = builder.with_attribute(KeyValue::new("service.version", version.to_owned()));
+    }
+    if let Some(tenant) = tenant_id {
+        builder = builder.with_attribute(KeyValue::new(WAXELL_TENANT_ID, tenant.to_owned()));
     }
     builder.build()
 }
@@ -575,6 +609,7 @@ impl Guard {
         let meter = self.meter_provider.take();
         let timeout = self.shutdown_timeout;
         telemetry::uninstall();
+        self.counters.0.begin_shutdown();
         let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
             let traces = provider.shutdown_with_timeout(timeout).map_err(|e| e.to_string());
             if let Some(m) = meter {

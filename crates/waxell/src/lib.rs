@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 mod capture;
+mod cloud;
 mod config;
 mod decision;
 pub mod e2b;
@@ -53,6 +54,29 @@ pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
 pub use init::{builder, init, Builder, Guard, InitError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
+
+/// A `tracing` layer that puts `tracing` spans in the same traces as waxell's, nesting both ways (sync and
+/// async): a `#[tool]` called inside a `tracing` span is its child, and a `tracing` span entered inside an
+/// `#[agent]` is the agent's child. Call it after [`init`]:
+///
+/// ```no_run
+/// use tracing_subscriber::layer::SubscriberExt as _;
+/// use tracing_subscriber::util::SubscriberInitExt as _;
+///
+/// let _telemetry = waxell::init()?;
+/// tracing_subscriber::registry().with(waxell::tracing_layer()).init();
+/// # Ok::<(), waxell::InitError>(())
+/// ```
+///
+/// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
+/// exporting does not trace itself.
+#[cfg(feature = "tracing")]
+pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer().with_tracer(telemetry::tracer())
+}
 
 #[cfg(feature = "macros")]
 #[doc(inline)]

@@ -161,6 +161,8 @@ pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";
 pub const WAXELL_SDK_NAME: &str = "waxell.sdk.name";
 pub const WAXELL_SDK_VERSION: &str = "waxell.sdk.version";
 pub const OPENINFERENCE_PROJECT_NAME: &str = "openinference.project.name";
+/// The Waxell tenant the API reported at endpoint discovery.
+pub const WAXELL_TENANT_ID: &str = "waxell.tenant_id";
 
 // ---- LLM (owned by the `llm` module) ----
 /// Value of `waxell.span_type` on `chat {model}` spans (the Python SDK's name).

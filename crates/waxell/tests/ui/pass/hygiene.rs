@@ -16,4 +16,33 @@ async fn agent() -> u8 {
 
 fn main() {
     let _ = agent();
+    let _ = clashing_traits::with_clash(1);
+    let _ = clashing_traits::sync_with_clash(1);
+}
+
+/// Traits in the caller's scope whose methods share names with the runtime's (as `tracing::Instrument` does)
+/// must not capture the expansion's calls.
+mod clashing_traits {
+    pub trait Instrument: ::core::marker::Sized {
+        fn instrument(self, _other: u8) -> Self {
+            self
+        }
+        fn finish(self) {}
+        fn in_scope(self) {}
+        fn set_ids(self) {}
+    }
+    impl<T> Instrument for T {}
+
+    #[allow(unused_imports)]
+    use self::Instrument as _;
+
+    #[::waxell::tool]
+    pub async fn with_clash(x: u8) -> u8 {
+        x
+    }
+
+    #[::waxell::agent(session_id = "s")]
+    pub fn sync_with_clash(x: u8) -> u8 {
+        x
+    }
 }

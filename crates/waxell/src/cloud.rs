@@ -1,0 +1,165 @@
+//! Export to Waxell's cloud: `WAXELL_API_URL` + `WAXELL_API_KEY` mean OTLP/HTTP (protobuf) with the
+//! `X-Wax-Key` header, to the endpoint the API's `config/` route names, as the Python SDK does.
+//!
+//! Precedence, highest first: the builder's endpoint, `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT` (then the key is
+//! *not* sent: it must not leak to a third-party collector), `WAXELL_OTEL_ENDPOINT`, the discovered endpoint,
+//! and last the API URL itself.
+
+use std::time::Duration;
+
+use crate::InitError;
+
+/// Where and how to export to Waxell.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CloudExport {
+    /// Full OTLP/HTTP traces URL.
+    pub(crate) traces_url: String,
+    pub(crate) key: String,
+    /// The tenant the API reported, recorded on the resource as `waxell.tenant_id`.
+    pub(crate) tenant_id: Option<String>,
+}
+
+/// The discovery call may not hold up start-up for long (a mistyped URL once cost the Python SDK 12 s a run).
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn var(names: &[&str]) -> Option<(String, String)> {
+    names.iter().find_map(|n| {
+        std::env::var(n)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| ((*n).to_owned(), v.trim().to_owned()))
+    })
+}
+
+fn traces_url(base: &str) -> String {
+    let base = base.trim_end_matches('/');
+    if base.ends_with("/v1/traces") {
+        base.to_owned()
+    } else {
+        format!("{base}/v1/traces")
+    }
+}
+
+/// Read the Waxell variables; `None` when Waxell export is not configured.
+pub(crate) fn from_env() -> Result<Option<CloudExport>, InitError> {
+    let url = var(&["WAXELL_API_URL", "WAX_API_URL"]);
+    let key = var(&["WAXELL_API_KEY", "WAX_API_KEY"]);
+    let (url, key) = match (url, key) {
+        (None, None) => return Ok(None),
+        (Some((name, _)), None) => {
+            return Err(InitError::InvalidVariable {
+                name,
+                value: "<set>".into(),
+                expected: "WAXELL_API_KEY set as well (Waxell export needs both)".into(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(InitError::InvalidVariable {
+                name: "WAXELL_API_KEY".into(),
+                value: "<hidden>".into(),
+                expected: "WAXELL_API_URL set as well (Waxell export needs both)".into(),
+            })
+        }
+        (Some(url), Some((_, key))) => (url, key),
+    };
+    let (url_var, api_url) = url;
+    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
+        return Err(InitError::InvalidVariable {
+            name: url_var,
+            value: api_url,
+            expected: "an http:// or https:// URL".into(),
+        });
+    }
+    if let Some((_, explicit)) = var(&["WAXELL_OTEL_ENDPOINT"]) {
+        return Ok(Some(CloudExport {
+            traces_url: traces_url(&explicit),
+            key,
+            tenant_id: None,
+        }));
+    }
+    let discovered = discover(&api_url, &key);
+    let (endpoint, tenant_id) = match discovered {
+        Ok(found) => found,
+        Err(reason) => {
+            eprintln!(
+                "waxell: endpoint discovery at {api_url} failed ({reason}); exporting to the API URL itself"
+            );
+            (None, None)
+        }
+    };
+    let base = endpoint.unwrap_or_else(|| api_url.clone());
+    Ok(Some(CloudExport {
+        traces_url: traces_url(&base),
+        key,
+        tenant_id,
+    }))
+}
+
+/// `GET {api}/api/v1/observe/config/` with the key; returns the OTLP endpoint and tenant it names.
+/// Runs on its own thread: `init()` may be called inside an async runtime, where a blocking client panics.
+fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>), String> {
+    let url = format!("{}/api/v1/observe/config/", api_url.trim_end_matches('/'));
+    let key = key.to_owned();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("waxell-discovery".into())
+        .spawn(move || {
+            let result = (|| {
+                let client = reqwest::blocking::Client::builder()
+                    .connect_timeout(DISCOVERY_TIMEOUT)
+                    .timeout(DISCOVERY_TIMEOUT)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let response = client
+                    .get(&url)
+                    .header("X-Wax-Key", key)
+                    .send()
+                    .map_err(|e| e.to_string())?;
+                if !response.status().is_success() {
+                    return Err(format!("HTTP {}", response.status()));
+                }
+                let body: serde_json::Value = response.json().map_err(|e| format!("not JSON: {e}"))?;
+                Ok(parse_config(&body))
+            })();
+            let _ = tx.send(result);
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv_timeout(DISCOVERY_TIMEOUT + Duration::from_millis(500))
+        .map_err(|_| "timed out".to_owned())?
+}
+
+/// The config route's answer: the endpoint under `otel_endpoint` / `otlp_endpoint` / `otel.endpoint`, the tenant
+/// under `tenant_id` / `tenant.id`.
+fn parse_config(body: &serde_json::Value) -> (Option<String>, Option<String>) {
+    let text = |v: Option<&serde_json::Value>| {
+        v.and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let endpoint = text(body.get("otel_endpoint"))
+        .or_else(|| text(body.get("otlp_endpoint")))
+        .or_else(|| text(body.pointer("/otel/endpoint")));
+    let tenant = text(body.get("tenant_id")).or_else(|| text(body.pointer("/tenant/id")));
+    (endpoint, tenant)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_shapes_and_traces_path() {
+        let (e, t) =
+            parse_config(&serde_json::json!({"otel_endpoint": "https://otel.example", "tenant_id": "t1"}));
+        assert_eq!(
+            (e.as_deref(), t.as_deref()),
+            (Some("https://otel.example"), Some("t1"))
+        );
+        let (e, t) =
+            parse_config(&serde_json::json!({"otel": {"endpoint": "http://x"}, "tenant": {"id": "t2"}}));
+        assert_eq!((e.as_deref(), t.as_deref()), (Some("http://x"), Some("t2")));
+        assert_eq!(parse_config(&serde_json::json!({})), (None, None));
+        assert_eq!(traces_url("http://a/"), "http://a/v1/traces");
+        assert_eq!(traces_url("http://a/v1/traces"), "http://a/v1/traces");
+    }
+}
