@@ -249,3 +249,103 @@ fn drops_are_reported_once_on_stderr_at_shutdown() {
     );
     assert!(reports[0].contains("export failed"), "{}", reports[0]);
 }
+
+/// The fault modes of the overhead table, by name.
+const MODES: &[&str] = &[
+    "observe off",
+    "healthy",
+    "down",
+    "reset",
+    "slow 10 s",
+    "500",
+    "429",
+    "garbage",
+];
+
+/// One row of the overhead table, measured in a fresh process: `WAXELL_OVERHEAD_MODE` names the mode.
+#[test]
+#[ignore = "run by overhead_table in a child process"]
+fn overhead_child() {
+    let mode = std::env::var("WAXELL_OVERHEAD_MODE").expect("WAXELL_OVERHEAD_MODE");
+    let runs: u64 = std::env::var("WAXELL_OVERHEAD_RUNS").map_or(1_000, |v| v.parse().unwrap());
+    let fault = match mode.as_str() {
+        "observe off" => {
+            std::env::set_var("WAXELL_OBSERVE", "false");
+            None
+        }
+        "healthy" => Some(Fault::Healthy),
+        "down" => None,
+        "reset" => Some(Fault::Reset),
+        "slow 10 s" => Some(Fault::Slow(Duration::from_secs(10))),
+        "500" => Some(Fault::Status(500)),
+        "429" => Some(Fault::Status(429)),
+        "garbage" => Some(Fault::Garbage),
+        other => panic!("unknown mode {other}"),
+    };
+    let server = fault.map(FaultServer::start);
+    let url = server
+        .as_ref()
+        .map_or_else(nothing_listening_url, FaultServer::traces_url);
+    // Default export timeout (3 s), breaker (3 failures, 30 s) and shutdown timeout (5 s).
+    let guard = pipeline(&url).init().unwrap();
+    let took = instrumented_loop(runs);
+    let started = Instant::now();
+    let counter = guard.drop_counter();
+    let _ = guard.shutdown();
+    let shutdown = started.elapsed();
+    let dropped = counter.dropped();
+    println!(
+        "ROW|{mode}|{}|{:.1}|{:.0}|{}|{}",
+        runs * SPANS_PER_RUN,
+        took.as_secs_f64() * 1e3,
+        shutdown.as_secs_f64() * 1e3,
+        dropped.total(),
+        server.map_or(0, |s| s.requests()),
+    );
+}
+
+/// Prints the overhead table of docs/fail-open.md: agent wall time for the same instrumented loop under each
+/// fault mode, against a healthy collector. Run in release:
+/// `cargo test --release -p waxell-tests --test fail_open -- --ignored --exact overhead_table --nocapture`
+#[test]
+#[ignore = "measurement, not a check: prints the table for docs/fail-open.md"]
+fn overhead_table() {
+    let mut rows = Vec::new();
+    for mode in MODES {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["overhead_child", "--exact", "--ignored", "--nocapture"])
+            .env("WAXELL_OVERHEAD_MODE", mode)
+            .output()
+            .expect("run the child");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mode}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let row = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ROW|"))
+            .expect("a row")
+            .to_owned();
+        rows.push(row.split('|').map(str::to_owned).collect::<Vec<_>>());
+    }
+    let healthy: f64 = rows.iter().find(|r| r[0] == "healthy").unwrap()[2]
+        .parse()
+        .unwrap();
+    println!("| fault mode | spans | agent wall time (ms) | vs healthy | shutdown (ms) | dropped | requests at the collector |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        let ms: f64 = r[2].parse().unwrap();
+        println!(
+            "| {} | {} | {} | {:.2}x | {} | {} | {} |",
+            r[0],
+            r[1],
+            r[2],
+            ms / healthy,
+            r[3],
+            r[4],
+            r[5]
+        );
+    }
+}

@@ -81,6 +81,10 @@ pub(crate) struct DropCounters {
     queued: AtomicUsize,
     /// Export attempts that reached the exporter (probes included); used by tests and diagnostics.
     attempts: AtomicU64,
+    /// Spans of the batch being exported right now.
+    exporting: AtomicUsize,
+    /// Set when shutdown starts: from then on one failure is enough to give up on the collector.
+    closing: AtomicBool,
     /// Set once shutdown has finished or given up: spans still queued then will never be sent.
     shut_down: AtomicBool,
 }
@@ -88,6 +92,11 @@ pub(crate) struct DropCounters {
 impl DropCounters {
     pub(crate) fn add_over_span_cap(&self) {
         self.over_span_cap.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Shutdown is starting: don't spend its time budget retrying a collector that just failed.
+    pub(crate) fn begin_shutdown(&self) {
+        self.closing.store(true, Ordering::Release);
     }
 
     pub(crate) fn mark_shut_down(&self) {
@@ -102,7 +111,7 @@ impl DropCounters {
             export_failed: self.export_failed.load(Ordering::Relaxed),
             circuit_open: self.circuit_open.load(Ordering::Relaxed),
             unsent_at_shutdown: if shut_down {
-                self.queued.load(Ordering::Relaxed) as u64
+                (self.queued.load(Ordering::Relaxed) + self.exporting.load(Ordering::Relaxed)) as u64
             } else {
                 0
             },
@@ -228,9 +237,17 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
         })
     }
 
-    /// Whether the breaker lets this batch through (closed, or open but cooled down: a probe).
+    fn closing(&self) -> bool {
+        self.counters.closing.load(Ordering::Acquire)
+    }
+
+    /// Whether the breaker lets this batch through (closed, or open but cooled down: a probe). During
+    /// shutdown, a collector that failed the last export is not tried again.
     fn may_call_collector(&self) -> bool {
         let breaker = self.breaker.lock().unwrap_or_else(|p| p.into_inner());
+        if self.closing() && breaker.consecutive_failures > 0 {
+            return false;
+        }
         breaker.open_until.is_none_or(|until| Instant::now() >= until)
     }
 
@@ -242,7 +259,10 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
         }
         breaker.consecutive_failures = breaker.consecutive_failures.saturating_add(1);
         // A failed probe (breaker was open) re-opens at once; otherwise after `breaker_failures` in a row.
-        if breaker.open_until.is_some() || breaker.consecutive_failures >= self.config.breaker_failures {
+        if breaker.open_until.is_some()
+            || breaker.consecutive_failures >= self.config.breaker_failures
+            || self.closing()
+        {
             breaker.open_until = Some(Instant::now() + self.config.breaker_cooldown);
         }
     }
@@ -282,18 +302,10 @@ impl<E: SpanExporter + 'static> SpanExporter for FailOpenExporter<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         // Called on the batch processor's own thread, never on the agent's: blocking here is fine.
         let n = batch.len();
+        self.counters.exporting.store(n, Ordering::Release);
         self.counters.queued.fetch_sub(n, Ordering::AcqRel);
-        if !self.may_call_collector() {
-            self.counters.circuit_open.fetch_add(n as u64, Ordering::Relaxed);
-            return Err(OTelSdkError::InternalFailure(
-                "waxell: collector circuit open after repeated failures; spans dropped".into(),
-            ));
-        }
-        let result = self.export_bounded(batch);
-        if result.is_err() {
-            self.counters.export_failed.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        self.record(result.is_ok());
+        let result = self.export_counted(batch, n);
+        self.counters.exporting.store(0, Ordering::Release);
         result
     }
 
@@ -313,6 +325,24 @@ impl<E: SpanExporter + 'static> SpanExporter for FailOpenExporter<E> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .set_resource(resource);
+    }
+}
+
+impl<E: SpanExporter + 'static> FailOpenExporter<E> {
+    /// Export through the breaker and the timeout, counting the `n` spans if they are dropped.
+    fn export_counted(&self, batch: Vec<SpanData>, n: usize) -> OTelSdkResult {
+        if !self.may_call_collector() {
+            self.counters.circuit_open.fetch_add(n as u64, Ordering::Relaxed);
+            return Err(OTelSdkError::InternalFailure(
+                "waxell: collector circuit open after repeated failures; spans dropped".into(),
+            ));
+        }
+        let result = self.export_bounded(batch);
+        if result.is_err() {
+            self.counters.export_failed.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        self.record(result.is_ok());
+        result
     }
 }
 
@@ -438,6 +468,19 @@ mod tests {
             d.to_string(),
             "dropped 10 spans (export failed or timed out: 6, collector circuit open: 4)"
         );
+    }
+
+    #[test]
+    fn during_shutdown_one_failure_is_enough_and_unsent_spans_are_counted() {
+        let (e, s, c) = wrapper("fail", 1000);
+        c.begin_shutdown();
+        assert!(export(&e, &c, 3).is_err());
+        assert!(export(&e, &c, 5).is_err());
+        assert_eq!(s.calls.load(Ordering::Relaxed), 1, "not retried while closing");
+        c.queued.fetch_add(7, Ordering::AcqRel);
+        c.mark_shut_down();
+        let d = c.snapshot();
+        assert_eq!((d.export_failed, d.circuit_open, d.unsent_at_shutdown), (3, 5, 7));
     }
 
     #[test]
