@@ -47,12 +47,66 @@ struct Store {
     metrics: Vec<ExportMetricsServiceRequest>,
 }
 
+/// A server on 127.0.0.1 (a free port) with its own thread and Tokio runtime, stopped when dropped.
+pub struct ServerThread {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Resolves when the server should stop.
+pub type StopSignal = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl ServerThread {
+    /// Bind, then run `serve(listener, stop)` until it returns.
+    pub fn spawn<F, Fut>(serve: F) -> Self
+    where
+        F: FnOnce(tokio::net::TcpListener, StopSignal) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(listener.local_addr().unwrap()).unwrap();
+                let stop: StopSignal = Box::pin(async move {
+                    let _ = shutdown_rx.await;
+                });
+                serve(listener, stop).await;
+            });
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server started");
+        Self {
+            addr,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// An OTLP receiver on 127.0.0.1.
 pub struct OtlpReceiver {
     pub addr: SocketAddr,
     store: Arc<Mutex<Store>>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: ServerThread,
 }
 
 fn record(store: &Mutex<Store>, request: ExportTraceServiceRequest, info: RequestInfo) {
@@ -132,92 +186,26 @@ impl OtlpReceiver {
 
     fn start(grpc: bool) -> Self {
         let store = Arc::new(Mutex::new(Store::default()));
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel::<()>();
         let thread_store = Arc::clone(&store);
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                addr_tx.send(listener.local_addr().unwrap()).unwrap();
-                let stop = async move {
-                    let _ = shutdown_rx.await;
-                };
-                if grpc {
-                    let incoming = tokio_stream_from(listener);
-                    tonic::transport::Server::builder()
-                        .add_service(TraceServiceServer::new(Grpc(thread_store)))
-                        .serve_with_incoming_shutdown(incoming, stop)
-                        .await
-                        .unwrap();
-                } else {
-                    let traces_store = Arc::clone(&thread_store);
-                    let metrics_store = Arc::clone(&thread_store);
-                    let app = axum::Router::new()
-                        .route(
-                            "/v1/traces",
-                            post(move |headers: HeaderMap, body: Bytes| {
-                                let store = Arc::clone(&traces_store);
-                                async move {
-                                    let json = headers
-                                        .get("content-type")
-                                        .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
-                                    let decoded = if json {
-                                        serde_json::from_slice::<ExportTraceServiceRequest>(&body)
-                                            .map_err(|e| e.to_string())
-                                    } else {
-                                        ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string())
-                                    };
-                                    match decoded {
-                                        Ok(req) => {
-                                            record(
-                                                &store,
-                                                req,
-                                                RequestInfo {
-                                                    path: "/v1/traces".into(),
-                                                    headers: headers_of(&headers),
-                                                },
-                                            );
-                                            (StatusCode::OK, Vec::new())
-                                        }
-                                        Err(e) => (StatusCode::BAD_REQUEST, e.into_bytes()),
-                                    }
-                                }
-                            }),
-                        )
-                        .route(
-                            "/v1/metrics",
-                            post(move |body: Bytes| {
-                                let store = Arc::clone(&metrics_store);
-                                async move {
-                                    match ExportMetricsServiceRequest::decode(body) {
-                                        Ok(req) => {
-                                            store.lock().unwrap().metrics.push(req);
-                                            StatusCode::OK
-                                        }
-                                        Err(_) => StatusCode::BAD_REQUEST,
-                                    }
-                                }
-                            }),
-                        );
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stop)
-                        .await
-                        .unwrap();
-                }
-            });
+        let server = ServerThread::spawn(move |listener, stop| async move {
+            if grpc {
+                let incoming = tokio_stream_from(listener);
+                tonic::transport::Server::builder()
+                    .add_service(TraceServiceServer::new(Grpc(thread_store)))
+                    .serve_with_incoming_shutdown(incoming, stop)
+                    .await
+                    .unwrap();
+            } else {
+                axum::serve(listener, http_routes(thread_store))
+                    .with_graceful_shutdown(stop)
+                    .await
+                    .unwrap();
+            }
         });
-        let addr = addr_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("receiver started");
         Self {
-            addr,
+            addr: server.addr,
             store,
-            shutdown: Some(shutdown_tx),
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -256,15 +244,57 @@ impl OtlpReceiver {
     }
 }
 
-impl Drop for OtlpReceiver {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// OTLP/HTTP: `/v1/traces` (protobuf or JSON by content type) and `/v1/metrics`.
+fn http_routes(thread_store: Arc<Mutex<Store>>) -> axum::Router {
+    let traces_store = Arc::clone(&thread_store);
+    let metrics_store = Arc::clone(&thread_store);
+    let app = axum::Router::new()
+        .route(
+            "/v1/traces",
+            post(move |headers: HeaderMap, body: Bytes| {
+                let store = Arc::clone(&traces_store);
+                async move {
+                    let json = headers
+                        .get("content-type")
+                        .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));
+                    let decoded = if json {
+                        serde_json::from_slice::<ExportTraceServiceRequest>(&body).map_err(|e| e.to_string())
+                    } else {
+                        ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string())
+                    };
+                    match decoded {
+                        Ok(req) => {
+                            record(
+                                &store,
+                                req,
+                                RequestInfo {
+                                    path: "/v1/traces".into(),
+                                    headers: headers_of(&headers),
+                                },
+                            );
+                            (StatusCode::OK, Vec::new())
+                        }
+                        Err(e) => (StatusCode::BAD_REQUEST, e.into_bytes()),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/v1/metrics",
+            post(move |body: Bytes| {
+                let store = Arc::clone(&metrics_store);
+                async move {
+                    match ExportMetricsServiceRequest::decode(body) {
+                        Ok(req) => {
+                            store.lock().unwrap().metrics.push(req);
+                            StatusCode::OK
+                        }
+                        Err(_) => StatusCode::BAD_REQUEST,
+                    }
+                }
+            }),
+        );
+    app
 }
 
 fn tokio_stream_from(
