@@ -21,7 +21,6 @@
 //! figures is printed at the end, with the load average before and after.
 
 use std::hint::black_box;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -34,7 +33,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 use waxell::e2b::{E2bBackend, E2bConfig};
 use waxell::sandbox::{RunOptions, Sandbox, SandboxOptions};
 use waxell::{agent, tool};
-use waxell_sandbox::server::{router, ServerConfig};
+use waxell_sandbox::server::{router, serve, ServerConfig};
 use waxell_sandbox::{LocalBackend, LocalConfig};
 use waxell_tests::OtlpReceiver;
 
@@ -137,15 +136,14 @@ fn local_backend(pool_size: usize) -> Arc<LocalBackend> {
 fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
     let rounds = mode.pick(20, 400);
     let rt = runtime();
-    let (local, http) = rt.block_on(async {
+    let (local, http, url) = rt.block_on(async {
         let backend = local_backend(0);
         // The server in this process, on loopback, over the same backend; the client talks real HTTP.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let app = router(backend.clone(), ServerConfig::new());
-        tokio::spawn(async move {
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
-        });
+        // Served exactly as the `waxell-sandbox serve` binary serves it.
+        tokio::spawn(serve(listener, app, std::future::pending()));
         let client = E2bBackend::new(
             E2bConfig::new()
                 .with_api_key("bench-key")
@@ -159,10 +157,18 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
         let http = Sandbox::create(&client, &SandboxOptions::default())
             .await
             .expect("sandbox over HTTP");
-        (local, http)
+        (local, http, url)
     });
+    // The server's own floor: the same POST /execute with a client built once, still one fresh
+    // unpooled HTTP/1.1 connection per request like `waxell::e2b`.
+    let raw_client = reqwest::Client::builder()
+        .http1_only()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("reqwest client");
+    let execute_url = format!("{url}/execute");
+    let sandbox_id = http.sandbox_id().to_owned();
     let options = RunOptions::default();
-    let (mut in_process, mut over_http) = (Vec::new(), Vec::new());
     let time_one = |sandbox: &Sandbox| {
         rt.block_on(async {
             let start = Instant::now();
@@ -172,24 +178,63 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
             took
         })
     };
+    let time_raw = || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let body = raw_client
+                .post(&execute_url)
+                .header("E2b-Sandbox-Id", &sandbox_id)
+                .header("E2b-Sandbox-Port", "49999")
+                .json(&serde_json::json!({ "code": "1+1" }))
+                .send()
+                .await
+                .expect("POST /execute")
+                .text()
+                .await
+                .expect("body");
+            let took = start.elapsed();
+            assert!(body.contains("\"text\":\"2\""), "{body}");
+            took
+        })
+    };
     // Warm-up: first runs pay for imports, connection set-up and page faults.
     for _ in 0..10 {
         time_one(&local);
         time_one(&http);
+        time_raw();
     }
+    let (mut in_process, mut over_http, mut raw_http) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        if round % 2 == 0 {
-            in_process.push(time_one(&local));
-            over_http.push(time_one(&http));
-        } else {
-            over_http.push(time_one(&http));
-            in_process.push(time_one(&local));
+        // Rotate the order so no side always runs first.
+        for side in 0..3 {
+            match (round + side) % 3 {
+                0 => in_process.push(time_one(&local)),
+                1 => over_http.push(time_one(&http)),
+                _ => raw_http.push(time_raw()),
+            }
         }
     }
     rt.block_on(async {
         let _ = http.kill().await;
         let _ = local.kill().await;
     });
+    // Where the client's extra time goes: it builds a fresh reqwest client per execution (loading
+    // the TLS root store even for http://); time that construction alone.
+    let client_builds: Vec<Duration> = (0..20)
+        .map(|_| {
+            let start = Instant::now();
+            let client = reqwest::Client::builder()
+                .http1_only()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("reqwest client");
+            let took = start.elapsed();
+            drop(client);
+            took
+        })
+        .collect();
+    describe("run_code/reqwest_client_build", &client_builds);
+    describe("run_code/raw_http_reused_client", &raw_http);
     describe("run_code/in_process", &in_process);
     describe("run_code/e2b_http", &over_http);
     let (a, b) = (median(&in_process), median(&over_http));
@@ -204,6 +249,26 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
         anchor: format!("in process: {} (p90 {})", ms(a), ms(quantile(&in_process, 0.9))),
         ratio: format!("{ratio:.2}x (+{})", ms(b.saturating_sub(a))),
         target: format!("<= 3 ms: {}", verdict(b <= Duration::from_millis(3))),
+    });
+    let r = median(&raw_http);
+    rows.push(Row {
+        figure: "same POST `/execute` with a reqwest client built once (fresh connection per request)".into(),
+        measured: format!("{} (p90 {})", ms(r), ms(quantile(&raw_http, 0.9))),
+        anchor: format!("in process: {}", ms(a)),
+        ratio: format!(
+            "{:.2}x (+{})",
+            r.as_secs_f64() / a.as_secs_f64(),
+            ms(r.saturating_sub(a))
+        ),
+        target: format!("<= 3 ms: {}", verdict(r <= Duration::from_millis(3))),
+    });
+    let c = median(&client_builds);
+    rows.push(Row {
+        figure: "building a reqwest `Client` (what `waxell::e2b` does per execution)".into(),
+        measured: ms(c),
+        anchor: format!("the whole E2B-client round trip: {}", ms(b)),
+        ratio: format!("{:.0} % of it", c.as_secs_f64() / b.as_secs_f64() * 100.0),
+        target: "— (diagnosis)".into(),
     });
 }
 
@@ -369,8 +434,9 @@ fn export_waxell(bursts: u64) -> Duration {
     let took = start.elapsed();
     let expected = (bursts * BURST_RUNS * SPANS_PER_RUN) as usize;
     let arrived = receiver.wait_for_spans(expected, Duration::from_secs(10)).len();
-    let dropped = guard.dropped_spans();
+    let counter = guard.drop_counter();
     guard.shutdown().expect("shutdown");
+    let dropped = counter.dropped();
     assert_eq!(
         arrived, expected,
         "spans lost on the way to the receiver ({dropped})"
@@ -484,9 +550,10 @@ fn agent_wall_time(endpoint: String, runs: u64) -> (Duration, u64) {
         black_box(agent_workload(run));
     }
     let took = start.elapsed();
-    let dropped = guard.dropped_spans().total();
+    // Read after shutdown: it also counts the spans still unsent when shutdown gave up.
+    let counter = guard.drop_counter();
     let _ = guard.shutdown();
-    (took, dropped)
+    (took, counter.dropped().total())
 }
 
 fn bench_collector_down(mode: &Mode, rows: &mut Vec<Row>) {
