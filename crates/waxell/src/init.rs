@@ -610,7 +610,6 @@ impl Guard {
         let timeout = self.shutdown_timeout;
         telemetry::uninstall();
         self.counters.0.begin_shutdown();
-        self.counters.0.begin_shutdown();
         let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
             let traces = provider.shutdown_with_timeout(timeout).map_err(|e| e.to_string());
             if let Some(m) = meter {
