@@ -349,3 +349,36 @@ fn overhead_table() {
         );
     }
 }
+
+#[test]
+fn the_export_timeout_comes_from_waxell_export_timeout_ms() {
+    // The default (3 s) would make each flush below take 3 s; the variable makes it 300 ms.
+    std::env::set_var("WAXELL_EXPORT_TIMEOUT_MS", "300");
+    let server = FaultServer::start(Fault::Slow(Duration::from_secs(5)));
+    let guard = pipeline(&server.traces_url()).init().unwrap();
+    instrumented_loop(2);
+    let started = Instant::now();
+    let flushed = guard.force_flush();
+    let took = started.elapsed();
+    assert!(
+        flushed.is_err(),
+        "the timed-out export is reported by an explicit flush"
+    );
+    assert!(took < Duration::from_secs(2), "flush took {took:?}");
+    let dropped = shutdown_within(guard, Duration::from_secs(3));
+    assert_eq!(dropped.total(), 2 * SPANS_PER_RUN, "{dropped}");
+    assert_eq!(dropped.export_failed, 2 * SPANS_PER_RUN, "{dropped}");
+}
+
+#[test]
+fn bad_limit_variables_are_clear_errors() {
+    for (name, value) in [
+        ("WAXELL_EXPORT_TIMEOUT_MS", "3s"),
+        ("WAXELL_MAX_SPANS_PER_RUN", "lots"),
+    ] {
+        std::env::set_var(name, value);
+        let err = pipeline(&nothing_listening_url()).init().unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains(value), "{err}");
+        std::env::remove_var(name);
+    }
+}
