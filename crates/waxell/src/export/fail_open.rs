@@ -267,6 +267,22 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
         }
     }
 
+    /// Export through the breaker and the timeout, counting the `n` spans if they are dropped.
+    fn export_counted(&self, batch: Vec<SpanData>, n: usize) -> OTelSdkResult {
+        if !self.may_call_collector() {
+            self.counters.circuit_open.fetch_add(n as u64, Ordering::Relaxed);
+            return Err(OTelSdkError::InternalFailure(
+                "waxell: collector circuit open after repeated failures; spans dropped".into(),
+            ));
+        }
+        let result = self.export_bounded(batch);
+        if result.is_err() {
+            self.counters.export_failed.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        self.record(result.is_ok());
+        result
+    }
+
     /// Hand the batch to the worker and wait at most the export timeout.
     fn export_bounded(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         let still_running = || {
@@ -325,24 +341,6 @@ impl<E: SpanExporter + 'static> SpanExporter for FailOpenExporter<E> {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .set_resource(resource);
-    }
-}
-
-impl<E: SpanExporter + 'static> FailOpenExporter<E> {
-    /// Export through the breaker and the timeout, counting the `n` spans if they are dropped.
-    fn export_counted(&self, batch: Vec<SpanData>, n: usize) -> OTelSdkResult {
-        if !self.may_call_collector() {
-            self.counters.circuit_open.fetch_add(n as u64, Ordering::Relaxed);
-            return Err(OTelSdkError::InternalFailure(
-                "waxell: collector circuit open after repeated failures; spans dropped".into(),
-            ));
-        }
-        let result = self.export_bounded(batch);
-        if result.is_err() {
-            self.counters.export_failed.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        self.record(result.is_ok());
-        result
     }
 }
 
