@@ -334,6 +334,12 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     assert!(error.value.contains("128 MiB"), "{}", error.value);
     // A fresh interpreter replaces the killed one; its state is gone.
     assert_eq!(eval(&sandbox, "'before' in globals()").await, "False");
+    // A child process blowing the cap is the one killed: reported, and the kernel's state survives.
+    eval(&sandbox, "kept = 1").await;
+    let child = "import subprocess, sys\nhog = 'b = bytearray(400 << 20)\\nb[::4096] = bytes(len(b[::4096]))'\nrc = subprocess.run([sys.executable, '-c', hog]).returncode";
+    let execution = run(&sandbox, child).await;
+    assert_eq!(execution.error.expect("OOM reported").name, "OutOfMemory");
+    assert_eq!(eval(&sandbox, "(kept, rc)").await, "(1, -9)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
