@@ -380,11 +380,7 @@ impl Limits {
             )
             .build();
         let gated = QueueGate::new(batch, MAX_QUEUED_SPANS, Arc::clone(&self.counters));
-        let cap = match self.max_spans_per_run {
-            0 => usize::MAX,
-            n => n,
-        };
-        Ok(SpanCap::new(gated, cap, Arc::clone(&self.counters)))
+        Ok(SpanCap::new(gated, self.max_spans_per_run, Arc::clone(&self.counters)))
     }
 }
 
