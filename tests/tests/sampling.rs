@@ -197,3 +197,61 @@ fn the_span_cap_keeps_the_root_agents_errors_and_scores() {
     assert_eq!(dropped.over_span_cap, 2 * 147, "{dropped}");
     assert_eq!(dropped.total(), dropped.over_span_cap, "{dropped}");
 }
+
+/// Runs in a child process (see below), in the directory the parent chose, with the embedded default export.
+#[test]
+#[ignore = "run by observe_false_writes_no_file_and_prints_nothing in a child process"]
+fn child_embedded_default_run() {
+    let guard = waxell::init().unwrap();
+    assert_eq!(sampled_run(), 6);
+    drop(guard);
+}
+
+#[test]
+fn observe_false_writes_no_file_and_prints_nothing() {
+    // The same child with and without the switch: the first shows what "something" looks like.
+    for observe in [None, Some("false")] {
+        let dir = std::env::temp_dir().join(format!(
+            "waxell-observe-{}-{}",
+            std::process::id(),
+            observe.is_some()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args([
+                "child_embedded_default_run",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .current_dir(&dir)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("WAXELL_TRACE_FILE")
+            .env_remove("WAXELL_CONSOLE")
+            .env_remove("WAXELL_OBSERVE");
+        if let Some(value) = observe {
+            child.env("WAXELL_OBSERVE", value);
+        }
+        let out = child.output().expect("run the child");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        let traces = dir.join(".waxell");
+        match observe {
+            None => {
+                assert!(traces.exists(), "the embedded default wrote its file");
+                assert!(stderr.contains("sampled-agent"), "and printed the tree: {stderr}");
+            }
+            Some(_) => {
+                assert!(!traces.exists(), "nothing written with WAXELL_OBSERVE=false");
+                assert!(
+                    !stderr.contains("sampled-agent") && !stderr.contains("waxell:"),
+                    "nothing printed: {stderr}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
