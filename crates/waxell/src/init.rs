@@ -380,7 +380,11 @@ impl Limits {
             )
             .build();
         let gated = QueueGate::new(batch, MAX_QUEUED_SPANS, Arc::clone(&self.counters));
-        Ok(SpanCap::new(gated, self.max_spans_per_run, Arc::clone(&self.counters)))
+        Ok(SpanCap::new(
+            gated,
+            self.max_spans_per_run,
+            Arc::clone(&self.counters),
+        ))
     }
 }
 
