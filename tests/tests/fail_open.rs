@@ -105,7 +105,7 @@ fn rounds(guard: &waxell::Guard, n: usize, runs_per_round: u64) -> Duration {
 fn server_errors_open_the_breaker_and_a_probe_closes_it_when_the_collector_recovers() {
     let server = FaultServer::start(Fault::Status(500));
     let guard = pipeline(&server.traces_url())
-        .with_circuit_breaker(3, Duration::from_secs(2))
+        .with_circuit_breaker(3, Duration::from_secs(4))
         .init()
         .unwrap();
     let counter = guard.drop_counter();
@@ -122,7 +122,8 @@ fn server_errors_open_the_breaker_and_a_probe_closes_it_when_the_collector_recov
     assert!(failing.circuit_open > 0, "{failing}");
 
     server.set_fault(Fault::Healthy);
-    std::thread::sleep(Duration::from_millis(2_300));
+    // Past the cool-down (which outlasts the six rounds above even on a loaded machine).
+    std::thread::sleep(Duration::from_millis(4_300));
     rounds(&guard, 2, 4);
     assert!(
         server.requests() >= 5,
