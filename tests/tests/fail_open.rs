@@ -311,39 +311,49 @@ fn overhead_child() {
 #[test]
 #[ignore = "measurement, not a check: prints the table for docs/fail-open.md"]
 fn overhead_table() {
-    let mut rows = Vec::new();
-    for mode in MODES {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["overhead_child", "--exact", "--ignored", "--nocapture"])
-            .env("WAXELL_OVERHEAD_MODE", mode)
-            .output()
-            .expect("run the child");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{mode}: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let row = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("ROW|"))
-            .expect("a row")
-            .to_owned();
-        rows.push(row.split('|').map(str::to_owned).collect::<Vec<_>>());
+    // Each mode runs this many times (interleaved, so a burst of load elsewhere hits every mode alike); the
+    // row shown is the run with the median agent wall time.
+    const REPEATS: usize = 5;
+    let mut runs: Vec<Vec<Vec<String>>> = vec![Vec::new(); MODES.len()];
+    for _ in 0..REPEATS {
+        for (i, mode) in MODES.iter().enumerate() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["overhead_child", "--exact", "--ignored", "--nocapture"])
+                .env("WAXELL_OVERHEAD_MODE", mode)
+                .output()
+                .expect("run the child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{mode}: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let row = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("ROW|"))
+                .expect("a row")
+                .to_owned();
+            runs[i].push(row.split('|').map(str::to_owned).collect());
+        }
     }
-    let healthy: f64 = rows.iter().find(|r| r[0] == "healthy").unwrap()[2]
-        .parse()
-        .unwrap();
+    let ms = |row: &[String]| row[2].parse::<f64>().unwrap();
+    let rows: Vec<Vec<String>> = runs
+        .into_iter()
+        .map(|mut r| {
+            r.sort_by(|a, b| ms(a).total_cmp(&ms(b)));
+            r.swap_remove(REPEATS / 2)
+        })
+        .collect();
+    let healthy = ms(rows.iter().find(|r| r[0] == "healthy").unwrap());
     println!("| fault mode | spans | agent wall time (ms) | vs healthy | shutdown (ms) | dropped | requests at the collector |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
-        let ms: f64 = r[2].parse().unwrap();
         println!(
             "| {} | {} | {} | {:.2}x | {} | {} | {} |",
             r[0],
             r[1],
             r[2],
-            ms / healthy,
+            ms(r) / healthy,
             r[3],
             r[4],
             r[5]
