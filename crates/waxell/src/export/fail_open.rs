@@ -400,6 +400,7 @@ mod tests {
             let mode = *self.mode.lock().unwrap();
             match mode {
                 "ok" => Ok(()),
+                "panic" => panic!("exporter bug"),
                 "hang" => {
                     std::thread::sleep(Duration::from_millis(500));
                     Ok(())
@@ -479,6 +480,14 @@ mod tests {
         c.mark_shut_down();
         let d = c.snapshot();
         assert_eq!((d.export_failed, d.circuit_open, d.unsent_at_shutdown), (3, 5, 7));
+    }
+
+    #[test]
+    fn a_panicking_exporter_fails_the_export_instead_of_unwinding_into_the_caller() {
+        let (e, _s, c) = wrapper("panic", 1000);
+        assert!(export(&e, &c, 2).is_err());
+        assert!(export(&e, &c, 2).is_err(), "later batches fail at once");
+        assert_eq!(c.snapshot().export_failed, 4);
     }
 
     #[test]
