@@ -166,7 +166,10 @@ fn apply_decision(
             serde_json::json!({ "options": names }).to_string(),
         ));
         span.set_attribute(KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON));
-        if !names.contains(&f.chosen.as_str()) {
+        // Parallel tool calls choose several options at once, recorded comma-separated.
+        let chosen_ok = names.contains(&f.chosen.as_str())
+            || (f.chosen.contains(',') && f.chosen.split(',').all(|part| names.contains(&part.trim())));
+        if !chosen_ok {
             span.set_attribute(KeyValue::new(WAXELL_DECISION_INVALID_CHOICE, true));
             span.add_event(
                 "waxell.decision.invalid_choice",

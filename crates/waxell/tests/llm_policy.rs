@@ -63,6 +63,13 @@ async fn a_tool_call_records_a_decision_under_the_chat_span() {
         attr_strings(&parallel, WAXELL_DECISION_OPTIONS),
         ["run_python", "read_file"]
     );
+    assert!(
+        !parallel
+            .attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "waxell.decision.invalid_choice"),
+        "several offered tools chosen at once is a valid choice"
+    );
 
     let decisions = spans
         .iter()
