@@ -103,7 +103,7 @@ async fn host_secret_files_are_invisible() {
     let sandbox = abuse_sandbox(&backend).await;
     let project = std::env::current_dir().unwrap();
     let code = format!(
-        r#"paths = ["/etc/shadow", "/root/.ssh", "/root/.bash_history", "/var/log", "/sys/class", "{}", "/work", "/etc/hostname"]
+        r#"paths = ["/etc/shadow", "/root/.ssh", "/root/.bash_history", "/var/log", "/sys/class", "{}", "/etc/hostname"]
 result = {{p: attempt(lambda p=p: os.stat(p)) for p in paths}}
 result["proc1_environ"] = attempt(lambda: open("/proc/1/environ").read())
 result["proc1_root"] = attempt(lambda: os.listdir("/proc/1/root"))"#,
