@@ -109,6 +109,12 @@ async fn run_error_test(sandbox: &Sandbox, code: &str) -> Result<ErrorTestResult
     })
 }
 
+/// The last `max` characters of `text` (a traceback's end says the most).
+fn tail(text: &str, max: usize) -> &str {
+    let skip = text.chars().count().saturating_sub(max);
+    text.char_indices().nth(skip).map_or("", |(i, _)| &text[i..])
+}
+
 /// What the sandbox reports back to the LLM as the `run_code` tool result.
 fn tool_result_text(execution: &Execution) -> String {
     let stdout = joined(execution);
@@ -117,14 +123,7 @@ fn tool_result_text(execution: &Execution) -> String {
             "ERROR {}: {}\n{}\nstdout before the error:\n{}",
             e.name,
             e.value,
-            e.traceback
-                .chars()
-                .rev()
-                .take(1500)
-                .collect::<String>()
-                .chars()
-                .rev()
-                .collect::<String>(),
+            tail(&e.traceback, 1500),
             stdout
         ),
         None => format!(
@@ -137,6 +136,7 @@ fn tool_result_text(execution: &Execution) -> String {
 #[tool(tool_type = "sandbox", name = "run_code", skip(sandbox))]
 /// Run one script the LLM wrote (one attempt of the code agent).
 async fn run_generated_code(sandbox: &Sandbox, attempt: u32, code: &str) -> Result<Execution, SandboxError> {
+    // `attempt` is an argument for the trace: it is captured on this span.
     let _ = attempt;
     sandbox.run_code(code, &RunOptions::default()).await
 }
