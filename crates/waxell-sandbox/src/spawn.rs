@@ -36,6 +36,15 @@ const TARGET_FD_CEILING: RawFd = 64;
 impl ChildSetup {
     /// Runs in the forked child: async-signal-safe calls only, no allocation.
     fn apply(&self) -> io::Result<()> {
+        // Join the cgroups first, while every parent fd still means what it meant: a `cgroup.procs`
+        // fd can carry a target number (say 15), and after phase 2 that number is the kernel's
+        // memfd, so a late write would land "0\n" in the kernel source instead of the cgroup.
+        for fd in &self.cgroup_procs {
+            // SAFETY: writes two bytes from a static buffer to an fd we own.
+            if unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         // Phase 1: move every source fd above the targets so no dup2 clobbers a source not yet moved.
         let mut moved = [0 as RawFd; 16];
         if self.inherit.len() > moved.len() {
@@ -53,12 +62,6 @@ impl ChildSetup {
         for (copy, (_, target)) in moved.iter().zip(&self.inherit) {
             // SAFETY: both are valid descriptor numbers; target < TARGET_FD_CEILING <= copy.
             if unsafe { libc::dup2(*copy, *target) } < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        for fd in &self.cgroup_procs {
-            // SAFETY: writes two bytes from a static buffer to an fd we own.
-            if unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) } < 0 {
                 return Err(io::Error::last_os_error());
             }
         }
@@ -115,4 +118,59 @@ pub(crate) async fn spawn(mut command: Command, setup: ChildSetup) -> io::Result
     result
         .await
         .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    /// Regression: in CI the parent's `cgroup.procs` fd happened to be number 15, the kernel
+    /// memfd's target. The child then wrote "0\n" into the memfd instead of the cgroup, and Python
+    /// read the kernel source from byte 2 (a SyntaxError in every sandbox).
+    #[tokio::test]
+    async fn a_join_fd_numbered_like_a_target_neither_corrupts_the_data_nor_misses_the_join() {
+        const TARGET: RawFd = 40;
+        // SAFETY: F_GETFD only queries the descriptor number; each test runs in its own process
+        // under nextest, and nothing else in this binary opens 40 descriptors.
+        assert!(
+            unsafe { libc::fcntl(TARGET, libc::F_GETFD) } < 0,
+            "fd {TARGET} is already open"
+        );
+
+        let data = rustix::fs::memfd_create("spawn-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let mut data = std::fs::File::from(data);
+        data.write_all(b"#!kernel source").unwrap();
+        data.seek(SeekFrom::Start(0)).unwrap();
+
+        // The stand-in for `cgroup.procs`: a pipe whose write end sits at exactly the target number.
+        let (mut join_read, join_write) = std::io::pipe().unwrap();
+        // SAFETY: dup2 onto a number checked free above; the result is owned by `join_fd` alone.
+        let join_fd = unsafe {
+            assert_eq!(libc::dup2(join_write.as_raw_fd(), TARGET), TARGET);
+            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(TARGET)
+        };
+        drop(join_write);
+
+        let mut command = Command::new("bash");
+        command
+            .args(["-c", &format!("cat <&{TARGET}")])
+            .stdout(std::process::Stdio::piped());
+        let setup = ChildSetup {
+            inherit: vec![(data.into(), TARGET)],
+            cgroup_procs: vec![join_fd],
+            rlimits: Vec::new(),
+        };
+        let child = spawn(command, setup).await.unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "#!kernel source",
+            "the child read the inherited data from its start"
+        );
+
+        let mut joined = String::new();
+        join_read.read_to_string(&mut joined).unwrap();
+        assert_eq!(joined, "0\n", "the join write reached the cgroup fd");
+    }
 }
