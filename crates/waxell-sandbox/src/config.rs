@@ -24,6 +24,10 @@ pub struct Limits {
     pub max_file_bytes: u64,
     /// Size of the private `/tmp` tmpfs.
     pub tmp_bytes: u64,
+    /// Total size of the scratch directory (`/home/user`), a tmpfs of its own so no sandbox can
+    /// fill the host's disk. Its pages count against `memory_bytes` when the code writes them, so
+    /// keep it below that cap to get `ENOSPC` rather than an OOM kill.
+    pub scratch_bytes: u64,
     /// Open files per process (RLIMIT_NOFILE).
     pub open_files: u64,
     /// Optional address-space cap (RLIMIT_AS): `MemoryError` instead of an OOM kill. Keep it at
@@ -42,6 +46,7 @@ impl Default for Limits {
             output_hard_bytes: 16 << 20,
             max_file_bytes: 64 << 20,
             tmp_bytes: 64 << 20,
+            scratch_bytes: 256 << 20,
             open_files: 256,
             address_space_bytes: None,
         }
@@ -164,6 +169,10 @@ impl Limits {
         self.tmp_bytes = n;
         self
     }
+    pub fn with_scratch_bytes(mut self, n: u64) -> Self {
+        self.scratch_bytes = n;
+        self
+    }
     pub fn with_address_space_bytes(mut self, n: Option<u64>) -> Self {
         self.address_space_bytes = n;
         self
@@ -190,6 +199,12 @@ impl Limits {
             return Err(format!(
                 "limits.output_hard_bytes = {} is below 64 KiB",
                 self.output_hard_bytes
+            ));
+        }
+        if self.scratch_bytes < 1 << 20 {
+            return Err(format!(
+                "limits.scratch_bytes = {} is below 1 MiB",
+                self.scratch_bytes
             ));
         }
         if self.open_files < 64 {

@@ -21,9 +21,9 @@
 //! dropped by `setpriv` to a per-sandbox non-zero uid with no capabilities and no-new-privs (code
 //! never runs as host uid 0, not even through a mapping). It has private pid/net/ipc/uts/cgroup
 //! namespaces (no network at all, loopback included), a read-only `/usr` and Python installation, a
-//! private size-capped `/tmp`, its scratch directory at `/home/user`, a cleared environment, three
-//! seccomp programs (deny list, `clone3` -> ENOSYS, x32 guard), cgroup v1 memory/pids/cpu limits and
-//! rlimits. Host-side file access uses `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`.
+//! private size-capped `/tmp`, its own size-capped tmpfs as scratch at `/home/user`, a cleared
+//! environment, three seccomp programs (deny list, `clone3` -> ENOSYS, x32 guard), cgroup v1
+//! memory/pids/cpu limits and rlimits. Host-side file access uses `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`.
 //!
 //! ## Execution
 //! A JSON-lines kernel (`src/kernel.py`) keeps the interpreter state between runs, returns the last

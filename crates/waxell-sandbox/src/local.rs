@@ -75,32 +75,57 @@ struct Prepared {
     scratch: ScratchDir,
 }
 
-/// A per-sandbox scratch directory (host side of `/home/user`), removed on drop.
+/// A per-sandbox scratch directory (host side of `/home/user`): a size-capped tmpfs mounted on a
+/// 0700 directory, so the sandbox's files can never fill the host's disk. Unmounted and removed on
+/// drop.
 #[derive(Debug)]
 struct ScratchDir {
     path: PathBuf,
 }
 
 impl ScratchDir {
-    fn create(root: &Path, id: &str, uid: u32) -> std::io::Result<Self> {
+    fn create(root: &Path, id: &str, uid: u32, size_bytes: u64) -> Result<Self, SandboxError> {
         let path = root.join(id);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
         let dir = ScratchDir { path };
-        rustix::fs::chown(
+        // nosuid/nodev: nothing the sandbox writes there can gain privileges on the host.
+        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700,uid={uid},gid={uid}"))
+            .expect("mount options have no NUL");
+        rustix::mount::mount(
+            "waxell-scratch",
             &dir.path,
-            Some(rustix::fs::Uid::from_raw(uid)),
-            Some(rustix::fs::Gid::from_raw(uid)),
+            "tmpfs",
+            rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+            options.as_c_str(),
         )
-        .map_err(std::io::Error::from)?;
+        .map_err(|e| {
+            SandboxError::Unavailable(format!(
+                "cannot mount the scratch tmpfs at {} ({e}): the sandbox needs CAP_SYS_ADMIN, as bubblewrap does",
+                dir.path.display()
+            ))
+        })?;
         Ok(dir)
     }
 
     fn remove(&self) {
-        // remove_dir_all does not follow symlinks (CVE-2022-21658 fixed in Rust 1.58.1).
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %self.path.display(), "could not remove sandbox scratch dir: {e}");
-            }
+        unmount_and_remove(&self.path);
+    }
+}
+
+/// Detach the scratch tmpfs (frees its pages) and remove the directory it sat on. Never follows
+/// a symlink: `remove_dir_all` does not (CVE-2022-21658 was fixed in Rust 1.58.1).
+fn unmount_and_remove(path: &Path) {
+    // EINVAL: not a mount point (already unmounted); ENOENT: already gone.
+    match rustix::mount::unmount(
+        path,
+        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => tracing::warn!(path = %path.display(), "could not unmount sandbox scratch: {e}"),
+    }
+    if let Err(e) = fs::remove_dir_all(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), "could not remove sandbox scratch dir: {e}");
         }
     }
 }
@@ -253,7 +278,7 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         },
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
-    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid)?;
+    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid, config.limits.scratch_bytes)?;
     let kernel = launcher
         .start_kernel(&Slot {
             uid,
@@ -313,7 +338,7 @@ fn sweep_stale_scratch(root: &Path) {
     let Ok(entries) = fs::read_dir(root) else { return };
     for entry in entries.flatten() {
         if naming::owner_is_dead(&entry.file_name().to_string_lossy()) {
-            let _ = fs::remove_dir_all(entry.path());
+            unmount_and_remove(&entry.path());
         }
     }
 }

@@ -200,7 +200,8 @@ result["home"] = attempt(lambda: write("/home/user/ok.txt"))"#
 async fn disk_filling_hits_the_caps() {
     let limits = Limits::default()
         .with_tmp_bytes(2 << 20)
-        .with_max_file_bytes(4 << 20);
+        .with_max_file_bytes(4 << 20)
+        .with_scratch_bytes(10 << 20);
     let backend = backend_with(config().with_limits(limits));
     let sandbox = abuse_sandbox(&backend).await;
     let code = r#"
@@ -209,16 +210,35 @@ def fill(path, chunk=1 << 20, total=64 << 20):
         for _ in range(total // chunk):
             f.write(b"x" * chunk)
             f.flush()
+def many_files(total=64):
+    # Each file stays under the per-file cap; only a cap on the whole scratch dir stops this.
+    for i in range(total):
+        fill(f"/home/user/part{i}", total=3 << 20)
 result = {"tmp": attempt(lambda: fill("/tmp/fill")), "scratch": attempt(lambda: fill("/home/user/fill"))}
-result["scratch_size"] = os.path.getsize("/home/user/fill")"#;
+result["scratch_size"] = os.path.getsize("/home/user/fill")
+os.remove("/home/user/fill")
+result["many_files"] = attempt(many_files)
+result["scratch_total"] = sum(e.stat().st_size for e in os.scandir("/home/user"))"#;
     let result = json_of(&sandbox, code).await;
     assert_eq!(result["tmp"], "ENOSPC");
     assert_eq!(result["scratch"], "EFBIG");
     assert!(result["scratch_size"].as_u64().unwrap() <= 4 << 20);
-    // The host file API enforces the same cap.
+    assert_eq!(result["many_files"], "ENOSPC", "{result}");
+    assert!(result["scratch_total"].as_u64().unwrap() <= 10 << 20, "{result}");
+    // The host file API enforces the same caps: one file over the per-file cap, and a file that
+    // fits the per-file cap but not the full scratch dir.
     assert!(sandbox.write_file("big.bin", &vec![0u8; 5 << 20]).await.is_err());
-    // The kernel survived (CPython ignores SIGXFSZ).
-    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+    assert!(sandbox.write_file("fits.bin", &vec![0u8; 3 << 20]).await.is_err());
+    // The kernel survived (CPython ignores SIGXFSZ) and can free space again.
+    assert_eq!(
+        eval(
+            &sandbox,
+            "import glob; [os.remove(p) for p in glob.glob('/home/user/part*')]; 1 + 1"
+        )
+        .await,
+        "2"
+    );
+    sandbox.write_file("fits.bin", &vec![0u8; 3 << 20]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -338,6 +338,10 @@ async fn kill_and_drop_leave_nothing_behind() {
     .await;
     let before = footprint(&killed);
     assert!(
+        is_mount_point(&before.scratch),
+        "the scratch dir is its own tmpfs"
+    );
+    assert!(
         before.pids.len() >= 3,
         "launcher, kernel and child in the cgroup: {:?}",
         before.pids

@@ -78,12 +78,26 @@ pub fn assert_gone(footprint: &Footprint) {
         "scratch dir {} left behind",
         footprint.scratch.display()
     );
+    assert!(
+        !is_mount_point(&footprint.scratch),
+        "scratch tmpfs {} left mounted",
+        footprint.scratch.display()
+    );
     for cgroup in &footprint.cgroups {
         assert!(!cgroup.exists(), "cgroup {} left behind", cgroup.display());
     }
     for pid in &footprint.pids {
         assert!(!process_alive(*pid), "process {pid} left behind");
     }
+}
+
+/// Whether `path` is a mount point in this process's mount namespace (field 5 of mountinfo).
+pub fn is_mount_point(path: &std::path::Path) -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let path = path.to_string_lossy();
+    mountinfo
+        .lines()
+        .any(|line| line.split(' ').nth(4) == Some(path.as_ref()))
 }
 
 pub fn process_alive(pid: u32) -> bool {
