@@ -381,11 +381,106 @@ fn the_export_timeout_comes_from_waxell_export_timeout_ms() {
     assert_eq!(dropped.export_failed, 2 * SPANS_PER_RUN, "{dropped}");
 }
 
+/// Spans in each export request that reached `server`, decoded with the OTLP protobuf definitions.
+fn spans_per_request(server: &FaultServer) -> Vec<usize> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    server
+        .bodies()
+        .iter()
+        .map(|(_, body)| {
+            let request = ExportTraceServiceRequest::decode(body.as_slice()).expect("an OTLP protobuf body");
+            request
+                .resource_spans
+                .iter()
+                .flat_map(|r| &r.scope_spans)
+                .map(|s| s.spans.len())
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn the_batch_size_comes_from_otel_bsp_max_export_batch_size() {
+    std::env::set_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "7");
+    let server = FaultServer::start(Fault::Healthy);
+    let guard = pipeline(&server.traces_url()).init().unwrap();
+    instrumented_loop(1);
+    let dropped = shutdown_within(guard, Duration::from_secs(6));
+    assert_eq!(dropped.total(), 0, "{dropped}");
+    let sizes = spans_per_request(&server);
+    assert_eq!(sizes.iter().sum::<usize>() as u64, SPANS_PER_RUN, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 7), "batches over 7 spans: {sizes:?}");
+    assert!(sizes.len() >= 15, "101 spans in batches of 7: {sizes:?}");
+}
+
+#[test]
+fn the_schedule_delay_comes_from_otel_bsp_schedule_delay() {
+    // With the default (1 s) the run would be exported during the wait below; with 60 s it waits for a flush.
+    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "60000");
+    let server = FaultServer::start(Fault::Healthy);
+    let guard = pipeline(&server.traces_url()).init().unwrap();
+    instrumented_loop(1);
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(
+        server.requests(),
+        0,
+        "nothing is sent before the delay or a flush"
+    );
+    guard.force_flush().unwrap();
+    assert_eq!(
+        spans_per_request(&server).iter().sum::<usize>() as u64,
+        SPANS_PER_RUN
+    );
+    shutdown_within(guard, Duration::from_secs(6));
+}
+
+#[test]
+fn the_queue_bound_comes_from_otel_bsp_max_queue_size() {
+    // A batch of 30 leaves for a collector that takes 3 s; meanwhile at most 30 more may wait, and the rest
+    // of the run's 101 spans are dropped and counted (41 when the first batch left at once, up to 71 when
+    // the run ended before it left). The default queue (8,192) would drop none.
+    std::env::set_var("OTEL_BSP_MAX_QUEUE_SIZE", "30");
+    std::env::set_var("WAXELL_EXPORT_TIMEOUT_MS", "5000");
+    let server = FaultServer::start(Fault::Slow(Duration::from_secs(3)));
+    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let counter = guard.drop_counter();
+    let calling = instrumented_loop(1);
+    assert!(calling < LOOP_BOUND, "{calling:?}");
+    let queue_full = counter.dropped().queue_full;
+    assert!(
+        (41..=71).contains(&queue_full),
+        "dropped at the queue: {queue_full}"
+    );
+    shutdown_within(guard, Duration::from_secs(8));
+}
+
+#[test]
+fn the_circuit_breaker_comes_from_waxell_export_breaker_variables() {
+    std::env::set_var("WAXELL_EXPORT_BREAKER_FAILURES", "1");
+    std::env::set_var("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "60000");
+    let server = FaultServer::start(Fault::Status(500));
+    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let counter = guard.drop_counter();
+    rounds(&guard, 4, 1);
+    assert_eq!(server.requests(), 1, "one failure opens the breaker for a minute");
+    let dropped = counter.dropped();
+    assert_eq!(dropped.export_failed, SPANS_PER_RUN, "{dropped}");
+    assert_eq!(dropped.circuit_open, 3 * SPANS_PER_RUN, "{dropped}");
+    shutdown_within(guard, Duration::from_secs(6));
+}
+
 #[test]
 fn bad_limit_variables_are_clear_errors() {
     for (name, value) in [
         ("WAXELL_EXPORT_TIMEOUT_MS", "3s"),
         ("WAXELL_MAX_SPANS_PER_RUN", "lots"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-5"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "1.5"),
+        ("WAXELL_EXPORT_BREAKER_FAILURES", "0"),
+        ("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "forever"),
     ] {
         std::env::set_var(name, value);
         let err = pipeline(&nothing_listening_url()).init().unwrap_err().to_string();

@@ -71,13 +71,41 @@ pub(crate) struct EnvConfig {
     pub(crate) traces_endpoint: Option<String>,
     pub(crate) protocol: Protocol,
     pub(crate) headers: Vec<(String, String)>,
-    /// Longest wait for one export: `WAXELL_EXPORT_TIMEOUT_MS`, else `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s.
+    /// Longest wait for one export: `WAXELL_EXPORT_TIMEOUT_MS`, else `OTEL_BSP_EXPORT_TIMEOUT`, else
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s.
     pub(crate) export_timeout: Duration,
+    pub(crate) batch: BatchSettings,
+    /// `WAXELL_EXPORT_BREAKER_FAILURES` / `WAXELL_EXPORT_BREAKER_COOLDOWN_MS`, when set.
+    pub(crate) breaker_failures: Option<u32>,
+    pub(crate) breaker_cooldown: Option<Duration>,
     /// Spans kept per run beyond the root, errors and scores: `WAXELL_MAX_SPANS_PER_RUN` (0 = no cap).
     pub(crate) max_spans_per_run: usize,
     pub(crate) console: bool,
     /// `None` = default location; `Some(None)` = file output off.
     pub(crate) trace_file: Option<Option<PathBuf>>,
+}
+
+/// The batch span processor's settings, from the standard `OTEL_BSP_*` variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchSettings {
+    /// Spans waiting for export before new ones are dropped (and counted): `OTEL_BSP_MAX_QUEUE_SIZE`.
+    pub(crate) max_queue_size: usize,
+    /// Spans per export request, at most the queue size: `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`.
+    pub(crate) max_export_batch_size: usize,
+    /// How long a partial batch waits before it is sent: `OTEL_BSP_SCHEDULE_DELAY` (ms).
+    pub(crate) schedule_delay: Duration,
+}
+
+impl Default for BatchSettings {
+    /// The spec's batch size; a deeper queue than its 2,048 (agents emit bursts) and a shorter delay than
+    /// its 5 s (short-lived agent processes), both still bounded.
+    fn default() -> Self {
+        Self {
+            max_queue_size: 8192,
+            max_export_batch_size: 512,
+            schedule_delay: Duration::from_millis(1000),
+        }
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -107,6 +135,22 @@ fn number_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
             })
         })
         .transpose()
+}
+
+/// Like [`number_var`], refusing 0 where it would mean nothing can ever pass.
+fn positive_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
+    match number_var(name, expected)? {
+        Some(0) => Err(InitError::InvalidVariable {
+            name: name.to_owned(),
+            value: "0".to_owned(),
+            expected: expected.to_owned(),
+        }),
+        other => Ok(other),
+    }
+}
+
+fn millis_var(name: &str) -> Result<Option<Duration>, InitError> {
+    Ok(number_var(name, "milliseconds")?.map(|ms| Duration::from_millis(ms as u64)))
 }
 
 fn bool_var(name: &str) -> Result<Option<bool>, InitError> {
@@ -235,12 +279,27 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
             headers.extend(parse_headers(name, &v)?);
         }
     }
-    let export_timeout = match number_var("WAXELL_EXPORT_TIMEOUT_MS", "milliseconds")?
-        .or(number_var("OTEL_EXPORTER_OTLP_TIMEOUT", "milliseconds")?)
-    {
-        Some(ms) => Duration::from_millis(ms as u64),
-        None => Duration::from_secs(3),
+    let export_timeout = millis_var("WAXELL_EXPORT_TIMEOUT_MS")?
+        .or(millis_var("OTEL_BSP_EXPORT_TIMEOUT")?)
+        .or(millis_var("OTEL_EXPORTER_OTLP_TIMEOUT")?)
+        .unwrap_or(Duration::from_secs(3));
+    let defaults = BatchSettings::default();
+    let max_queue_size = positive_var("OTEL_BSP_MAX_QUEUE_SIZE", "a positive number of spans")?
+        .unwrap_or(defaults.max_queue_size);
+    let batch = BatchSettings {
+        max_queue_size,
+        // As the SDKs do: a batch never exceeds the queue.
+        max_export_batch_size: positive_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "a positive number of spans")?
+            .unwrap_or(defaults.max_export_batch_size)
+            .min(max_queue_size),
+        schedule_delay: millis_var("OTEL_BSP_SCHEDULE_DELAY")?.unwrap_or(defaults.schedule_delay),
     };
+    let breaker_failures = positive_var(
+        "WAXELL_EXPORT_BREAKER_FAILURES",
+        "a positive number of failed exports",
+    )?
+    .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+    let breaker_cooldown = millis_var("WAXELL_EXPORT_BREAKER_COOLDOWN_MS")?;
     let max_spans_per_run = number_var("WAXELL_MAX_SPANS_PER_RUN", "a whole number of spans (0 = no cap)")?
         .unwrap_or(crate::limits::DEFAULT_MAX_SPANS_PER_RUN);
     let console = bool_var("WAXELL_CONSOLE")?.unwrap_or(true);
@@ -255,6 +314,9 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
         protocol,
         headers,
         export_timeout,
+        batch,
+        breaker_failures,
+        breaker_cooldown,
         max_spans_per_run,
         console,
         trace_file,

@@ -11,7 +11,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
-use crate::config::{self, Capture, Protocol};
+use crate::config::{self, BatchSettings, Capture, Protocol};
 use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
 use crate::export::{default_trace_file, DropCounter, DroppedSpans, EmbeddedExporter};
 use crate::limits::SpanCap;
@@ -252,9 +252,18 @@ impl Builder {
         let limits = Limits {
             fail_open: FailOpenConfig {
                 export_timeout,
-                breaker_failures: self.circuit_breaker.map_or(3, |b| b.0),
-                breaker_cooldown: self.circuit_breaker.map_or(Duration::from_secs(30), |b| b.1),
+                breaker_failures: self
+                    .circuit_breaker
+                    .map(|b| b.0)
+                    .or(env.breaker_failures)
+                    .unwrap_or(3),
+                breaker_cooldown: self
+                    .circuit_breaker
+                    .map(|b| b.1)
+                    .or(env.breaker_cooldown)
+                    .unwrap_or(Duration::from_secs(30)),
             },
+            batch: env.batch,
             max_spans_per_run: self.max_spans_per_run.unwrap_or(env.max_spans_per_run),
             counters: Arc::new(DropCounters::default()),
         };
@@ -347,12 +356,11 @@ fn build_resource(
     builder.build()
 }
 
-/// Spans waiting for export, at most (beyond it, spans are dropped and counted, never waited for).
-const MAX_QUEUED_SPANS: usize = 8192;
-
 /// The fail-open settings every default pipeline shares, and the drop tallies the guard reports.
 struct Limits {
     fail_open: FailOpenConfig,
+    /// Queue and batch sizes; beyond the queue, spans are dropped and counted, never waited for.
+    batch: BatchSettings,
     max_spans_per_run: usize,
     counters: Arc<DropCounters>,
 }
@@ -373,13 +381,13 @@ impl Limits {
         let batch = BatchSpanProcessor::builder(exporter)
             .with_batch_config(
                 BatchConfigBuilder::default()
-                    .with_max_queue_size(MAX_QUEUED_SPANS)
-                    .with_max_export_batch_size(512)
-                    .with_scheduled_delay(Duration::from_millis(1000))
+                    .with_max_queue_size(self.batch.max_queue_size)
+                    .with_max_export_batch_size(self.batch.max_export_batch_size)
+                    .with_scheduled_delay(self.batch.schedule_delay)
                     .build(),
             )
             .build();
-        let gated = QueueGate::new(batch, MAX_QUEUED_SPANS, Arc::clone(&self.counters));
+        let gated = QueueGate::new(batch, self.batch.max_queue_size, Arc::clone(&self.counters));
         Ok(SpanCap::new(
             gated,
             self.max_spans_per_run,
