@@ -192,6 +192,15 @@ if entries is not None:
         check("list entry type", str(names["hello.txt"].type).lower().endswith("file"), names["hello.txt"].type)
 exists = step("files.exists", lambda: (sbx.files.exists("/home/user/hello.txt"), sbx.files.exists("nope.txt")))
 check("exists true for a file, false for a missing one", exists == (True, False), exists)
+made_dir = step("files.make_dir", lambda: (sbx.files.make_dir("/home/user/out/charts"), sbx.files.make_dir("out/charts")))
+check("make_dir is True when created, False when it exists", made_dir == (True, False), made_dir)
+step("files.write into the new directory", lambda: sbx.files.write("/home/user/out/charts/a.txt", "a"))
+step("files.remove a directory tree", lambda: sbx.files.remove("/home/user/out"))
+removed = step("files.exists after remove", lambda: sbx.files.exists("/home/user/out"))
+check("a removed directory no longer exists", removed is False, removed)
+seen_removed = step("code sees the removal", lambda: sbx.run_code("import os; os.path.exists('/home/user/out')"))
+if seen_removed is not None:
+    check("code sees the removal", seen_removed.text == "False", seen_removed.text)
 try:
     sbx.files.read("/home/user/missing.txt")
     check("reading a missing file fails", False, "no exception")

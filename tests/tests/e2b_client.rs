@@ -219,6 +219,43 @@ async fn files_are_written_read_and_listed_and_bad_paths_refused() {
         matches!(write, Err(SandboxError::InvalidPath { .. })),
         "{write:?}"
     );
+
+    // make_dir and remove, checked by what the code inside sees.
+    assert!(
+        sandbox.make_dir("/home/user/out/charts").await.unwrap(),
+        "created"
+    );
+    assert!(!sandbox.make_dir("out/charts").await.unwrap(), "already there");
+    sandbox.write_file("out/charts/a.png", b"png").await.unwrap();
+    let seen = sandbox
+        .run_code("import os; sorted(os.listdir('out/charts'))", &RunOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(seen.text(), Some("['a.png']"));
+    sandbox.remove("out").await.unwrap();
+    sandbox.remove("link").await.unwrap();
+    let seen = sandbox
+        .run_code(
+            "(os.path.exists('out'), os.path.lexists('link'), os.path.exists('/etc/passwd'))",
+            &RunOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.text(),
+        Some("(False, False, True)"),
+        "the link went, never its target"
+    );
+    let gone = sandbox.remove("out").await;
+    assert!(
+        matches!(&gone, Err(SandboxError::InvalidPath { reason, .. }) if reason.contains("404")),
+        "{gone:?}"
+    );
+    let escape = sandbox.remove("../../etc").await;
+    assert!(
+        matches!(&escape, Err(SandboxError::InvalidPath { reason, .. }) if reason.contains("400")),
+        "{escape:?}"
+    );
     sandbox.kill().await.unwrap();
 }
 

@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
@@ -134,24 +135,8 @@ impl ScratchFiles {
                 ),
             ));
         }
-        let mut dir = self.open_root()?;
-        let owner = (Some(Uid::from_raw(self.uid)), Some(Gid::from_raw(self.uid)));
-        // Walk (and create) the parents one component at a time, never following a symlink.
-        if let Some(parent) = rel.parent() {
-            for part in parent.components() {
-                match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o755)) {
-                    Ok(()) => {
-                        let created = self.open_dir_beneath(&dir, part.as_os_str(), path)?;
-                        rustix::fs::fchown(&created, owner.0, owner.1).map_err(|e| io_error(path, e))?;
-                        dir = created;
-                    }
-                    Err(rustix::io::Errno::EXIST) => {
-                        dir = self.open_dir_beneath(&dir, part.as_os_str(), path)?
-                    }
-                    Err(e) => return Err(io_error(path, e)),
-                }
-            }
-        }
+        let (dir, _) = self.make_dirs(rel.parent().unwrap_or(Path::new("")), path)?;
+        let owner = self.owner();
         let flags = OFlags::WRONLY
             | OFlags::CREATE
             | OFlags::NOFOLLOW
@@ -174,6 +159,65 @@ impl ScratchFiles {
             is_dir: false,
             size: data.len() as u64,
         })
+    }
+
+    fn owner(&self) -> (Option<Uid>, Option<Gid>) {
+        (Some(Uid::from_raw(self.uid)), Some(Gid::from_raw(self.uid)))
+    }
+
+    /// Walk `rel` from the root one component at a time, creating what is missing (owned by the
+    /// sandbox uid) and never following a symlink. Returns the last directory and whether it was
+    /// created by this call.
+    fn make_dirs(&self, rel: &Path, path: &str) -> Result<(OwnedFd, bool), SandboxError> {
+        let mut dir = self.open_root()?;
+        let mut created = false;
+        for part in rel.components() {
+            let (owner_uid, owner_gid) = self.owner();
+            match rustix::fs::mkdirat(&dir, part.as_os_str(), Mode::from_raw_mode(0o755)) {
+                Ok(()) => {
+                    let new = self.open_dir_beneath(&dir, part.as_os_str(), path)?;
+                    rustix::fs::fchown(&new, owner_uid, owner_gid).map_err(|e| io_error(path, e))?;
+                    dir = new;
+                    created = true;
+                }
+                Err(rustix::io::Errno::EXIST) => {
+                    dir = self.open_dir_beneath(&dir, part.as_os_str(), path)?;
+                    created = false;
+                }
+                Err(e) => return Err(io_error(path, e)),
+            }
+        }
+        Ok((dir, created))
+    }
+
+    /// Create a directory and its missing parents: `true` if the last one is new.
+    pub(crate) fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        let rel = self.relative(path)?;
+        if rel.as_os_str().is_empty() {
+            return Ok(false);
+        }
+        Ok(self.make_dirs(&rel, path)?.1)
+    }
+
+    /// Remove a file, a symlink (never its target) or a directory tree. The parent is reached
+    /// beneath the root without following symlinks, and the tree is removed through directory fds
+    /// with `unlinkat`, which never follows a link either.
+    pub(crate) fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        let rel = self.relative(path)?;
+        let Some(name) = rel.file_name().map(|n| n.to_owned()) else {
+            return Err(invalid(
+                path,
+                "the sandbox's home directory itself cannot be removed",
+            ));
+        };
+        let root = self.open_root()?;
+        let parent = match rel.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                self.open_dir_beneath(&root, parent.as_os_str(), path)?
+            }
+            _ => root,
+        };
+        remove_entry(&parent, &name, path, 0)
     }
 
     fn open_dir_beneath(
@@ -223,4 +267,48 @@ impl ScratchFiles {
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(entries)
     }
+}
+
+/// Deepest directory tree `remove` descends into (the sandbox controls the tree).
+const MAX_REMOVE_DEPTH: usize = 64;
+
+/// Remove `name` in `parent`: a directory's entries first (through its own fd), then the entry.
+fn remove_entry(
+    parent: &OwnedFd,
+    name: &std::ffi::OsStr,
+    path: &str,
+    depth: usize,
+) -> Result<(), SandboxError> {
+    let stat = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io_error(path, e))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(|e| io_error(path, e));
+    }
+    if depth >= MAX_REMOVE_DEPTH {
+        return Err(invalid(
+            path,
+            format!("deeper than {MAX_REMOVE_DEPTH} directories"),
+        ));
+    }
+    // O_NOFOLLOW + RESOLVE_NO_SYMLINKS: a directory swapped for a symlink since the stat is refused.
+    let dir = rustix::fs::openat2(
+        parent,
+        name,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+        Mode::empty(),
+        RESOLVE,
+    )
+    .map_err(|e| io_error(path, e))?;
+    let mut names = Vec::new();
+    let mut reader = rustix::fs::Dir::read_from(dir.as_fd()).map_err(|e| io_error(path, e))?;
+    while let Some(entry) = reader.read() {
+        let entry = entry.map_err(|e| io_error(path, e))?;
+        let child = entry.file_name().to_bytes();
+        if child != b"." && child != b".." {
+            names.push(std::ffi::OsStr::from_bytes(child).to_owned());
+        }
+    }
+    for child in names {
+        remove_entry(&dir, &child, path, depth + 1)?;
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(|e| io_error(path, e))
 }

@@ -685,6 +685,16 @@ impl SandboxSession for LocalSandbox {
         self.run_files(move |files| files.list(&path)).await
     }
 
+    async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        let path = path.to_owned();
+        self.run_files(move |files| files.make_dir(&path)).await
+    }
+
+    async fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        let path = path.to_owned();
+        self.run_files(move |files| files.remove(&path)).await
+    }
+
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.check_alive()?;
         *self

@@ -304,6 +304,75 @@ async fn symlink_traps_planted_by_the_sandbox_give_errors_not_content() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_dir_and_remove_never_leave_the_scratch_dir() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    // A host directory the sandbox cannot see but can name in a symlink's target.
+    let outside = std::env::temp_dir().join(format!("waxell-host-outside-{}", std::process::id()));
+    std::fs::create_dir_all(outside.join("keep")).unwrap();
+    std::fs::write(outside.join("keep/data.txt"), "HOST DATA").unwrap();
+
+    assert!(sandbox.make_dir("a/b/c").await.unwrap(), "created");
+    assert!(
+        !sandbox.make_dir("/home/user/a/b/c").await.unwrap(),
+        "already there"
+    );
+    assert_eq!(
+        eval(
+            &sandbox,
+            "import os; (os.path.isdir('a/b/c'), os.stat('a/b/c').st_uid == os.getuid())"
+        )
+        .await,
+        "(True, True)",
+        "the code sees the directory, owned by the sandbox user"
+    );
+
+    let code = format!(
+        "os.makedirs('tree/deep', exist_ok=True)\nopen('tree/deep/f.txt', 'w').write('x')\n\
+         os.symlink('{0}', 'tree/escape')\nos.symlink('{0}', 'link')\nos.symlink('{0}/keep/data.txt', 'file_link')",
+        outside.display()
+    );
+    let planted = run(&sandbox, &code).await;
+    assert!(planted.error.is_none(), "{:?}", planted.error);
+    // Removing a tree with a symlink in it, or a symlink, removes the link and never its target.
+    sandbox.remove("tree").await.unwrap();
+    sandbox.remove("link").await.unwrap();
+    sandbox.remove("file_link").await.unwrap();
+    assert_eq!(
+        eval(
+            &sandbox,
+            "(os.path.lexists('tree'), os.path.lexists('link'), os.path.lexists('file_link'))"
+        )
+        .await,
+        "(False, False, False)"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep/data.txt")).unwrap(),
+        "HOST DATA"
+    );
+    // make_dir through a symlink is refused, and nothing appears at its target.
+    run(&sandbox, &format!("os.symlink('{}', 'link')", outside.display())).await;
+    assert!(sandbox.make_dir("link/new").await.is_err());
+    assert!(!outside.join("new").exists());
+
+    for bad in ["", "/home/user", "..", "../x", "/etc"] {
+        let result = sandbox.remove(bad).await;
+        assert!(
+            matches!(result, Err(waxell::sandbox::SandboxError::InvalidPath { .. })),
+            "{bad:?}: {result:?}"
+        );
+    }
+    let missing = sandbox.remove("missing").await;
+    assert!(
+        matches!(&missing, Err(waxell::sandbox::SandboxError::InvalidPath { reason, .. }) if reason.contains("no such file")),
+        "{missing:?}"
+    );
+    sandbox.remove("a").await.unwrap();
+    assert_eq!(eval(&sandbox, "sorted(os.listdir('.'))").await, "['link']");
+    std::fs::remove_dir_all(outside).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_sandboxes_in_parallel() {
     let backend = backend();
     let tasks: Vec<_> = (0..8)

@@ -55,6 +55,9 @@ async fn sandbox_calls_emit_nested_spans() {
         assert_eq!(sandbox.read_file("a.txt").await.unwrap(), b"hello");
         assert!(sandbox.read_file("missing.txt").await.is_err());
         sandbox.list_files("/home/user").await.unwrap();
+        assert!(sandbox.make_dir("out").await.unwrap());
+        assert!(!sandbox.make_dir("out").await.unwrap());
+        sandbox.remove("out").await.unwrap();
         sandbox.kill().await.unwrap();
     }
     .with_context(parent_cx.clone())
@@ -120,6 +123,15 @@ async fn sandbox_calls_emit_nested_spans() {
         "a.txt"
     );
     assert_eq!(named("sandbox.list_files").len(), 1);
+    let made: Vec<_> = named("sandbox.make_dir")
+        .iter()
+        .map(|s| attribute(s, "waxell.sandbox.file.created").cloned())
+        .collect();
+    assert_eq!(made, [Some(Value::Bool(true)), Some(Value::Bool(false))]);
+    assert_eq!(
+        string(named("sandbox.remove")[0], "waxell.sandbox.file.path"),
+        "out"
+    );
     assert_eq!(named("sandbox.kill").len(), 1);
 }
 

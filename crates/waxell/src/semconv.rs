@@ -155,6 +155,8 @@ pub const WAXELL_SANDBOX_EXECUTION_COUNT: &str = "waxell.sandbox.execution_count
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
+/// `sandbox.make_dir`: whether the directory was new.
+pub const WAXELL_SANDBOX_FILE_CREATED: &str = "waxell.sandbox.file.created";
 
 // ---- resource ----
 pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";

@@ -1,5 +1,5 @@
 //! envd plane (sandbox port 49983): health, `/files` download and upload, and the filesystem
-//! Connect RPCs (`ListDir`, `Stat`) over the Connect protocol's JSON codec.
+//! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Remove`) over the Connect protocol's JSON codec.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -240,11 +240,38 @@ async fn filesystem_rpc(
                 check_path(&request.path)?;
                 Ok(json!({"entry": stat(&entry, &request.path).await?}))
             }
-            "MakeDir" | "Move" | "Remove" | "WatchDir" | "CreateWatcher" | "GetWatcherEvents"
-            | "RemoveWatcher" => Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!("filesystem.Filesystem/{method} is not supported by this server"),
-            )),
+            "MakeDir" => {
+                let request: PathRequest = body::json(&bytes)?;
+                check_path(&request.path)?;
+                let created = entry
+                    .session
+                    .make_dir(&request.path)
+                    .await
+                    .map_err(|e| file_error(&request.path, e))?;
+                if !created {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!("directory '{}' already exists", request.path),
+                    ));
+                }
+                Ok(json!({"entry": stat(&entry, &request.path).await?}))
+            }
+            "Remove" => {
+                let request: PathRequest = body::json(&bytes)?;
+                check_path(&request.path)?;
+                entry
+                    .session
+                    .remove(&request.path)
+                    .await
+                    .map_err(|e| file_error(&request.path, e))?;
+                Ok(json!({}))
+            }
+            "Move" | "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+                Err(ApiError::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    format!("filesystem.Filesystem/{method} is not supported by this server"),
+                ))
+            }
             _ => Err(ApiError::not_found(format!(
                 "no RPC filesystem.Filesystem/{method}"
             ))),

@@ -335,6 +335,22 @@ impl E2bSandbox {
         Ok(url)
     }
 
+    /// A unary Connect RPC of envd's `filesystem.Filesystem` service, JSON codec.
+    async fn filesystem_rpc(
+        &self,
+        method: &str,
+        body: Value,
+        path: &str,
+    ) -> Result<reqwest::Response, SandboxError> {
+        let url = self.url(ENVD_PORT, &format!("/filesystem.Filesystem/{method}"), &[])?;
+        http::send(self.config(), Endpoint::Files, path, || {
+            self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
+                .header("Connect-Protocol-Version", "1")
+                .json(&body)
+        })
+        .await
+    }
+
     /// `username` for envd file calls: older envd needs `user`; newer picks the sandbox's user.
     fn file_query<'a>(&self, path: &'a str) -> Vec<(&'static str, &'a str)> {
         let mut query = vec![("path", path)];
@@ -519,16 +535,25 @@ impl SandboxSession for E2bSandbox {
     }
 
     async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
-        let url = self.url(ENVD_PORT, "/filesystem.Filesystem/ListDir", &[])?;
-        let body = json!({"path": path, "depth": 1});
-        let response = http::send(self.config(), Endpoint::Files, path, || {
-            self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
-                .header("Connect-Protocol-Version", "1")
-                .json(&body)
-        })
-        .await?;
+        let response = self
+            .filesystem_rpc("ListDir", json!({"path": path, "depth": 1}), path)
+            .await?;
         let listing: ListDirResponse = http::json(&format!("list {path}"), response).await?;
         Ok(listing.entries.into_iter().map(EntryInfo::from).collect())
+    }
+
+    async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        match self.filesystem_rpc("MakeDir", json!({"path": path}), path).await {
+            Ok(_) => Ok(true),
+            // envd answers Connect `already_exists` (409) for a directory that is there already.
+            Err(SandboxError::InvalidArgument(message)) if message.contains(": 409 Conflict: ") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        self.filesystem_rpc("Remove", json!({"path": path}), path).await?;
+        Ok(())
     }
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {

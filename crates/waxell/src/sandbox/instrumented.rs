@@ -228,6 +228,28 @@ impl Sandbox {
         .await
     }
 
+    /// Span `sandbox.make_dir`; `waxell.sandbox.file.created` says whether it was new.
+    pub async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        traced(
+            "sandbox.make_dir".into(),
+            self.file_attributes(path),
+            self.session.make_dir(path),
+            |created| vec![KeyValue::new(WAXELL_SANDBOX_FILE_CREATED, *created)],
+        )
+        .await
+    }
+
+    /// Span `sandbox.remove`.
+    pub async fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        traced(
+            "sandbox.remove".into(),
+            self.file_attributes(path),
+            self.session.remove(path),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
     fn file_attributes(&self, path: &str) -> Vec<KeyValue> {
         let mut attributes = self.base_attributes();
         attributes.push(KeyValue::new(

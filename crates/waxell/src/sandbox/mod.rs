@@ -46,6 +46,20 @@ pub trait SandboxSession: Send + Sync {
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError>;
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
     async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError>;
+    /// Create a directory and any missing parents: `true` when it was created, `false` when it
+    /// already existed (E2B's `files.make_dir`). The default says the backend cannot.
+    async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        Err(SandboxError::Other(format!(
+            "make_dir {path}: not supported by this sandbox backend"
+        )))
+    }
+    /// Remove a file, or a directory with everything in it (E2B's `files.remove`). The default
+    /// says the backend cannot.
+    async fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        Err(SandboxError::Other(format!(
+            "remove {path}: not supported by this sandbox backend"
+        )))
+    }
 
     /// Reset the sandbox's lifetime to `timeout` from now.
     async fn set_timeout(&self, timeout: std::time::Duration) -> Result<(), SandboxError>;
