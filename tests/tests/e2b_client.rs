@@ -286,7 +286,9 @@ async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let marker = loop {
         match sandbox.read_file("interrupted").await {
-            Ok(marker) => break marker,
+            // The file exists from `open` on and holds "yes" once written: wait for both.
+            Ok(marker) if !marker.is_empty() || Instant::now() >= deadline => break marker,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
             Err(e) => panic!("the abandoned code was not interrupted within 10 s: {e}"),
         }
