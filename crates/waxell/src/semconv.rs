@@ -88,6 +88,13 @@ pub const OI_LLM_TOKEN_COUNT_PROMPT: &str = "llm.token_count.prompt";
 pub const OI_LLM_TOKEN_COUNT_COMPLETION: &str = "llm.token_count.completion";
 pub const OI_LLM_TOKEN_COUNT_TOTAL: &str = "llm.token_count.total";
 pub const OI_LLM_COST_TOTAL: &str = "llm.cost.total";
+/// Prefixes of OpenInference's flattened lists: `llm.input_messages.{i}.message.role`, ...
+pub const OI_LLM_INPUT_MESSAGES: &str = "llm.input_messages";
+pub const OI_LLM_OUTPUT_MESSAGES: &str = "llm.output_messages";
+pub const OI_LLM_TOOLS: &str = "llm.tools";
+/// Input messages left out of the flattened `llm.input_messages.*` (the oldest ones) to stay under the
+/// span's attribute limit; `gen_ai.input.messages` still has them all.
+pub const WAXELL_LLM_INPUT_MESSAGES_OMITTED: &str = "waxell.llm.input_messages.omitted";
 pub const OI_RETRIEVAL_DOCUMENTS: &str = "retrieval.documents";
 pub const OI_METADATA: &str = "metadata";
 pub const OI_TAG_TAGS: &str = "tag.tags";

@@ -199,6 +199,57 @@ async fn tool_call_reply_records_the_call_and_the_offered_tools() {
     let definitions = attr_json(&chat, GEN_AI_TOOL_DEFINITIONS);
     assert_eq!(definitions[0]["name"], "run_python");
     assert_eq!(definitions[1]["name"], "read_file");
+
+    // The OpenInference family, flattened, for Phoenix and other OpenInference readers.
+    let call = "llm.output_messages.0.message.tool_calls.0.tool_call";
+    assert_eq!(attr_str(&chat, "llm.output_messages.0.message.role"), "assistant");
+    assert_eq!(attr_str(&chat, &format!("{call}.id")), "call_1");
+    assert_eq!(attr_str(&chat, &format!("{call}.function.name")), "run_python");
+    assert_eq!(
+        attr_json(&chat, &format!("{call}.function.arguments"))["code"],
+        code
+    );
+    assert_eq!(attr_str(&chat, "llm.input_messages.0.message.role"), "system");
+    assert_eq!(
+        attr_str(&chat, "llm.input_messages.1.message.content"),
+        "What is the mean of 3, 4 and 5?"
+    );
+    let schema = attr_json(&chat, "llm.tools.1.tool.json_schema");
+    assert_eq!(schema["type"], "function");
+    assert_eq!(schema["function"]["name"], "read_file");
+    assert_eq!(schema["function"]["description"], "Read a file");
+}
+
+#[tokio::test]
+async fn a_long_conversation_keeps_its_latest_messages_within_the_span_attribute_limit() {
+    let spans = capture_spans();
+    let server = FakeServer::start(vec![FakeReply::ok(completion(
+        "c3",
+        "gpt-4o-mini",
+        "ok",
+        (500, 1),
+    ))])
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let messages: Vec<_> = (0..100).map(|i| Message::user(format!("turn {i}"))).collect();
+    client.chat(ChatRequest::new(messages)).await.unwrap();
+
+    let chat = span_named(&finished_spans(&spans), "chat gpt-4o-mini");
+    assert_eq!(chat.dropped_attributes_count, 0, "the SDK dropped attributes");
+    // 36 attributes of budget, two per user message: the last 18 turns, re-indexed from 0.
+    assert_eq!(attr_i64(&chat, WAXELL_LLM_INPUT_MESSAGES_OMITTED), 82);
+    assert_eq!(attr_str(&chat, "llm.input_messages.0.message.content"), "turn 82");
+    assert_eq!(
+        attr_str(&chat, "llm.input_messages.17.message.content"),
+        "turn 99"
+    );
+    assert_eq!(attr(&chat, "llm.input_messages.18.message.role"), None);
+    // The GenAI family still has the whole conversation.
+    assert_eq!(
+        attr_json(&chat, GEN_AI_INPUT_MESSAGES).as_array().unwrap().len(),
+        100
+    );
+    assert_eq!(attr_str(&chat, "llm.output_messages.0.message.content"), "ok");
 }
 
 #[tokio::test]
@@ -239,6 +290,24 @@ async fn tool_results_in_the_conversation_are_captured_as_tool_call_responses() 
         input[3],
         json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_9", "response": "4\n"}]})
     );
+    assert_eq!(
+        attr_str(
+            &chat,
+            "llm.input_messages.2.message.tool_calls.0.tool_call.function.name"
+        ),
+        "run_python"
+    );
+    assert_eq!(
+        attr(&chat, "llm.input_messages.2.message.content"),
+        None,
+        "no text in that turn"
+    );
+    assert_eq!(attr_str(&chat, "llm.input_messages.3.message.role"), "tool");
+    assert_eq!(
+        attr_str(&chat, "llm.input_messages.3.message.tool_call_id"),
+        "call_9"
+    );
+    assert_eq!(attr_str(&chat, "llm.input_messages.3.message.content"), "4\n");
 }
 
 #[tokio::test]

@@ -106,6 +106,20 @@ async fn content_capture_off_keeps_messages_out_of_the_span() {
     ] {
         assert_eq!(attr(&chat, key), None, "{key} captured although capture is off");
     }
+    let flattened: Vec<_> = chat
+        .attributes
+        .iter()
+        .map(|kv| kv.key.as_str())
+        .filter(|key| {
+            key.starts_with("llm.input_messages")
+                || key.starts_with("llm.output_messages")
+                || key.starts_with("llm.tools")
+        })
+        .collect();
+    assert!(
+        flattened.is_empty(),
+        "captured although capture is off: {flattened:?}"
+    );
     let text = span_text(&chat);
     assert!(
         !text.contains("private question") && !text.contains("secret answer"),
