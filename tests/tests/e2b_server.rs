@@ -453,11 +453,32 @@ async fn data_plane_routing_tokens_and_bad_input() {
     .await;
     assert_eq!(missing["code"], "not_found");
     let unsupported = expect_error(
-        rpc("MakeDir").json(&json!({"path": "d"})),
+        rpc("Move").json(&json!({"source": "a", "destination": "b"})),
         StatusCode::NOT_IMPLEMENTED,
     )
     .await;
     assert_eq!(unsupported["code"], "unimplemented");
+    // MakeDir answers as envd: the new entry, then Connect `already_exists` for the same path.
+    let made = rpc("MakeDir").json(&json!({"path": "d"})).send().await.unwrap();
+    assert_eq!(made.status(), StatusCode::OK);
+    let made: Value = made.json().await.unwrap();
+    assert_eq!(made["entry"]["type"], "FILE_TYPE_DIRECTORY", "{made}");
+    let exists = expect_error(rpc("MakeDir").json(&json!({"path": "d"})), StatusCode::CONFLICT).await;
+    assert_eq!(exists["code"], "already_exists");
+    let removed = rpc("Remove")
+        .json(&json!({"path": "/home/user/d"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), StatusCode::OK);
+    let gone = expect_error(rpc("Remove").json(&json!({"path": "d"})), StatusCode::NOT_FOUND).await;
+    assert_eq!(gone["code"], "not_found");
+    let traversal = expect_error(
+        rpc("Remove").json(&json!({"path": "../etc"})),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert_eq!(traversal["code"], "invalid_argument");
     expect_error(rpc("ListDir").body("[1,"), StatusCode::BAD_REQUEST).await;
 
     peer.alive().await;
