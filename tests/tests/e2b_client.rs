@@ -232,6 +232,10 @@ async fn files_are_written_read_and_listed_and_bad_paths_refused() {
         .await
         .unwrap();
     assert_eq!(seen.text(), Some("['a.png']"));
+    let moved = sandbox.rename("out/charts/a.png", "final/a.png").await.unwrap();
+    assert_eq!((moved.path.as_str(), moved.size), ("/home/user/final/a.png", 3));
+    assert_eq!(sandbox.read_file("final/a.png").await.unwrap(), b"png");
+    sandbox.remove("final").await.unwrap();
     sandbox.remove("out").await.unwrap();
     sandbox.remove("link").await.unwrap();
     let seen = sandbox

@@ -453,7 +453,7 @@ async fn data_plane_routing_tokens_and_bad_input() {
     .await;
     assert_eq!(missing["code"], "not_found");
     let unsupported = expect_error(
-        rpc("Move").json(&json!({"source": "a", "destination": "b"})),
+        rpc("WatchDir").json(&json!({"path": "d"})),
         StatusCode::NOT_IMPLEMENTED,
     )
     .await;
@@ -473,6 +473,12 @@ async fn data_plane_routing_tokens_and_bad_input() {
     assert_eq!(removed.status(), StatusCode::OK);
     let gone = expect_error(rpc("Remove").json(&json!({"path": "d"})), StatusCode::NOT_FOUND).await;
     assert_eq!(gone["code"], "not_found");
+    let escape = expect_error(
+        rpc("Move").json(&json!({"source": "x", "destination": "../../tmp/x"})),
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
+    assert_eq!(escape["code"], "invalid_argument");
     let traversal = expect_error(
         rpc("Remove").json(&json!({"path": "../etc"})),
         StatusCode::BAD_REQUEST,

@@ -199,6 +199,37 @@ impl ScratchFiles {
         Ok(self.make_dirs(&rel, path)?.1)
     }
 
+    /// Rename `from` to `to` (replacing a file there, as rename(2) does). Both parents are reached
+    /// beneath the root without following symlinks (the destination's are created), and `renameat`
+    /// moves the entry itself: a symlink moves as a link, never its target.
+    pub(crate) fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        let (rel_from, rel_to) = (self.relative(from)?, self.relative(to)?);
+        let (Some(from_name), Some(to_name)) = (rel_from.file_name(), rel_to.file_name()) else {
+            return Err(invalid(
+                from,
+                "the sandbox's home directory itself cannot be renamed",
+            ));
+        };
+        let root = self.open_root()?;
+        let from_parent = match rel_from.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => {
+                self.open_dir_beneath(&root, parent.as_os_str(), from)?
+            }
+            _ => self.open_root()?,
+        };
+        let (to_parent, _) = self.make_dirs(rel_to.parent().unwrap_or(Path::new("")), to)?;
+        rustix::fs::renameat(&from_parent, from_name, &to_parent, to_name).map_err(|e| io_error(from, e))?;
+        let stat = rustix::fs::statat(&to_parent, to_name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io_error(to, e))?;
+        let is_dir = FileType::from_raw_mode(stat.st_mode) == FileType::Directory;
+        Ok(EntryInfo {
+            name: to_name.to_string_lossy().into_owned(),
+            path: Self::sandbox_path(&rel_to),
+            is_dir,
+            size: if is_dir { 0 } else { stat.st_size as u64 },
+        })
+    }
+
     /// Remove a file, a symlink (never its target) or a directory tree. The parent is reached
     /// beneath the root without following symlinks, and the tree is removed through directory fds
     /// with `unlinkat`, which never follows a link either.

@@ -690,6 +690,11 @@ impl SandboxSession for LocalSandbox {
         self.run_files(move |files| files.make_dir(&path)).await
     }
 
+    async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        let (from, to) = (from.to_owned(), to.to_owned());
+        self.run_files(move |files| files.rename(&from, &to)).await
+    }
+
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         let path = path.to_owned();
         self.run_files(move |files| files.remove(&path)).await

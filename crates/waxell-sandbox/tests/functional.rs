@@ -367,6 +367,33 @@ async fn make_dir_and_remove_never_leave_the_scratch_dir() {
         matches!(&missing, Err(waxell::sandbox::SandboxError::InvalidPath { reason, .. }) if reason.contains("no such file")),
         "{missing:?}"
     );
+    // rename: the destination's parents are made; a link moves as a link; no move through a link.
+    sandbox.write_file("r/a.txt", b"moved").await.unwrap();
+    let moved = sandbox
+        .rename("r/a.txt", "/home/user/m/deep/b.txt")
+        .await
+        .unwrap();
+    assert_eq!(
+        (moved.path.as_str(), moved.size, moved.is_dir),
+        ("/home/user/m/deep/b.txt", 5, false)
+    );
+    assert_eq!(
+        eval(
+            &sandbox,
+            "(open('m/deep/b.txt').read(), os.path.exists('r/a.txt'))"
+        )
+        .await,
+        "('moved', False)"
+    );
+    sandbox.rename("link", "link2").await.unwrap();
+    assert_eq!(eval(&sandbox, "os.path.islink('link2')").await, "True");
+    assert!(sandbox.rename("m/deep/b.txt", "link2/b.txt").await.is_err());
+    assert!(!outside.join("b.txt").exists());
+    assert!(sandbox.rename("m", "../m").await.is_err());
+    sandbox.rename("link2", "link").await.unwrap();
+    sandbox.remove("m").await.unwrap();
+    sandbox.remove("r").await.unwrap();
+
     sandbox.remove("a").await.unwrap();
     assert_eq!(eval(&sandbox, "sorted(os.listdir('.'))").await, "['link']");
     std::fs::remove_dir_all(outside).unwrap();

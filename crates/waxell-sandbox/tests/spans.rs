@@ -57,7 +57,8 @@ async fn sandbox_calls_emit_nested_spans() {
         sandbox.list_files("/home/user").await.unwrap();
         assert!(sandbox.make_dir("out").await.unwrap());
         assert!(!sandbox.make_dir("out").await.unwrap());
-        sandbox.remove("out").await.unwrap();
+        sandbox.rename("out", "out2").await.unwrap();
+        sandbox.remove("out2").await.unwrap();
         sandbox.kill().await.unwrap();
     }
     .with_context(parent_cx.clone())
@@ -130,8 +131,11 @@ async fn sandbox_calls_emit_nested_spans() {
     assert_eq!(made, [Some(Value::Bool(true)), Some(Value::Bool(false))]);
     assert_eq!(
         string(named("sandbox.remove")[0], "waxell.sandbox.file.path"),
-        "out"
+        "out2"
     );
+    let renamed = named("sandbox.rename");
+    assert_eq!(string(renamed[0], "waxell.sandbox.file.path"), "out");
+    assert_eq!(string(renamed[0], "waxell.sandbox.file.destination"), "out2");
     assert_eq!(named("sandbox.kill").len(), 1);
 }
 

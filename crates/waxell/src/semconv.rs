@@ -164,6 +164,8 @@ pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 /// `sandbox.make_dir`: whether the directory was new.
 pub const WAXELL_SANDBOX_FILE_CREATED: &str = "waxell.sandbox.file.created";
+/// `sandbox.rename`: where the entry went.
+pub const WAXELL_SANDBOX_FILE_DESTINATION: &str = "waxell.sandbox.file.destination";
 
 // ---- resource ----
 pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";

@@ -1,5 +1,6 @@
 //! envd plane (sandbox port 49983): health, `/files` download and upload, and the filesystem
-//! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Remove`) over the Connect protocol's JSON codec.
+//! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Move`, `Remove`) over the Connect protocol's JSON
+//! codec.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -209,6 +210,14 @@ fn gunzip(data: &[u8], limit: usize) -> Result<Bytes, ApiError> {
 }
 
 #[derive(Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
+#[derive(Deserialize)]
 struct PathRequest {
     #[serde(default)]
     path: String,
@@ -266,12 +275,21 @@ async fn filesystem_rpc(
                     .map_err(|e| file_error(&request.path, e))?;
                 Ok(json!({}))
             }
-            "Move" | "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-                Err(ApiError::new(
-                    StatusCode::NOT_IMPLEMENTED,
-                    format!("filesystem.Filesystem/{method} is not supported by this server"),
-                ))
+            "Move" => {
+                let request: MoveRequest = body::json(&bytes)?;
+                check_path(&request.source)?;
+                check_path(&request.destination)?;
+                let moved = entry
+                    .session
+                    .rename(&request.source, &request.destination)
+                    .await
+                    .map_err(|e| file_error(&request.source, e))?;
+                Ok(json!({"entry": entry_json(&moved)}))
             }
+            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("filesystem.Filesystem/{method} is not supported by this server"),
+            )),
             _ => Err(ApiError::not_found(format!(
                 "no RPC filesystem.Filesystem/{method}"
             ))),

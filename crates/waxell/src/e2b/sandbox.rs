@@ -284,6 +284,11 @@ impl From<ConnectEntry> for EntryInfo {
 }
 
 #[derive(Deserialize)]
+struct EntryResponse {
+    entry: ConnectEntry,
+}
+
+#[derive(Deserialize)]
 struct UploadedEntry {
     path: String,
     name: String,
@@ -549,6 +554,13 @@ impl SandboxSession for E2bSandbox {
             Err(SandboxError::InvalidArgument(message)) if message.contains(": 409 Conflict: ") => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        let body = json!({"source": from, "destination": to});
+        let response = self.filesystem_rpc("Move", body, from).await?;
+        let moved: EntryResponse = http::json(&format!("rename {from} to {to}"), response).await?;
+        Ok(moved.entry.into())
     }
 
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {

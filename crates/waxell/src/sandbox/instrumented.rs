@@ -239,6 +239,22 @@ impl Sandbox {
         .await
     }
 
+    /// Span `sandbox.rename`, with the destination as `waxell.sandbox.file.destination`.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        let mut attributes = self.file_attributes(from);
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_FILE_DESTINATION,
+            telemetry::content_preview(to, 512),
+        ));
+        traced(
+            "sandbox.rename".into(),
+            attributes,
+            self.session.rename(from, to),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
     /// Span `sandbox.remove`.
     pub async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         traced(

@@ -53,6 +53,13 @@ pub trait SandboxSession: Send + Sync {
             "make_dir {path}: not supported by this sandbox backend"
         )))
     }
+    /// Rename or move a file or directory, creating the destination's missing parents (E2B's
+    /// `files.rename`); returns the entry at its new path. The default says the backend cannot.
+    async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        Err(SandboxError::Other(format!(
+            "rename {from} to {to}: not supported by this sandbox backend"
+        )))
+    }
     /// Remove a file, or a directory with everything in it (E2B's `files.remove`). The default
     /// says the backend cannot.
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {
