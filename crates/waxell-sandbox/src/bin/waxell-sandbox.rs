@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use waxell_sandbox::server::{self, ServerConfig, CODE_INTERPRETER_PORT, ENVD_PORT};
-use waxell_sandbox::{LocalBackend, LocalConfig};
+use waxell_sandbox::{Limits, LocalBackend, LocalConfig};
 
 #[derive(Parser)]
 #[command(name = "waxell-sandbox", version, about = "Local isolated Python sandbox")]
@@ -55,6 +55,41 @@ struct ServeArgs {
     /// limit; its SDKs default to 300 s on the client side).
     #[arg(long, default_value_t = 300)]
     max_run_seconds: u64,
+    /// Memory cap of each sandbox, in MiB (its cgroup; all its contexts together).
+    #[arg(long, default_value_t = 512)]
+    memory_mib: u64,
+    /// CPU quota of each sandbox, in cores.
+    #[arg(long, default_value_t = 1.0)]
+    cpus: f64,
+    /// Processes and threads per sandbox.
+    #[arg(long, default_value_t = 128)]
+    max_processes: u64,
+    /// Size of each sandbox's home directory (`/home/user`, a tmpfs), in MiB.
+    #[arg(long, default_value_t = 256)]
+    scratch_mib: u64,
+    /// Largest file the code may write or the files API may move, in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_file_mib: u64,
+    /// Python modules imported before an interpreter is pooled (comma-separated, e.g.
+    /// `numpy,pandas,matplotlib.pyplot`): slower pool refills, faster first cells.
+    #[arg(long, value_delimiter = ',')]
+    preload: Vec<String>,
+}
+
+/// The local backend's settings from the command line; `LocalBackend::new` validates them.
+fn local_config(args: &ServeArgs) -> LocalConfig {
+    const MIB: u64 = 1 << 20;
+    let limits = Limits::default()
+        .with_memory_bytes(args.memory_mib.saturating_mul(MIB))
+        .with_cpus(args.cpus)
+        .with_max_processes(args.max_processes)
+        .with_scratch_bytes(args.scratch_mib.saturating_mul(MIB))
+        .with_max_file_bytes(args.max_file_mib.saturating_mul(MIB));
+    LocalConfig::default()
+        .with_limits(limits)
+        .with_pool_size(args.pool_size)
+        .with_preload(args.preload.iter().cloned())
+        .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)))
 }
 
 #[tokio::main]
@@ -81,10 +116,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             args.listen
         ));
     }
-    let local = LocalConfig::default()
-        .with_pool_size(args.pool_size)
-        .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)));
-    let backend = LocalBackend::new(local).map_err(|e| e.to_string())?;
+    let backend = LocalBackend::new(local_config(&args)).map_err(|e| e.to_string())?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
@@ -148,5 +180,47 @@ mod tests {
         let Command::Serve(args) = cli.command;
         let error = serve(args).await.unwrap_err();
         assert!(error.contains("without an API key"), "{error}");
+    }
+
+    fn serve_args(flags: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from(["waxell-sandbox", "serve"].iter().chain(flags)).unwrap();
+        let Command::Serve(args) = cli.command;
+        args
+    }
+
+    #[tokio::test]
+    async fn a_bad_limit_is_refused_naming_it() {
+        let error = serve(serve_args(&["--memory-mib", "8"])).await.unwrap_err();
+        assert!(
+            error.contains("memory_bytes") && error.contains("32 MiB"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn limit_flags_reach_the_sandboxes() {
+        use waxell::sandbox::{RunOptions, SandboxOptions, SandboxSession};
+        let args = serve_args(&["--scratch-mib", "5", "--max-file-mib", "2", "--pool-size", "0"]);
+        let backend = LocalBackend::new(local_config(&args)).unwrap();
+        let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+        let code = r#"
+import errno
+def fill(path, mib):
+    try:
+        with open(path, "wb") as f:
+            for _ in range(mib):
+                f.write(b"x" * (1 << 20))
+                f.flush()
+        return "OK"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+(fill("one", 3), fill("two", 2), fill("three", 2))"#;
+        let execution = sandbox.run_code(code, &RunOptions::default()).await.unwrap();
+        // One file stops at 2 MiB (EFBIG); the 5 MiB home (2 + 2 MiB used) fills on the third (ENOSPC).
+        assert_eq!(
+            execution.text(),
+            Some("('EFBIG', 'OK', 'ENOSPC')"),
+            "{execution:?}"
+        );
     }
 }
