@@ -43,6 +43,7 @@ pub mod export;
 mod init;
 mod limits;
 pub mod llm;
+mod retry_after;
 mod run;
 pub mod sandbox;
 mod score;

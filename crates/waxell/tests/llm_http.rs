@@ -311,6 +311,26 @@ async fn tool_results_in_the_conversation_are_captured_as_tool_call_responses() 
 }
 
 #[tokio::test]
+async fn a_retry_after_date_is_waited_for() {
+    let _spans = capture_spans();
+    // Two seconds ahead at whole-second resolution: a wait of one to two seconds.
+    let at = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let server = FakeServer::start(vec![
+        FakeReply::error(503, "overloaded", "server_error").with_header("retry-after", &at),
+        FakeReply::ok(completion("chatcmpl-3", "gpt-4o-mini", "ok", (5, 1))),
+    ])
+    .await;
+    let client = client_for(&server).with_max_retries(2).build().unwrap();
+    assert_eq!(client.chat(question()).await.unwrap().id, "chatcmpl-3");
+    let received = server.received();
+    let waited = received[1].at - received[0].at;
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "retried after {waited:?} for Retry-After: {at}"
+    );
+}
+
+#[tokio::test]
 async fn rate_limit_is_retried_after_the_servers_retry_after() {
     let spans = capture_spans();
     let server = FakeServer::start(vec![

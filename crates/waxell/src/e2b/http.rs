@@ -79,7 +79,7 @@ pub(crate) async fn send(
             .get("should-retry")
             .and_then(|v| v.to_str().ok())
             .map(|v| v.eq_ignore_ascii_case("true"));
-        let retry_after = retry_after(response.headers());
+        let retry_after = crate::retry_after::from_headers(response.headers());
         let body = response.text().await.unwrap_or_default();
         let retryable = should_retry.unwrap_or(matches!(status.as_u16(), 429 | 502 | 503 | 504))
             && !sandbox_gone(endpoint, status, &body);
@@ -93,13 +93,6 @@ pub(crate) async fn send(
         }
         return Err(status_error(endpoint, what, status, &body));
     }
-}
-
-/// `Retry-After` as delta-seconds (an HTTP date is not used by E2B and is ignored).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get("retry-after")?.to_str().ok()?.trim();
-    let seconds: f64 = value.parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 /// E2B's proxy answers a data-plane request for a sandbox that is gone with 502: JSON "The sandbox

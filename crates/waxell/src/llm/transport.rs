@@ -356,14 +356,10 @@ fn sse_payloads(response: reqwest::Response, idle_timeout: Duration) -> DataStre
 
 /// `retry-after-ms` (OpenAI) or `retry-after` in seconds. HTTP-date values are not supported and fall
 /// back to exponential backoff.
+/// OpenAI's `retry-after-ms` when present (finer), else the standard `Retry-After`.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let number = |name: &str| -> Option<f64> {
-        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
-        (value.is_finite() && value >= 0.0).then_some(value)
-    };
-    number("retry-after-ms")
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
-        .or_else(|| number("retry-after").map(Duration::from_secs_f64))
+    crate::retry_after::number(headers, "retry-after-ms", Duration::from_millis(1))
+        .or_else(|| crate::retry_after::from_headers(headers))
 }
 
 /// An error and all its sources, so "error sending request" comes with the reason (refused, DNS, ...).
@@ -404,11 +400,12 @@ mod tests {
         headers.insert("retry-after-ms", HeaderValue::from_static("250"));
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
         headers.clear();
+        // A date already past: retry now.
         headers.insert(
             "retry-after",
             HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
         );
-        assert_eq!(retry_after(&headers), None);
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
     }
 
     #[test]
