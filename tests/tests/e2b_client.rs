@@ -264,6 +264,44 @@ async fn files_are_written_read_and_listed_and_bad_paths_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_while_queued_never_interrupts_the_run_ahead_of_it() {
+    let url = start_server(server_config()).await;
+    let sandbox = create(&url, &SandboxOptions::new()).await;
+    let patient = RunOptions::new().with_timeout(Duration::from_secs(20));
+    let running = sandbox.run_code("import time\ntime.sleep(3)\n'first finished'", &patient);
+    let queued = async {
+        // Queued behind the first run on the same context; the client gives up after 500 ms and
+        // closes the connection (noticed by the server's 200 ms keepalive, well before 3 s).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sandbox
+            .run_code(
+                "open('queued_ran', 'w').write('yes')",
+                &RunOptions::new().with_timeout(Duration::from_millis(500)),
+            )
+            .await
+    };
+    let (running, queued) = tokio::join!(running, queued);
+    assert!(matches!(queued, Err(SandboxError::Timeout(_))), "{queued:?}");
+    let running = running.unwrap();
+    assert!(
+        running.error.is_none(),
+        "the run ahead was interrupted: {:?}",
+        running.error
+    );
+    assert_eq!(running.text(), Some("first finished"));
+    let ran = sandbox
+        .run_code("import os; os.path.exists('queued_ran')", &RunOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        ran.text(),
+        Some("False"),
+        "the abandoned queued run never started"
+    );
+    sandbox.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execution_timeout_interrupts_the_code_and_keeps_the_state() {
     let url = start_server(server_config()).await;
     let sandbox = create(&url, &SandboxOptions::new()).await;
