@@ -175,3 +175,54 @@ fn live_mode_without_a_key_fails_with_a_clear_message() {
         "{stderr}"
     );
 }
+
+/// `--sandbox-url`: the same dry run against a `waxell-sandbox serve` (here in-process on 127.0.0.1, no API
+/// key as on loopback), so every line of code goes through the E2B protocol and the `waxell::e2b` client.
+#[test]
+fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
+    use std::sync::Arc;
+    use waxell_sandbox::server::{router, serve, ServerConfig};
+    use waxell_sandbox::{LocalBackend, LocalConfig};
+
+    let server = waxell_tests::ServerThread::spawn(|listener, stop| async move {
+        let backend = LocalBackend::new(LocalConfig::default()).expect("local sandbox backend");
+        let _ = serve(listener, router(Arc::new(backend), ServerConfig::new()), stop).await;
+    });
+    let rx = OtlpReceiver::start_http();
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-url-test-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--dry-run", "--quiet", "--output-dir"])
+        .arg(&out_dir)
+        .arg("--sandbox-url")
+        .arg(format!("http://{}", server.addr))
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("E2B_API_KEY")
+        .output()
+        .expect("the demo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "demo failed\nstderr:\n{stderr}");
+
+    let spans = rx.wait_for_spans(30, Duration::from_secs(10));
+    let runs: Vec<_> = spans
+        .iter()
+        .filter(|s| s.span.name == "execute_tool e2b.run_code")
+        .collect();
+    // Basic code, statistics, the error test, and the analysis script twice (the self-debug retry).
+    assert!(runs.len() >= 5, "{} e2b run_code spans", runs.len());
+    for tool in ["run_basic_code", "run_statistics", "run_error_test"] {
+        let tool_span = by_name(&spans, &format!("execute_tool {tool}")).expect(tool);
+        let nested = children(&spans, tool_span, "execute_tool e2b.run_code");
+        assert_eq!(nested.len(), 1, "{tool} ran its code through the server");
+    }
+    // The code agent's attempts: each `run_code` tool call ran its script through the server.
+    let analyze = by_name(&spans, "execute_tool analyze_sales").expect("analyze_sales");
+    let attempts = children(&spans, analyze, "execute_tool run_code");
+    assert_eq!(attempts.len(), 2, "a failed script, then a working one");
+    for attempt in attempts {
+        assert_eq!(children(&spans, attempt, "execute_tool e2b.run_code").len(), 1);
+    }
+    let chart = std::fs::read(out_dir.join("sales_chart.png")).expect("chart downloaded from the server");
+    assert!(chart.starts_with(b"\x89PNG\r\n\x1a\n"), "valid PNG");
+    let _ = std::fs::remove_dir_all(out_dir);
+}

@@ -406,6 +406,19 @@ async fn wrong_api_key_and_the_sandbox_limit_are_typed_errors() {
         "{denied:?}"
     );
 
+    // No key for a server of our own: allowed to try, and this server (which wants one) says 401.
+    let keyless = waxell::e2b::E2bConfig::new()
+        .with_api_url(&url)
+        .with_sandbox_url(&url);
+    let denied = Sandbox::create(&E2bBackend::new(keyless).unwrap(), &SandboxOptions::new()).await;
+    assert!(
+        matches!(&denied, Err(SandboxError::Authentication(m)) if m.contains("401")),
+        "{denied:?}"
+    );
+    // No key for E2B's cloud: refused before any request.
+    let cloud = E2bBackend::new(waxell::e2b::E2bConfig::new());
+    assert!(matches!(cloud, Err(SandboxError::Authentication(_))), "{cloud:?}");
+
     let backend = E2bBackend::new(client_config(&url).with_max_retries(0)).unwrap();
     let first = Sandbox::create(&backend, &SandboxOptions::new()).await.unwrap();
     let second = Sandbox::create(&backend, &SandboxOptions::new()).await;

@@ -44,7 +44,8 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct E2bConfig {
-    /// Sent as `X-API-KEY` on the control plane; required unless `debug`.
+    /// Sent as `X-API-KEY` on the control plane; required for E2B's cloud (not for a server of your own
+    /// given as `api_url`, nor in `debug`).
     pub api_key: Option<Secret>,
     /// Domain of the E2B deployment (default `e2b.app`); a sandbox's own domain wins when it has one.
     pub domain: String,

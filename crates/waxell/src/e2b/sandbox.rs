@@ -78,9 +78,11 @@ struct SandboxInfo {
 }
 
 impl E2bBackend {
-    /// A backend with this configuration. Fails without an API key (unless in debug mode).
+    /// A backend with this configuration. E2B's cloud needs an API key, so without one this fails unless
+    /// the control plane is a server of your own (`api_url` set, e.g. a `waxell-sandbox serve` on loopback,
+    /// which needs none; one that does answers 401, an `Authentication` error) or debug mode is on.
     pub fn new(config: E2bConfig) -> Result<Self, SandboxError> {
-        if config.api_key.is_none() && !config.debug {
+        if config.api_key.is_none() && config.api_url.is_none() && !config.debug {
             return Err(SandboxError::Authentication(
                 "no E2B API key: set E2B_API_KEY or E2bConfig::with_api_key".into(),
             ));
