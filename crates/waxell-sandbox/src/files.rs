@@ -210,13 +210,7 @@ impl ScratchFiles {
                 "the sandbox's home directory itself cannot be renamed",
             ));
         };
-        let root = self.open_root()?;
-        let from_parent = match rel_from.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => {
-                self.open_dir_beneath(&root, parent.as_os_str(), from)?
-            }
-            _ => self.open_root()?,
-        };
+        let from_parent = self.open_parent(&rel_from, from)?;
         let (to_parent, _) = self.make_dirs(rel_to.parent().unwrap_or(Path::new("")), to)?;
         rustix::fs::renameat(&from_parent, from_name, &to_parent, to_name).map_err(|e| io_error(from, e))?;
         let stat = rustix::fs::statat(&to_parent, to_name, AtFlags::SYMLINK_NOFOLLOW)
@@ -241,14 +235,18 @@ impl ScratchFiles {
                 "the sandbox's home directory itself cannot be removed",
             ));
         };
+        remove_entry(&self.open_parent(&rel, path)?, &name, path, 0)
+    }
+
+    /// The existing directory holding `rel`, reached beneath the root without following symlinks.
+    fn open_parent(&self, rel: &Path, path: &str) -> Result<OwnedFd, SandboxError> {
         let root = self.open_root()?;
-        let parent = match rel.parent() {
+        match rel.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => {
-                self.open_dir_beneath(&root, parent.as_os_str(), path)?
+                self.open_dir_beneath(&root, parent.as_os_str(), path)
             }
-            _ => root,
-        };
-        remove_entry(&parent, &name, path, 0)
+            _ => Ok(root),
+        }
     }
 
     fn open_dir_beneath(
