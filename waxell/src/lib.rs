@@ -49,11 +49,14 @@ pub mod sandbox;
 mod score;
 mod scrub;
 pub mod semconv;
+mod spans;
 pub(crate) mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, Guard, InitError};
+pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
 
 /// A `tracing` layer that puts `tracing` spans in the same traces as waxell's, nesting both ways (sync and
@@ -72,11 +75,11 @@ pub use score::{current_trace_id, metadata, score, score_with_comment, tag, Scor
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.
 #[cfg(feature = "tracing")]
-pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
+pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer().with_tracer(telemetry::tracer())
+    tracing_opentelemetry::layer().with_tracer(telemetry::bridge::BridgeTracer)
 }
 
 #[cfg(feature = "macros")]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use serde_json::json;
 
@@ -74,7 +74,7 @@ impl CallTelemetry {
     /// Start the span as a child of the caller's current context. `request.model` is already resolved.
     pub(crate) fn start(target: &CallTarget, request: &ChatRequest) -> Self {
         let model = request.model_name().unwrap_or_default().to_owned();
-        if !telemetry::is_enabled() {
+        if telemetry::current().is_none() {
             // `WAXELL_OBSERVE=false`: the call runs in the caller's context and records nothing.
             return Self {
                 cx: Context::current(),
@@ -116,14 +116,13 @@ impl CallTelemetry {
             attributes.extend(input_content(request));
         }
 
-        let tracer = telemetry::tracer();
-        let span = tracer
-            .span_builder(format!("{OP_CHAT} {model}"))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &Context::current());
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{OP_CHAT} {model}"))
+                .with_kind(SpanKind::Client)
+                .with_attributes(attributes),
+        );
         Self {
-            cx: Context::current().with_span(span),
+            cx,
             started: Instant::now(),
             request_model: model,
             metric_attributes: identity,
@@ -269,7 +268,7 @@ impl CallTelemetry {
         };
         // A synchronous call: the guard is dropped before any await.
         let _guard = self.cx.clone().attach();
-        telemetry::record_decision(&name, &self.offered_tools, &chosen, None, None);
+        crate::decision::record(&name, &self.offered_tools, &chosen, None, None);
     }
 
     fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {
