@@ -53,6 +53,7 @@ mod run;
 pub mod sandbox;
 mod score;
 mod scrub;
+mod secret;
 pub mod semconv;
 pub(crate) mod telemetry;
 
@@ -60,6 +61,7 @@ pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
 pub use init::{builder, init, Builder, Guard, InitError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
+pub use secret::Secret;
 
 /// A `tracing` layer that puts `tracing` spans in the same traces as waxell's, nesting both ways (sync and
 /// async): a `#[tool]` called inside a `tracing` span is its child, and a `tracing` span entered inside an
