@@ -93,7 +93,10 @@ pub use waxell_macros::{agent, decision, reasoning, retrieval, step, tool, Decis
 /// Support for the macros' expansions. Not public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::capture::outcome::*;
+    pub use crate::capture::outcome::{
+        PlainAny, PlainDebug, PlainSer, ResultAnyAny, ResultAnyDebug, ResultAnyDisplay, ResultDebugDisplay,
+        ResultSerDisplay,
+    };
     pub use crate::capture::{CaptureViaDebug, CaptureViaSerialize, CaptureViaTypeName, Captured, Probe};
     pub use crate::run::{Args, Instrumented, Kind, Meta, Run};
 }
