@@ -18,6 +18,7 @@
 )]
 
 mod agents;
+mod preflight;
 mod progress;
 mod script;
 
@@ -68,6 +69,9 @@ struct Args {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Do not check first that the sandbox's Python has pandas, numpy and matplotlib.
+    #[arg(long)]
+    skip_sandbox_check: bool,
 }
 
 type DemoResult<T> = agents::DemoResult<T>;
@@ -195,6 +199,19 @@ async fn run(args: Args) -> DemoResult<()> {
     ));
     let llm = llm_client(&args)?;
     let backend = sandbox_backend(&args)?;
+    if !args.skip_sandbox_check {
+        let target = match (&args.sandbox_url, args.sandbox) {
+            (Some(url), _) => preflight::Target::Server(url.clone()),
+            (None, SandboxKind::E2b) => preflight::Target::E2bCloud,
+            (None, SandboxKind::Local) => preflight::Target::Local,
+        };
+        progress
+            .spin(
+                "checking the sandbox's Python modules",
+                preflight::check_sandbox(backend.as_ref(), &target),
+            )
+            .await?;
+    }
     let env = agents::Env {
         llm: &llm,
         model: args.model.clone(),
