@@ -38,11 +38,16 @@ mod capture;
 mod cloud;
 mod config;
 mod decision;
+#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
+#[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
+mod http;
 mod init;
 mod limits;
+#[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(any(feature = "llm", feature = "e2b"))]
 mod retry_after;
 mod run;
 pub mod sandbox;

@@ -177,7 +177,8 @@ impl HttpTransport {
                 settings.base_url
             )));
         }
-        let http = reqwest::Client::builder()
+        let http = crate::http::async_client()
+            .map_err(Error::Config)?
             .connect_timeout(settings.connect_timeout)
             .build()
             .map_err(|e| Error::Config(format!("could not build the HTTP client: {}", error_chain(&e))))?;
