@@ -22,7 +22,7 @@
 //! makes a user namespace in which the sandbox is that user (never host uid 0, not even through a
 //! mapping). Either way it has no capabilities and no-new-privs. It has private pid/net/ipc/uts/cgroup
 //! namespaces (no network at all, loopback included), a read-only `/usr` and Python installation, a
-//! private size-capped `/tmp`, its own size-capped tmpfs as scratch at `/home/user`, a cleared
+//! private size-capped `/tmp`, scratch at `/home/user` (as root its own size-capped tmpfs), a cleared
 //! environment, three seccomp programs (deny list, `clone3` -> ENOSYS, x32 guard), cgroup v1 or v2
 //! memory/pids/cpu limits (or, without a usable cgroup, rlimits and a host-side memory watchdog)
 //! and rlimits. [`LocalBackend::capabilities`] reports what is in force on this host and why the
@@ -44,6 +44,7 @@
 
 mod capabilities;
 mod config;
+#[cfg(feature = "server")]
 pub mod server;
 
 /// Declares the Linux-only items: the one place the platform is decided. Elsewhere
