@@ -41,6 +41,7 @@ mod decision;
 pub mod e2b;
 pub mod export;
 mod init;
+pub mod integrations;
 mod limits;
 pub mod llm;
 mod retry_after;

@@ -369,7 +369,7 @@ impl ClientBuilder {
 }
 
 /// The `gen_ai.provider.name` of well-known OpenAI-compatible endpoints; `openai` otherwise.
-fn provider_for_host(host: &str) -> &'static str {
+pub(crate) fn provider_for_host(host: &str) -> &'static str {
     const KNOWN: &[(&str, &str)] = &[
         ("openai.azure.com", "azure.ai.openai"),
         ("services.ai.azure.com", "azure.ai.inference"),
