@@ -205,7 +205,7 @@ where
                 let (error_type, message) = wire::error_of(status, &bytes);
                 call.fail(&error_type, &message);
             }
-            Ok(reqwest::Response::from(http::Response::from_parts(parts, bytes)))
+            Ok(reqwest::Response::from(::http::Response::from_parts(parts, bytes)))
         })
     }
 }
@@ -252,8 +252,8 @@ fn replay(request: reqwest::Request, factory: HttpRequestFactory) -> HttpRequest
     })
 }
 
-async fn read(response: reqwest::Response) -> Result<(http::response::Parts, Bytes), OpenAIError> {
-    let response = http::Response::from(response);
+async fn read(response: reqwest::Response) -> Result<(::http::response::Parts, Bytes), OpenAIError> {
+    let response = ::http::Response::from(response);
     let (parts, body) = response.into_parts();
     let bytes = http_body_util_collect(body).await?;
     Ok((parts, bytes))
@@ -261,7 +261,7 @@ async fn read(response: reqwest::Response) -> Result<(http::response::Parts, Byt
 
 /// The whole body of a response (reqwest's `Body` is a `http_body::Body`).
 async fn http_body_util_collect(body: reqwest::Body) -> Result<Bytes, OpenAIError> {
-    let response = reqwest::Response::from(http::Response::new(body));
+    let response = reqwest::Response::from(::http::Response::new(body));
     response.bytes().await.map_err(OpenAIError::Reqwest)
 }
 
@@ -294,9 +294,9 @@ fn inject_traceparent(call: &LlmCall, headers: &mut reqwest::header::HeaderMap) 
 
 /// Hand the response on with its body teed through [`SseTee`].
 fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Response {
-    let response = http::Response::from(response);
+    let response = ::http::Response::from(response);
     let (parts, body) = response.into_parts();
-    let chunks = reqwest::Response::from(http::Response::new(body)).bytes_stream();
+    let chunks = reqwest::Response::from(::http::Response::new(body)).bytes_stream();
     let tee = SseTee {
         inner: Box::pin(chunks),
         api,
@@ -304,7 +304,7 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
         line: BytesMut::new(),
         done: false,
     };
-    reqwest::Response::from(http::Response::from_parts(parts, reqwest::Body::wrap_stream(tee)))
+    reqwest::Response::from(::http::Response::from_parts(parts, reqwest::Body::wrap_stream(tee)))
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;

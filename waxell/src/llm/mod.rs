@@ -35,6 +35,7 @@ mod stream;
 mod transport;
 mod types;
 
+#[cfg(feature = "async-openai")]
 pub(crate) use client::provider_for_host;
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use error::Error;
