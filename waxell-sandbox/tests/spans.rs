@@ -1,5 +1,6 @@
 //! The `Sandbox` wrapper emits spans at the boundary, nested under the caller's span.
 //! Each test captures its own spans with `waxell::testing`, so the tests share one process.
+#![cfg(target_os = "linux")]
 
 mod common;
 
