@@ -5,6 +5,7 @@
 //! ```text
 //! bash scripts/setup.sh && cargo run -p demos -- --dry-run          # no key needed; code really runs
 //! OPENAI_API_KEY=sk-... cargo run -p demos                          # live LLM (OPENAI_BASE_URL, --model)
+//! cargo run -p demos -- --base-url http://localhost:11434/v1 --model llama3.2  # any OpenAI-compatible server
 //! cargo run -p demos -- --dry-run --sandbox e2b                     # E2B's cloud (E2B_API_KEY)
 //! cargo run -p demos -- --dry-run --sandbox-url http://127.0.0.1:49982  # a `waxell-sandbox serve`
 //! ```
@@ -17,6 +18,7 @@
 )]
 
 mod agents;
+mod preflight;
 mod progress;
 mod script;
 
@@ -24,7 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use waxell::llm::Client;
+use waxell::llm::{Client, ClientBuilder};
 use waxell::sandbox::SandboxBackend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -54,6 +56,13 @@ struct Args {
     /// Model for live runs.
     #[arg(long, default_value = "gpt-4o-mini", env = "WAXELL_DEMO_MODEL")]
     model: String,
+    /// OpenAI-compatible API root for live runs, e.g. `http://localhost:11434/v1` (Ollama); default:
+    /// `OPENAI_BASE_URL`, else OpenAI's. The key (`OPENAI_API_KEY`) is optional for such servers.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Stream the LLM's answers (server-sent events) instead of waiting for each whole response.
+    #[arg(long)]
+    stream: bool,
     /// How many scripts the code agent may run before giving up.
     #[arg(long, default_value_t = 3)]
     max_attempts: u32,
@@ -63,6 +72,9 @@ struct Args {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Do not check first that the sandbox's Python has pandas, numpy and matplotlib.
+    #[arg(long)]
+    skip_sandbox_check: bool,
 }
 
 type DemoResult<T> = agents::DemoResult<T>;
@@ -74,12 +86,21 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
             .with_model(args.model.clone())
             .build()?);
     }
-    if std::env::var("OPENAI_API_KEY").map_or(true, |k| k.trim().is_empty()) {
-        return Err(
-            "OPENAI_API_KEY is not set: export it for a live run, or pass --dry-run to script the LLM".into(),
-        );
+    // `from_env` reads OPENAI_API_KEY and OPENAI_BASE_URL; `--base-url` wins over the variable.
+    let mut builder = ClientBuilder::from_env().with_model(args.model.clone());
+    if let Some(url) = args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        builder = builder.with_base_url(url.trim());
     }
-    Ok(Client::builder().with_model(args.model.clone()).build()?)
+    let key_set = std::env::var("OPENAI_API_KEY").is_ok_and(|k| !k.trim().is_empty());
+    let custom_server =
+        args.base_url.is_some() || std::env::var("OPENAI_BASE_URL").is_ok_and(|u| !u.trim().is_empty());
+    // OpenAI itself needs a key; a local or self-hosted server may not.
+    if !key_set && !custom_server {
+        return Err("OPENAI_API_KEY is not set: export it for a live run against OpenAI, point --base-url (or \
+             OPENAI_BASE_URL) at an OpenAI-compatible server that needs no key, or pass --dry-run to script the LLM"
+            .into());
+    }
+    Ok(builder.build()?)
 }
 
 /// The backend and one line saying which it is and why.
@@ -211,9 +232,26 @@ async fn run(args: Args) -> DemoResult<()> {
     let llm = llm_client(&args)?;
     let (backend, why) = sandbox_backend(&args)?;
     progress.note(&format!("sandbox ▸ {why}"));
+    if !args.skip_sandbox_check {
+        let target = match (&args.sandbox_url, args.sandbox) {
+            (Some(url), _) => preflight::Target::Server(url.clone()),
+            (None, SandboxKind::E2b) => preflight::Target::E2bCloud,
+            (None, _) => match backend.name() {
+                "e2b" => preflight::Target::E2bCloud,
+                _ => preflight::Target::Local,
+            },
+        };
+        progress
+            .spin(
+                "checking the sandbox's Python modules",
+                preflight::check_sandbox(backend.as_ref(), &target),
+            )
+            .await?;
+    }
     let env = agents::Env {
         llm: &llm,
         model: args.model.clone(),
+        stream: args.stream,
         max_attempts: args.max_attempts,
         progress: &progress,
         output_dir: args.output_dir.clone(),

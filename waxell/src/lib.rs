@@ -44,6 +44,8 @@ pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
 mod http;
 mod init;
+#[cfg(feature = "llm")]
+pub mod integrations;
 mod limits;
 #[cfg(feature = "llm")]
 pub mod llm;
