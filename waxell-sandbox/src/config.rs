@@ -30,6 +30,11 @@ pub struct Limits {
     pub scratch_bytes: u64,
     /// Open files per process (RLIMIT_NOFILE).
     pub open_files: u64,
+    /// Files and directories each of the sandbox's tmpfs mounts (scratch, `/tmp`, `/dev/shm`) may
+    /// hold (`nr_inodes`): inodes and dentries are kernel memory, so they are capped like bytes.
+    pub tmpfs_inodes: u64,
+    /// Pending signals and POSIX timers of the sandbox uid (RLIMIT_SIGPENDING).
+    pub pending_signals: u64,
     /// Optional address-space cap (RLIMIT_AS): `MemoryError` instead of an OOM kill. Keep it at
     /// 2-4x `memory_bytes` if set: OpenBLAS fails below ~512 MiB.
     pub address_space_bytes: Option<u64>,
@@ -48,6 +53,8 @@ impl Default for Limits {
             tmp_bytes: 64 << 20,
             scratch_bytes: 256 << 20,
             open_files: 256,
+            tmpfs_inodes: 32_768,
+            pending_signals: 1024,
             address_space_bytes: None,
         }
     }
@@ -173,6 +180,10 @@ impl Limits {
         self.scratch_bytes = n;
         self
     }
+    pub fn with_tmpfs_inodes(mut self, n: u64) -> Self {
+        self.tmpfs_inodes = n;
+        self
+    }
     pub fn with_address_space_bytes(mut self, n: Option<u64>) -> Self {
         self.address_space_bytes = n;
         self
@@ -205,6 +216,18 @@ impl Limits {
             return Err(format!(
                 "limits.scratch_bytes = {} is below 1 MiB",
                 self.scratch_bytes
+            ));
+        }
+        if self.tmpfs_inodes < 256 {
+            return Err(format!(
+                "limits.tmpfs_inodes = {} is below 256 (the interpreter itself writes a few files)",
+                self.tmpfs_inodes
+            ));
+        }
+        if self.pending_signals < 64 {
+            return Err(format!(
+                "limits.pending_signals = {} is below 64",
+                self.pending_signals
             ));
         }
         if self.open_files < 64 {

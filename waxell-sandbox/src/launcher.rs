@@ -45,6 +45,9 @@ pub(crate) struct Launcher {
 pub(crate) struct Slot<'a> {
     pub(crate) uid: u32,
     pub(crate) scratch: &'a Path,
+    /// Host tmpfs mounts bound at /tmp and /dev/shm.
+    pub(crate) tmp: &'a Path,
+    pub(crate) shm: &'a Path,
     pub(crate) cgroup: &'a Cgroup,
 }
 
@@ -132,17 +135,11 @@ impl Launcher {
         ] {
             add(&mut args, &["--symlink", link, target]);
         }
-        add(
-            &mut args,
-            &[
-                "--perms",
-                "1777",
-                "--size",
-                &limits.tmp_bytes.to_string(),
-                "--tmpfs",
-                "/tmp",
-            ],
-        );
+        // /tmp and /dev/shm are host-side tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap
+        // nr_inodes), shared by its contexts.
+        args.push("--bind".into());
+        args.push(slot.tmp.into());
+        args.push("/tmp".into());
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         let mut made: Vec<PathBuf> = Vec::new();
@@ -199,17 +196,24 @@ impl Launcher {
             add(&mut args, &["--ro-bind-try", shared, shared]);
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
+        // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
+        // pool (kernel.pty.max): hide it under an empty read-only tmpfs, so /dev/ptmx is ENOENT.
         add(
             &mut args,
             &[
                 "--perms",
-                "1777",
+                "0755",
                 "--size",
-                &(16u64 << 20).to_string(),
+                "4096",
                 "--tmpfs",
-                "/dev/shm",
+                "/dev/pts",
+                "--remount-ro",
+                "/dev/pts",
             ],
         );
+        args.push("--bind".into());
+        args.push(slot.shm.into());
+        args.push("/dev/shm".into());
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
@@ -274,24 +278,49 @@ impl Launcher {
         inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
-        let rlimit = |resource, soft: u64, hard: u64| Rlimit { resource, soft, hard };
-        let mut rlimits = vec![
-            rlimit(libc::RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
-            rlimit(libc::RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
-            rlimit(libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
-            rlimit(libc::RLIMIT_CORE, 0, 0),
-            // Counted per real uid: bwrap (root) ignores it, the sandbox uid gets it after setpriv.
-            rlimit(libc::RLIMIT_NPROC, limits.max_processes, limits.max_processes),
-        ];
-        if let Some(bytes) = limits.address_space_bytes {
-            rlimits.push(rlimit(libc::RLIMIT_AS, bytes, bytes));
-        }
+        let rlimits = sandbox_rlimits(limits);
         Ok(ChildSetup {
             inherit,
             cgroup_procs: slot.cgroup.open_procs_files()?,
             rlimits,
         })
     }
+}
+
+/// Every rlimit, set explicitly: nothing is inherited from the host process (a server started with
+/// a raised RTPRIO or MEMLOCK must not hand it to sandboxes).
+pub(crate) fn sandbox_rlimits(limits: &Limits) -> Vec<Rlimit> {
+    const INFINITY: u64 = libc::RLIM_INFINITY;
+    let same = |resource, value: u64| Rlimit {
+        resource,
+        soft: value,
+        hard: value,
+    };
+    vec![
+        Rlimit {
+            resource: libc::RLIMIT_CPU,
+            soft: limits.cpu_seconds,
+            hard: limits.cpu_seconds + 5,
+        },
+        same(libc::RLIMIT_FSIZE, limits.max_file_bytes),
+        same(libc::RLIMIT_NOFILE, limits.open_files),
+        same(libc::RLIMIT_CORE, 0),
+        // Counted per real uid: bwrap (root) ignores it, the sandbox uid gets it after setpriv.
+        same(libc::RLIMIT_NPROC, limits.max_processes),
+        // Locked memory, message queues, realtime scheduling and raised priority: none.
+        same(libc::RLIMIT_MEMLOCK, 0),
+        same(libc::RLIMIT_MSGQUEUE, 0),
+        same(libc::RLIMIT_RTPRIO, 0),
+        same(libc::RLIMIT_RTTIME, 0),
+        same(libc::RLIMIT_NICE, 0),
+        same(libc::RLIMIT_SIGPENDING, limits.pending_signals),
+        same(libc::RLIMIT_STACK, 8 << 20),
+        same(libc::RLIMIT_LOCKS, limits.open_files),
+        // Memory is capped by the memory cgroup; AS only when configured.
+        same(libc::RLIMIT_AS, limits.address_space_bytes.unwrap_or(INFINITY)),
+        same(libc::RLIMIT_DATA, INFINITY),
+        same(libc::RLIMIT_RSS, INFINITY),
+    ]
 }
 
 fn add(args: &mut Vec<OsString>, parts: &[&str]) {

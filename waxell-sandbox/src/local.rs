@@ -72,27 +72,43 @@ struct Prepared {
     uid: u32,
     kernel: KernelProcess,
     cgroup: Cgroup,
-    scratch: ScratchDir,
+    mounts: SandboxMounts,
 }
 
-/// A per-sandbox scratch directory (host side of `/home/user`): a size-capped tmpfs mounted on a
-/// 0700 directory, so the sandbox's files can never fill the host's disk. Unmounted and removed on
-/// drop.
+/// A per-sandbox tmpfs on the host: the scratch directory (host side of `/home/user`), `/tmp` and
+/// `/dev/shm`. Size- and inode-capped (`size=`, `nr_inodes=`), so no sandbox can fill the host's
+/// disk or pin unbounded kernel memory in inodes and dentries. Unmounted and removed on drop.
 #[derive(Debug)]
-struct ScratchDir {
+struct TmpfsMount {
     path: PathBuf,
 }
 
-impl ScratchDir {
-    fn create(root: &Path, id: &str, uid: u32, size_bytes: u64) -> Result<Self, SandboxError> {
-        let path = root.join(id);
+/// What one [`TmpfsMount`] is for.
+struct TmpfsSpec<'a> {
+    name: &'a str,
+    size_bytes: u64,
+    inodes: u64,
+    /// `0700` owned by the sandbox uid (scratch) or `1777` owned by root (`/tmp`, `/dev/shm`).
+    private_to: Option<u32>,
+}
+
+impl TmpfsMount {
+    fn create(root: &Path, spec: TmpfsSpec<'_>) -> Result<Self, SandboxError> {
+        let path = root.join(spec.name);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let dir = ScratchDir { path };
+        let dir = TmpfsMount { path };
+        let owner = match spec.private_to {
+            Some(uid) => format!("mode=0700,uid={uid},gid={uid}"),
+            None => "mode=1777,uid=0,gid=0".to_owned(),
+        };
         // nosuid/nodev: nothing the sandbox writes there can gain privileges on the host.
-        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700,uid={uid},gid={uid}"))
-            .expect("mount options have no NUL");
+        let options = std::ffi::CString::new(format!(
+            "size={},nr_inodes={},{owner}",
+            spec.size_bytes, spec.inodes
+        ))
+        .expect("mount options have no NUL");
         rustix::mount::mount(
-            "waxell-scratch",
+            "waxell-sandbox",
             &dir.path,
             "tmpfs",
             rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
@@ -100,7 +116,7 @@ impl ScratchDir {
         )
         .map_err(|e| {
             SandboxError::Unavailable(format!(
-                "cannot mount the scratch tmpfs at {} ({e}): the sandbox needs CAP_SYS_ADMIN, as bubblewrap does",
+                "cannot mount a sandbox tmpfs at {} ({e}): the sandbox needs CAP_SYS_ADMIN, as bubblewrap does",
                 dir.path.display()
             ))
         })?;
@@ -111,6 +127,69 @@ impl ScratchDir {
         unmount_and_remove(&self.path);
     }
 }
+
+/// The host tmpfs mounts of one sandbox. Their names start with the sandbox id (host pid first), so
+/// the start-up sweep finds leftovers. Nothing is mounted beneath the writable scratch mount.
+#[derive(Debug)]
+struct SandboxMounts {
+    scratch: TmpfsMount,
+    tmp: TmpfsMount,
+    shm: TmpfsMount,
+}
+
+impl SandboxMounts {
+    fn create(root: &Path, id: &str, uid: u32, limits: &crate::config::Limits) -> Result<Self, SandboxError> {
+        let inodes = limits.tmpfs_inodes;
+        Ok(Self {
+            scratch: TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: id,
+                    size_bytes: limits.scratch_bytes,
+                    inodes,
+                    private_to: Some(uid),
+                },
+            )?,
+            tmp: TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: &format!("{id}.tmp"),
+                    size_bytes: limits.tmp_bytes,
+                    inodes,
+                    private_to: None,
+                },
+            )?,
+            shm: TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: &format!("{id}.shm"),
+                    size_bytes: SHM_BYTES,
+                    inodes,
+                    private_to: None,
+                },
+            )?,
+        })
+    }
+
+    fn slot<'a>(&'a self, uid: u32, cgroup: &'a Cgroup) -> Slot<'a> {
+        Slot {
+            uid,
+            scratch: &self.scratch.path,
+            tmp: &self.tmp.path,
+            shm: &self.shm.path,
+            cgroup,
+        }
+    }
+
+    fn remove(&self) {
+        self.scratch.remove();
+        self.tmp.remove();
+        self.shm.remove();
+    }
+}
+
+/// Size of `/dev/shm` (POSIX shared memory and semaphores, e.g. `multiprocessing` locks).
+const SHM_BYTES: u64 = 16 << 20;
 
 /// Detach the scratch tmpfs (frees its pages) and remove the directory it sat on. Never follows
 /// a symlink: `remove_dir_all` does not (CVE-2022-21658 was fixed in Rust 1.58.1).
@@ -130,7 +209,7 @@ fn unmount_and_remove(path: &Path) {
     }
 }
 
-impl Drop for ScratchDir {
+impl Drop for TmpfsMount {
     fn drop(&mut self) {
         self.remove();
     }
@@ -278,20 +357,14 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         },
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
-    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid, config.limits.scratch_bytes)?;
-    let kernel = launcher
-        .start_kernel(&Slot {
-            uid,
-            scratch: &scratch.path,
-            cgroup: &cgroup,
-        })
-        .await?;
+    let mounts = SandboxMounts::create(&inner.scratch_root, &id, uid, &config.limits)?;
+    let kernel = launcher.start_kernel(&mounts.slot(uid, &cgroup)).await?;
     Ok(Prepared {
         id,
         uid,
         kernel,
         cgroup,
-        scratch,
+        mounts,
     })
 }
 
@@ -364,7 +437,7 @@ pub struct LocalSandbox {
 struct SandboxInner {
     contexts: Mutex<BTreeMap<String, Arc<Context>>>,
     cgroup: Cgroup,
-    scratch: ScratchDir,
+    mounts: SandboxMounts,
     id: String,
     uid: u32,
     launcher: Arc<Launcher>,
@@ -392,7 +465,7 @@ impl LocalSandbox {
             uid,
             mut kernel,
             cgroup,
-            scratch,
+            mounts,
         } = prepared;
         if !options.env_vars.is_empty() {
             kernel.configure(&options.env_vars, None).await?;
@@ -409,7 +482,7 @@ impl LocalSandbox {
         let inner = Arc::new(SandboxInner {
             contexts: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
             cgroup,
-            scratch,
+            mounts,
             id,
             uid,
             launcher,
@@ -426,7 +499,7 @@ impl LocalSandbox {
     /// Host path of the scratch directory (bound at `/home/user` inside). Read it only through the
     /// file API: the sandbox controls what is in it.
     pub fn scratch_dir(&self) -> &Path {
-        &self.inner.scratch.path
+        &self.inner.mounts.scratch.path
     }
 
     /// The uid the sandboxed code runs as on the host.
@@ -446,7 +519,7 @@ impl LocalSandbox {
 
     fn files(&self) -> ScratchFiles {
         ScratchFiles {
-            root: self.inner.scratch.path.clone(),
+            root: self.inner.mounts.scratch.path.clone(),
             uid: self.inner.uid,
             max_file_bytes: self.inner.launcher.limits().max_file_bytes,
         }
@@ -475,11 +548,7 @@ impl LocalSandbox {
 
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
         let inner = &self.inner;
-        let slot = Slot {
-            uid: inner.uid,
-            scratch: &inner.scratch.path,
-            cgroup: &inner.cgroup,
-        };
+        let slot = inner.mounts.slot(inner.uid, &inner.cgroup);
         let mut kernel = inner.launcher.start_kernel(&slot).await?;
         if !inner.env.is_empty() || cwd.is_some() {
             kernel.configure(&inner.env, cwd).await?;
@@ -516,7 +585,7 @@ impl SandboxInner {
             }
         }
         self.cgroup.remove();
-        self.scratch.remove();
+        self.mounts.remove();
     }
 }
 

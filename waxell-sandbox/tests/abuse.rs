@@ -580,3 +580,168 @@ result = {"cpu": used.children_user + used.children_system - start.children_user
     assert_eq!(error.name, "KernelDied", "{error:?}");
     assert_eq!(eval(&sandbox, "1 + 1").await, "2");
 }
+
+/// Kernel pools shared by the whole host (AIO contexts, pseudo-terminals, keys) and per-process
+/// grants that reach them (locked memory, message queues): a cell gets a clear error and the host's
+/// counters do not move while the sandbox is alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_wide_kernel_pools_are_untouched() {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap().trim().to_owned();
+    let aio_before = read("/proc/sys/fs/aio-nr");
+    let pty_before = read("/proc/sys/kernel/pty/nr");
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"held = []
+def check(r, what):
+    if r < 0:
+        raise OSError(ctypes.get_errno(), what)
+    return r
+def io_setup():
+    ctx = ctypes.c_ulong(0)
+    check(_libc.syscall(ctypes.c_long(206), ctypes.c_long(1024), ctypes.byref(ctx)), "io_setup")
+    held.append(ctx)
+def openpty():
+    held.extend(os.openpty())
+def mlock():
+    buf = ctypes.create_string_buffer(4096)
+    held.append(buf)
+    check(_libc.mlock(buf, ctypes.c_size_t(4096)), "mlock")
+def mq_open():
+    flags = ctypes.c_long(os.O_CREAT | os.O_RDWR)
+    held.append(check(_libc.syscall(ctypes.c_long(240), b"waxell-q", flags, ctypes.c_long(0o600), None), "mq_open"))
+def repeat(fn, n):
+    for _ in range(n):
+        fn()
+result = {
+  "io_setup": attempt(lambda: repeat(io_setup, 64)),
+  "io_uring_setup": syscall(425, 1, 0),
+  "openpty": attempt(lambda: repeat(openpty, 16)),
+  "ptmx": attempt(lambda: os.open("/dev/ptmx", os.O_RDWR)),
+  "mlock": attempt(mlock),
+  "mlockall": syscall(151, 3),
+  "mq_open": attempt(mq_open),
+  "add_key": syscall(248, 0, 0, 0, 0, 0),
+  "request_key": syscall(249, 0, 0, 0, 0),
+  "keyctl": syscall(250, 0, 0, 0, 0, 0),
+}"#;
+    let result = json_of(&sandbox, code).await;
+    // Checked while the cell still holds whatever it got.
+    assert_eq!(read("/proc/sys/fs/aio-nr"), aio_before, "host AIO pool: {result}");
+    assert_eq!(
+        read("/proc/sys/kernel/pty/nr"),
+        pty_before,
+        "host pty pool: {result}"
+    );
+    let uid = format!("{}:", sandbox.uid());
+    assert!(
+        !read("/proc/key-users")
+            .lines()
+            .any(|l| l.trim_start().starts_with(&uid)),
+        "the sandbox uid owns no keys"
+    );
+    let expected = [
+        ("io_setup", "ENOSYS"),
+        ("io_uring_setup", "EPERM"),
+        ("openpty", "ENOENT"),
+        ("ptmx", "ENOENT"),
+        ("mlock", "EPERM"),
+        ("mlockall", "EPERM"),
+        ("mq_open", "EPERM"),
+        ("add_key", "EPERM"),
+        ("request_key", "EPERM"),
+        ("keyctl", "EPERM"),
+    ];
+    for (key, outcome) in expected {
+        assert_eq!(result[key], outcome, "{key}: {result}");
+    }
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+}
+
+/// Empty files cost no bytes, only inodes and dentries: every tmpfs of the sandbox caps their count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmpfs_inodes_are_capped() {
+    let backend = backend_with(config().with_limits(Limits::default().with_tmpfs_inodes(1000)));
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"def touch_many(d, n=3000):
+    made = 0
+    try:
+        for i in range(n):
+            open(f"{d}/f{i}", "w").close()
+            made += 1
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e.errno)), made]
+    return ["OK", made]
+result = {d: touch_many(d) for d in ["/tmp", "/home/user", "/dev/shm"]}
+for d, (_, made) in result.items():
+    for i in range(made):
+        os.remove(f"{d}/f{i}")"#;
+    let result = json_of(&sandbox, code).await;
+    for dir in ["/tmp", "/home/user", "/dev/shm"] {
+        assert_eq!(result[dir][0], "ENOSPC", "{dir}: {result}");
+        assert!(result[dir][1].as_u64().unwrap() < 1000, "{dir}: {result}");
+    }
+    // Host side: the scratch mount's inode table has exactly the configured size.
+    let out = std::process::Command::new("stat")
+        .args(["-f", "-c", "%c"])
+        .arg(sandbox.scratch_dir())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
+    assert_eq!(eval(&sandbox, "1 + 1").await, "2");
+}
+
+/// inotify instances are a per-uid pool: one sandbox exhausting its own leaves another untouched
+/// (sandboxes never share a uid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inotify_exhaustion_stays_inside_one_sandbox() {
+    let backend = backend();
+    let greedy = abuse_sandbox(&backend).await;
+    let other = abuse_sandbox(&backend).await;
+    assert_ne!(greedy.uid(), other.uid());
+    let code = r#"held = []
+def grab():
+    while True:
+        fd = _libc.inotify_init()
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init")
+        held.append(fd)
+result = [attempt(grab), len(held)]"#;
+    let result = json_of(&greedy, code).await;
+    assert_eq!(result[0], "EMFILE", "{result}");
+    assert!(result[1].as_u64().unwrap() > 0);
+    let one = "result = attempt(lambda: os.close(_libc.inotify_init()) if True else None)";
+    assert_eq!(json_of(&other, one).await, "OK");
+}
+
+/// Every rlimit is set, none inherited: the host process's own (MEMLOCK 8 MiB, MSGQUEUE 800 KiB,
+/// SIGPENDING and RTTIME sized for the host, unlimited hard STACK) must not reach the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rlimit_is_set_explicitly() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"import re
+result = {}
+for line in open("/proc/self/limits").read().splitlines()[1:]:
+    parts = re.split(r"\s{2,}", line.strip())
+    result[parts[0]] = parts[1:3]"#;
+    let limits = json_of(&sandbox, code).await;
+    let expected = [
+        ("Max realtime priority", "0"),
+        ("Max nice priority", "0"),
+        ("Max locked memory", "0"),
+        ("Max msgqueue size", "0"),
+        ("Max realtime timeout", "0"),
+        ("Max core file size", "0"),
+        ("Max pending signals", "1024"),
+        ("Max stack size", "8388608"),
+        ("Max open files", "256"),
+        ("Max processes", "128"),
+    ];
+    for (name, value) in expected {
+        assert_eq!(
+            limits[name],
+            serde_json::json!([value, value]),
+            "{name}: {limits}"
+        );
+    }
+}
