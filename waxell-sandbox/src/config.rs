@@ -81,7 +81,11 @@ pub struct LocalConfig {
     pub lifetime: Duration,
     /// How long an interpreter may take to start and report ready.
     pub ready_timeout: Duration,
-    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0).
+    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0), leased uniquely across the
+    /// host's processes. The default, `0x7000_0000 ..+ 65536`, lies above shadow's subordinate-id
+    /// ranges (`SUB_UID_MAX` 600100000), LXD's and systemd-nspawn's (up to `0x6FFFFFFF`) and below
+    /// systemd's foreign range (`0x7FFE0000`); `LocalBackend::new` checks it against `/etc/subuid`,
+    /// `/etc/subgid` and `/etc/passwd`.
     pub uid_base: u32,
     pub uid_span: u32,
     /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
@@ -99,8 +103,8 @@ impl Default for LocalConfig {
             interrupt_grace: Duration::from_secs(2),
             lifetime: Duration::from_secs(300),
             ready_timeout: Duration::from_secs(30),
-            uid_base: 200_000,
-            uid_span: 60_000,
+            uid_base: 0x7000_0000,
+            uid_span: 65_536,
             scratch_root: None,
         }
     }

@@ -27,7 +27,7 @@ use crate::files::ScratchFiles;
 use crate::host::{self, PythonRuntime};
 use crate::kernel::{ExecLimits, KernelProcess};
 use crate::launcher::{Launcher, Slot, HOME_DIR};
-use crate::naming;
+use crate::naming::{self, UidLease};
 
 /// Id of the context every sandbox starts with.
 pub const DEFAULT_CONTEXT_ID: &str = "default";
@@ -73,6 +73,8 @@ struct Prepared {
     kernel: KernelProcess,
     cgroup: Cgroup,
     mounts: SandboxMounts,
+    /// Last: the uid is free again only once nothing of the sandbox is left.
+    lease: UidLease,
 }
 
 /// A per-sandbox tmpfs on the host: the scratch directory (host side of `/home/user`), `/tmp` and
@@ -230,6 +232,7 @@ impl LocalBackend {
                 config.uid_base, config.uid_span
             )));
         }
+        naming::check_uid_range(config.uid_base, config.uid_span).map_err(SandboxError::InvalidArgument)?;
         let tools = host::check_host()?;
         let python = match &config.python {
             Some(path) => PythonRuntime::probe(path)
@@ -346,7 +349,8 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let launcher = &inner.launcher;
     let config = &launcher.config;
     let id = naming::new_sandbox_id();
-    let uid = naming::slot_uid(config.uid_base, config.uid_span, &id);
+    let lease = UidLease::acquire(config.uid_base, config.uid_span).map_err(SandboxError::Unavailable)?;
+    let uid = lease.uid();
     // Guards exist before the spawn, so a failed spawn leaks nothing.
     let cgroup = Cgroup::create(
         &id,
@@ -365,6 +369,7 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         kernel,
         cgroup,
         mounts,
+        lease,
     })
 }
 
@@ -447,6 +452,8 @@ struct SandboxInner {
     /// Lifetime deadline; the watchdog re-reads it when notified.
     deadline: Mutex<Instant>,
     lifetime_changed: Arc<Notify>,
+    /// Dropped last (field order): the uid is released after every process and file of it is gone.
+    _lease: UidLease,
 }
 
 struct Context {
@@ -466,6 +473,7 @@ impl LocalSandbox {
             mut kernel,
             cgroup,
             mounts,
+            lease,
         } = prepared;
         if !options.env_vars.is_empty() {
             kernel.configure(&options.env_vars, None).await?;
@@ -491,6 +499,7 @@ impl LocalSandbox {
             next_context: AtomicU64::new(1),
             deadline: Mutex::new(Instant::now() + lifetime),
             lifetime_changed: Arc::new(Notify::new()),
+            _lease: lease,
         });
         spawn_lifetime_watchdog(Arc::downgrade(&inner));
         Ok(Self { inner })

@@ -745,3 +745,94 @@ for line in open("/proc/self/limits").read().splitlines()[1:]:
         );
     }
 }
+
+/// A uid range of its own, so no other test process takes these uids meanwhile.
+const LEASE_TEST_BASE: u32 = 0x7000_0000 + 60_000;
+const LEASE_TEST_SPAN: u32 = 24;
+const LEASE_HELPER_VAR: &str = "WAXELL_UID_LEASE_HELPER";
+
+fn lease_test_config() -> waxell_sandbox::LocalConfig {
+    let mut config = config();
+    config.uid_base = LEASE_TEST_BASE;
+    config.uid_span = LEASE_TEST_SPAN;
+    config
+}
+
+/// Live sandboxes never share a uid: not within one process, not across processes on the host
+/// (with uids hashed into 24 slots, 24 sandboxes would collide almost surely); the 25th is refused
+/// with a clear error; a dead holder's uids are reclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_sandboxes_never_share_a_uid() {
+    use std::io::BufRead;
+    let backend = backend_with(lease_test_config());
+    let mut mine = Vec::new();
+    for _ in 0..LEASE_TEST_SPAN / 2 {
+        mine.push(sandbox(&backend).await);
+    }
+    let my_uids: std::collections::BTreeSet<u32> = mine.iter().map(|s| s.uid()).collect();
+    assert_eq!(
+        my_uids.len(),
+        mine.len(),
+        "distinct uids in one process: {my_uids:?}"
+    );
+
+    // Another process (this test binary running the helper below) takes the other half.
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "uid_lease_helper", "--ignored", "--nocapture"])
+        .env(LEASE_HELPER_VAR, "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let line = stdout
+        .lines()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("UIDS "))
+        .expect("the helper reports its uids");
+    let their_uids: std::collections::BTreeSet<u32> = serde_json::from_str(&line[5..]).unwrap();
+    assert_eq!(their_uids.len() as u32, LEASE_TEST_SPAN / 2);
+    assert!(
+        my_uids.is_disjoint(&their_uids),
+        "two processes share uids: {my_uids:?} {their_uids:?}"
+    );
+    for uid in my_uids.iter().chain(&their_uids) {
+        assert!((LEASE_TEST_BASE..LEASE_TEST_BASE + LEASE_TEST_SPAN).contains(uid));
+    }
+
+    let refused = backend
+        .create_sandbox(&waxell::sandbox::SandboxOptions::default())
+        .await
+        .err()
+        .expect("every uid is taken");
+    assert!(refused.to_string().contains("in use"), "{refused}");
+
+    // The helper dies without cleaning up: the kernel drops its locks and its uids come back.
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    let next = sandbox(&backend).await;
+    assert!(their_uids.contains(&next.uid()), "{} reclaimed", next.uid());
+    drop((next, mine));
+    // Sweeps the dead helper's cgroups and mounts.
+    drop(backend_with(lease_test_config()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "helper process of live_sandboxes_never_share_a_uid"]
+async fn uid_lease_helper() {
+    if std::env::var_os(LEASE_HELPER_VAR).is_none() {
+        return;
+    }
+    let backend = backend_with(lease_test_config());
+    let mut held = Vec::new();
+    for _ in 0..LEASE_TEST_SPAN / 2 {
+        held.push(sandbox(&backend).await);
+    }
+    let uids: Vec<u32> = held.iter().map(|s| s.uid()).collect();
+    println!("UIDS {}", serde_json::to_string(&uids).unwrap());
+    // Hold them until the parent kills this process.
+    tokio::task::spawn_blocking(|| std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new()))
+        .await
+        .unwrap()
+        .unwrap();
+}
