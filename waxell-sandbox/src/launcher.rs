@@ -15,7 +15,7 @@ use waxell::sandbox::SandboxError;
 
 use crate::cgroup::Cgroup;
 use crate::config::{Limits, LocalConfig};
-use crate::host::{HostTools, PythonRuntime};
+use crate::host::{HostTools, PythonMount, PythonRuntime};
 use crate::kernel::KernelProcess;
 use crate::spawn::{self, ChildSetup, Rlimit};
 
@@ -31,6 +31,7 @@ const FD_SECCOMP: [RawFd; 3] = [10, 11, 12];
 const FD_PASSWD: RawFd = 13;
 const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
+const FD_ARGS: RawFd = 16;
 
 /// Everything needed to start kernels; shared by all sandboxes of a backend.
 #[derive(Debug)]
@@ -77,8 +78,8 @@ impl Launcher {
                 "refusing to run sandboxed code as uid 0".into(),
             ));
         }
-        let mut command = self.command(slot);
-        let setup = self.child_setup(slot)?;
+        let (mut command, options) = self.command(slot);
+        let setup = self.child_setup(slot, &options)?;
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -107,8 +108,8 @@ impl Launcher {
         Ok(kernel)
     }
 
-    /// The bwrap argv (see docs/sandbox.md for why each flag is there).
-    fn command(&self, slot: &Slot<'_>) -> Command {
+    /// The bwrap command and its options (see docs/sandbox.md for why each flag is there).
+    fn command(&self, slot: &Slot<'_>) -> (Command, Vec<u8>) {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
         for fd in FD_SECCOMP {
@@ -142,18 +143,38 @@ impl Launcher {
         args.push("/tmp".into());
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
+        // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
         let mut made: Vec<PathBuf> = Vec::new();
-        for root in self.python.bind_roots() {
-            for ancestor in root.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
-                if ancestor == Path::new("/") || made.iter().any(|m| m == ancestor) {
+        let mut bound: Vec<PathBuf> = Vec::new();
+        for mount in self.python.mounts() {
+            let target = match &mount {
+                PythonMount::Bind(path) | PythonMount::Hide(path) => path.clone(),
+                PythonMount::Symlink { link, .. } => link.clone(),
+            };
+            for ancestor in target.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+                let inside_bind = bound.iter().any(|b| ancestor.starts_with(b));
+                if ancestor == Path::new("/") || inside_bind || made.iter().any(|m| m == ancestor) {
                     continue;
                 }
                 made.push(ancestor.to_path_buf());
-                let dir = ancestor.to_string_lossy();
-                add(&mut args, &["--perms", "0755", "--dir", &dir]);
+                add(&mut args, &["--perms", "0755", "--dir"]);
+                args.push(ancestor.into());
             }
-            let root = root.to_string_lossy();
-            add(&mut args, &["--ro-bind", &root, &root]);
+            match mount {
+                PythonMount::Bind(path) => {
+                    args.extend(["--ro-bind".into(), path.clone().into(), path.clone().into()]);
+                    bound.push(path);
+                }
+                PythonMount::Symlink { link, target } => {
+                    args.extend(["--symlink".into(), target.into(), link.into()]);
+                }
+                PythonMount::Hide(path) => {
+                    add(&mut args, &["--perms", "0755", "--size", "4096", "--tmpfs"]);
+                    args.push(path.clone().into());
+                    args.push("--remount-ro".into());
+                    args.push(path.into());
+                }
+            }
         }
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
         add(
@@ -243,28 +264,34 @@ impl Launcher {
             &mut args,
             &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
         );
+        // The options reach bwrap through a memfd (`--args`), not its argv: /proc/1/cmdline inside
+        // the sandbox is bwrap's argv and would show the host's scratch path and layout.
+        let mut options = Vec::new();
+        for arg in args {
+            options.extend_from_slice(arg.as_encoded_bytes());
+            options.push(0);
+        }
         let ids = slot.uid.to_string();
-        add(
-            &mut args,
-            &[
-                "--",
-                &self.tools.setpriv.to_string_lossy(),
+        let mut command = Command::new(&self.tools.bwrap);
+        command
+            .args(["--args", &FD_ARGS.to_string(), "--"])
+            .arg(&self.tools.setpriv)
+            .args([
                 &format!("--reuid={ids}"),
                 &format!("--regid={ids}"),
                 "--clear-groups",
                 "--inh-caps=-all",
                 "--bounding-set=-all",
                 "--no-new-privs",
-            ],
-        );
-        args.push(self.python.executable.clone().into());
-        add(&mut args, &["-I", KERNEL_PATH]);
-        let mut command = Command::new(&self.tools.bwrap);
-        command.args(args).env_clear().env("PATH", "/usr/bin:/bin");
-        command
+            ])
+            .arg(&self.python.executable)
+            .args(["-I", KERNEL_PATH])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+        (command, options)
     }
 
-    fn child_setup(&self, slot: &Slot<'_>) -> Result<ChildSetup, SandboxError> {
+    fn child_setup(&self, slot: &Slot<'_>, options: &[u8]) -> Result<ChildSetup, SandboxError> {
         let limits = self.limits();
         let mut inherit = Vec::new();
         for (program, fd) in self.seccomp_programs.iter().zip(FD_SECCOMP) {
@@ -278,6 +305,7 @@ impl Launcher {
         inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
+        inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
         let rlimits = sandbox_rlimits(limits);
         Ok(ChildSetup {
             inherit,

@@ -180,8 +180,10 @@ result["home"] = attempt(lambda: write("/home/user/ok.txt"))"#
     for (target, outcome) in result.as_object().unwrap() {
         match target.as_str() {
             "tmp" | "home" => assert_eq!(outcome, "OK", "{target}"),
-            t if t.starts_with("/usr") || t.starts_with(&prefix) || t.starts_with(&base) => {
-                assert_eq!(outcome, "EROFS", "{target}")
+            t if t.starts_with("/usr") || t.starts_with(&prefix) => assert_eq!(outcome, "EROFS", "{target}"),
+            // Only parts of the base installation are bound: its directory is bwrap's, root 0755.
+            t if t.starts_with(&base) => {
+                assert!(outcome == "EROFS" || outcome == "EACCES", "{target}: {outcome}")
             }
             "/proc/sys/kernel/hostname" => {
                 assert!(outcome == "EACCES" || outcome == "EROFS", "{target}: {outcome}")
@@ -835,4 +837,71 @@ async fn uid_lease_helper() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// What a cell learns about the host: bwrap's options (host paths) are not in /proc/1/cmdline,
+/// and of the Python installation only what the interpreter needs is visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_layout_stays_hidden() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let cmdline = eval(&sandbox, "open('/proc/1/cmdline').read()").await;
+    let scratch = sandbox.scratch_dir().display().to_string();
+    assert!(!cmdline.contains(&scratch), "host scratch path in {cmdline}");
+    assert!(!cmdline.contains("--bind"), "bwrap options in {cmdline}");
+    let python = backend.python().clone();
+    let base = python.base_prefix.display().to_string();
+    if !python.base_prefix.starts_with("/usr") {
+        // The base installation shows only bin/<the binary> and lib/; its own site-packages are
+        // empty when a venv is used, and its neighbours (other versions, ...) are absent.
+        let code = format!(
+            r#"base = "{base}"
+result = {{
+  "base": sorted(os.listdir(base)),
+  "bin": sorted(os.listdir(base + "/bin")),
+  "neighbours": sorted(os.listdir(os.path.dirname(base))),
+  "base_site": sorted(os.listdir(sys.base_prefix + "/lib/python%d.%d/site-packages" % sys.version_info[:2]))
+               if sys.prefix != sys.base_prefix else [],
+}}"#
+        );
+        let seen = json_of(&sandbox, &code).await;
+        assert_eq!(seen["base"], serde_json::json!(["bin", "lib"]), "{seen}");
+        // The binary and the symlinks leading to it; no pip, no other tools.
+        let bin = seen["bin"].as_array().unwrap();
+        assert!(
+            !bin.is_empty() && bin.iter().all(|b| b.as_str().unwrap().starts_with("python")),
+            "{seen}"
+        );
+        let own_name = python
+            .base_prefix
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(seen["neighbours"], serde_json::json!([own_name]), "{seen}");
+        assert_eq!(seen["base_site"], serde_json::json!([]), "{seen}");
+    }
+    // Packages of the venv still import (numpy when the setup script installed it).
+    assert_eq!(eval(&sandbox, "import json, sqlite3; 'ok'").await, "ok");
+}
+
+/// An interpreter whose prefix is `/` or a home directory is refused: binding parts of it would
+/// show the home inside every sandbox.
+#[test]
+fn a_prefix_that_is_a_home_or_the_root_is_refused() {
+    let dir = std::env::temp_dir().join(format!("waxell-fake-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    for prefix in ["/", home.as_str()] {
+        let fake = dir.join("python3");
+        let probe = serde_json::json!({
+            "executable": fake, "prefix": prefix, "base_prefix": prefix, "version": "3.11.2", "recent": true,
+            "stdlib": [format!("{prefix}/lib/python3.11")], "site": [], "libpython": null,
+        });
+        std::fs::write(&fake, format!("#!/bin/sh\necho '{probe}'\n")).unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let error = waxell_sandbox::LocalBackend::new(config().with_python(&fake)).expect_err("refused");
+        assert!(error.to_string().contains("home directory"), "{prefix}: {error}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
