@@ -905,3 +905,45 @@ fn a_prefix_that_is_a_home_or_the_root_is_refused() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Protocol integrity: cell code that writes a `done` frame on the kernel's protocol fd (the real
+/// run id, from the main thread or a background thread) neither ends its run early nor escapes
+/// the timeout, and frames it writes for later runs (guessing their ids) are never shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_protocol_frames_are_not_believed() {
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let setup = r#"import gc, threading, time
+k = [o for o in gc.get_objects() if type(o).__name__ == "Kernel"][0]
+def frame(**msg):
+    os.write(k.proto_out, (json.dumps(msg) + "\n").encode())
+def forge(run_id):
+    frame(type="result", id=run_id, is_main=True, data={"text/plain": "FORGED"})
+    frame(type="done", id=run_id, execution_count=99, truncated=False)
+    for guess in range(1, 64):
+        frame(type="stream", id=run_id + guess, name="stdout", text="FORGED-LATER")
+        frame(type="done", id=run_id + guess, execution_count=99, truncated=False)"#;
+    eval(&sandbox, &format!("{setup}\n1")).await;
+    for (how, code) in [
+        ("main thread", "forge(k.current_id)\ntime.sleep(5)\nfinished = 1"),
+        (
+            "background thread",
+            "t = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 2",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let execution = run_with_timeout(&sandbox, code, Duration::from_secs(1)).await;
+        let elapsed = started.elapsed();
+        let error = execution.error.clone().expect("the timeout still applies");
+        assert_eq!(error.name, "TimeoutError", "{how}: {execution:?}");
+        assert!(elapsed >= Duration::from_secs(1), "{how}: ended early after {elapsed:?}");
+        assert!(elapsed < Duration::from_secs(4), "{how}: {elapsed:?}");
+        assert_eq!(eval(&sandbox, "'finished' in globals()").await, "False", "{how}");
+    }
+    // Later runs show nothing of the frames written for guessed ids.
+    eval(&sandbox, "t.join()\n1").await;
+    let later = run(&sandbox, "print('real')\n7").await;
+    assert_eq!(later.stdout(), "real\n");
+    assert_eq!(later.text(), Some("7"));
+    assert!(later.error.is_none());
+}
