@@ -46,9 +46,9 @@ pub(crate) struct Launcher {
 pub(crate) struct Slot<'a> {
     pub(crate) uid: u32,
     pub(crate) scratch: &'a Path,
-    /// Host tmpfs mounts bound at /tmp and /dev/shm.
-    pub(crate) tmp: &'a Path,
-    pub(crate) shm: &'a Path,
+    /// Host tmpfs mounts bound at /tmp and /dev/shm (`None`: bwrap's own `--tmpfs`, rootless).
+    pub(crate) tmp: Option<&'a Path>,
+    pub(crate) shm: Option<&'a Path>,
     pub(crate) cgroup: &'a Cgroup,
 }
 
@@ -87,6 +87,7 @@ impl Launcher {
         let child = spawn::spawn(command, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
+        slot.cgroup.add_launcher(child.id());
         let mut kernel = KernelProcess::attach(child)?;
         let ready = kernel.wait_ready(self.config.ready_timeout).await?;
         if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
@@ -97,6 +98,9 @@ impl Launcher {
         }
         let host_pid = verify_host_identity(slot.cgroup, kernel.launcher_pid(), ready.pid)?;
         kernel.set_inner_pids(host_pid);
+        if self.tools.rootless {
+            crate::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
+        }
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::Other(format!(
                 "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
@@ -112,6 +116,9 @@ impl Launcher {
     fn command(&self, slot: &Slot<'_>) -> (Command, Vec<u8>) {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
+        if self.tools.rootless {
+            args.extend(crate::rootless::userns_args(slot.uid).into_iter().map(OsString::from));
+        }
         for fd in FD_SECCOMP {
             add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
         }
@@ -138,9 +145,7 @@ impl Launcher {
         }
         // /tmp and /dev/shm are host-side tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap
         // nr_inodes), shared by its contexts.
-        args.push("--bind".into());
-        args.push(slot.tmp.into());
-        args.push("/tmp".into());
+        tmpfs_at(&mut args, slot.tmp, "/tmp", limits.tmp_bytes);
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
@@ -232,13 +237,14 @@ impl Launcher {
                 "/dev/pts",
             ],
         );
-        args.push("--bind".into());
-        args.push(slot.shm.into());
-        args.push("/dev/shm".into());
+        tmpfs_at(&mut args, slot.shm, "/dev/shm", crate::local::SHM_BYTES);
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
         add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        if self.tools.rootless {
+            add(&mut args, &crate::rootless::AFTER_MOUNTS);
+        }
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
         let path = format!("{}:/usr/bin:/bin", venv_bin.display());
@@ -273,17 +279,19 @@ impl Launcher {
         }
         let ids = slot.uid.to_string();
         let mut command = Command::new(&self.tools.bwrap);
-        command
-            .args(["--args", &FD_ARGS.to_string(), "--"])
-            .arg(&self.tools.setpriv)
-            .args([
+        command.args(["--args", &FD_ARGS.to_string(), "--"]);
+        if !self.tools.rootless {
+            // Rootless: already the sandbox's ids inside the user namespace, with no capabilities.
+            command.arg(&self.tools.setpriv).args([
                 &format!("--reuid={ids}"),
                 &format!("--regid={ids}"),
                 "--clear-groups",
                 "--inh-caps=-all",
                 "--bounding-set=-all",
                 "--no-new-privs",
-            ])
+            ]);
+        }
+        command
             .arg(&self.python.executable)
             .args(["-I", KERNEL_PATH])
             .env_clear()
@@ -306,7 +314,11 @@ impl Launcher {
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
         inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
-        let rlimits = sandbox_rlimits(limits);
+        let mut rlimits = sandbox_rlimits(limits);
+        if self.tools.rootless {
+            // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
+            rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
+        }
         Ok(ChildSetup {
             inherit,
             cgroup_procs: slot.cgroup.open_procs_files()?,
@@ -349,6 +361,15 @@ pub(crate) fn sandbox_rlimits(limits: &Limits) -> Vec<Rlimit> {
         same(libc::RLIMIT_DATA, INFINITY),
         same(libc::RLIMIT_RSS, INFINITY),
     ]
+}
+
+/// Bind the sandbox's host tmpfs at `target`, or (rootless, no host mount) let bwrap mount a
+/// size-capped one there.
+fn tmpfs_at(args: &mut Vec<OsString>, host: Option<&Path>, target: &str, size: u64) {
+    match host {
+        Some(host) => args.extend(["--bind".into(), host.into(), target.into()]),
+        None => add(args, &["--perms", "1777", "--size", &size.to_string(), "--tmpfs", target]),
+    }
 }
 
 fn add(args: &mut Vec<OsString>, parts: &[&str]) {

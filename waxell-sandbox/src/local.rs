@@ -21,7 +21,8 @@ use waxell::sandbox::{
     SandboxSession,
 };
 
-use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::capabilities::{HostReport, IsolationMode};
+use crate::cgroup::{Cgroup, CgroupLimits, Limiter};
 use crate::config::LocalConfig;
 use crate::files::ScratchFiles;
 use crate::host::{self, PythonRuntime};
@@ -41,6 +42,8 @@ pub struct LocalBackend {
 
 struct BackendInner {
     launcher: Arc<Launcher>,
+    limiter: Limiter,
+    report: HostReport,
     scratch_root: PathBuf,
     pool: Mutex<VecDeque<Prepared>>,
     /// Wakes the refill task; also notified when the backend is dropped so the task exits.
@@ -73,8 +76,8 @@ struct Prepared {
     kernel: KernelProcess,
     cgroup: Cgroup,
     mounts: SandboxMounts,
-    /// Last: the uid is free again only once nothing of the sandbox is left.
-    lease: UidLease,
+    /// Last: the uid is free again only once nothing of the sandbox is left (`None` rootless).
+    lease: Option<UidLease>,
 }
 
 /// A per-sandbox tmpfs on the host: the scratch directory (host side of `/home/user`), `/tmp` and
@@ -125,6 +128,13 @@ impl TmpfsMount {
         Ok(dir)
     }
 
+    /// Rootless: a plain 0700 directory of this user (see rootless.rs for why no tmpfs).
+    fn create_unmounted(root: &Path, id: &str) -> Result<Self, SandboxError> {
+        let path = root.join(id);
+        fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(TmpfsMount { path })
+    }
+
     fn remove(&self) {
         unmount_and_remove(&self.path);
     }
@@ -135,12 +145,26 @@ impl TmpfsMount {
 #[derive(Debug)]
 struct SandboxMounts {
     scratch: TmpfsMount,
-    tmp: TmpfsMount,
-    shm: TmpfsMount,
+    /// `None` when rootless: the host cannot mount, bwrap's own size-capped `--tmpfs` is used.
+    tmp: Option<TmpfsMount>,
+    shm: Option<TmpfsMount>,
 }
 
 impl SandboxMounts {
-    fn create(root: &Path, id: &str, uid: u32, limits: &crate::config::Limits) -> Result<Self, SandboxError> {
+    fn create(
+        root: &Path,
+        id: &str,
+        uid: u32,
+        limits: &crate::config::Limits,
+        rootless: bool,
+    ) -> Result<Self, SandboxError> {
+        if rootless {
+            return Ok(Self {
+                scratch: TmpfsMount::create_unmounted(root, id)?,
+                tmp: None,
+                shm: None,
+            });
+        }
         let inodes = limits.tmpfs_inodes;
         Ok(Self {
             scratch: TmpfsMount::create(
@@ -152,7 +176,7 @@ impl SandboxMounts {
                     private_to: Some(uid),
                 },
             )?,
-            tmp: TmpfsMount::create(
+            tmp: Some(TmpfsMount::create(
                 root,
                 TmpfsSpec {
                     name: &format!("{id}.tmp"),
@@ -160,8 +184,8 @@ impl SandboxMounts {
                     inodes,
                     private_to: None,
                 },
-            )?,
-            shm: TmpfsMount::create(
+            )?),
+            shm: Some(TmpfsMount::create(
                 root,
                 TmpfsSpec {
                     name: &format!("{id}.shm"),
@@ -169,7 +193,7 @@ impl SandboxMounts {
                     inodes,
                     private_to: None,
                 },
-            )?,
+            )?),
         })
     }
 
@@ -177,21 +201,20 @@ impl SandboxMounts {
         Slot {
             uid,
             scratch: &self.scratch.path,
-            tmp: &self.tmp.path,
-            shm: &self.shm.path,
+            tmp: self.tmp.as_ref().map(|m| m.path.as_path()),
+            shm: self.shm.as_ref().map(|m| m.path.as_path()),
             cgroup,
         }
     }
 
     fn remove(&self) {
         self.scratch.remove();
-        self.tmp.remove();
-        self.shm.remove();
+        self.tmp.iter().chain(&self.shm).for_each(TmpfsMount::remove);
     }
 }
 
 /// Size of `/dev/shm` (POSIX shared memory and semaphores, e.g. `multiprocessing` locks).
-const SHM_BYTES: u64 = 16 << 20;
+pub(crate) const SHM_BYTES: u64 = 16 << 20;
 
 /// Detach the scratch tmpfs (frees its pages) and remove the directory it sat on. Never follows
 /// a symlink: `remove_dir_all` does not (CVE-2022-21658 was fixed in Rust 1.58.1).
@@ -201,7 +224,8 @@ fn unmount_and_remove(path: &Path) {
         path,
         rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
     ) {
-        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+        // EPERM: rootless, nothing was mounted.
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::PERM) => {}
         Err(e) => tracing::warn!(path = %path.display(), "could not unmount sandbox scratch: {e}"),
     }
     if let Err(e) = fs::remove_dir_all(path) {
@@ -239,13 +263,21 @@ impl LocalBackend {
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
-        let scratch_root = prepare_scratch_root(config.scratch_root.as_deref())?;
-        cgroup::sweep_stale();
+        let scratch_root = if tools.rootless {
+            crate::rootless::scratch_root(config.scratch_root.as_deref())?
+        } else {
+            prepare_scratch_root(config.scratch_root.as_deref())?
+        };
+        let limiter = Limiter::detect(tools.rootless);
+        let report = host_report_for(&tools, &limiter, &config);
+        limiter.sweep_stale();
         sweep_stale_scratch(&scratch_root);
         let launcher = Arc::new(Launcher::new(tools, python, config)?);
         let backend = Self {
             inner: Arc::new(BackendInner {
                 launcher,
+                limiter,
+                report,
                 scratch_root,
                 pool: Mutex::new(VecDeque::new()),
                 refill: Arc::new(Notify::new()),
@@ -257,6 +289,27 @@ impl LocalBackend {
             backend.start_refill();
         }
         Ok(backend)
+    }
+
+    /// Which isolation layers and limits are in force on this host, and why others are not.
+    pub fn capabilities(&self) -> &HostReport {
+        &self.inner.report
+    }
+
+    /// Probe the host as [`LocalBackend::new`] would, without making a backend: the report says
+    /// why the local sandbox is unavailable (with the fix) or what it would enforce.
+    pub fn host_report(config: &LocalConfig) -> HostReport {
+        let tools = match host::check_host() {
+            Ok(tools) => tools,
+            Err(e) => return HostReport::unavailable(e.to_string()),
+        };
+        if let Err(e) = match &config.python {
+            Some(path) => PythonRuntime::probe(path).map(|_| ()).map_err(|e| format!("python {}: {e}", path.display())),
+            None => PythonRuntime::detect().map(|_| ()).map_err(|e| e.to_string()),
+        } {
+            return HostReport::unavailable(e);
+        }
+        host_report_for(&tools, &Limiter::detect(tools.rootless), config)
     }
 
     /// The interpreter sandboxes run.
@@ -344,15 +397,33 @@ impl LocalBackend {
     }
 }
 
+fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalConfig) -> HostReport {
+    let (mode, uid) = if tools.rootless {
+        (IsolationMode::Rootless, crate::rootless::sandbox_uid())
+    } else {
+        (IsolationMode::Rootful, 0)
+    };
+    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits)
+}
+
 /// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).
 async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let launcher = &inner.launcher;
     let config = &launcher.config;
     let id = naming::new_sandbox_id();
-    let lease = UidLease::acquire(config.uid_base, config.uid_span).map_err(SandboxError::Unavailable)?;
-    let uid = lease.uid();
+    // Rootless, the sandbox runs as this user (rootless.rs); root, each gets a leased uid of its own.
+    let lease = if launcher.tools.rootless {
+        None
+    } else {
+        Some(UidLease::acquire(config.uid_base, config.uid_span).map_err(SandboxError::Unavailable)?)
+    };
+    let uid = match &lease {
+        Some(lease) => lease.uid(),
+        None => crate::rootless::sandbox_uid(),
+    };
     // Guards exist before the spawn, so a failed spawn leaks nothing.
     let cgroup = Cgroup::create(
+        &inner.limiter,
         &id,
         CgroupLimits {
             memory_bytes: config.limits.memory_bytes,
@@ -361,7 +432,13 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         },
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
-    let mounts = SandboxMounts::create(&inner.scratch_root, &id, uid, &config.limits)?;
+    let mounts = SandboxMounts::create(
+        &inner.scratch_root,
+        &id,
+        uid,
+        &config.limits,
+        launcher.tools.rootless,
+    )?;
     let kernel = launcher.start_kernel(&mounts.slot(uid, &cgroup)).await?;
     Ok(Prepared {
         id,
@@ -453,7 +530,7 @@ struct SandboxInner {
     deadline: Mutex<Instant>,
     lifetime_changed: Arc<Notify>,
     /// Dropped last (field order): the uid is released after every process and file of it is gone.
-    _lease: UidLease,
+    _lease: Option<UidLease>,
 }
 
 struct Context {
