@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
-use super::{body, execute, AppState};
+use super::{body, envd, execute, AppState};
 
 /// The token E2B's proxy checks on non-envd ports.
 const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
@@ -36,7 +36,21 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
     state
         .registry
-        .for_data_plane(headers, TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref())
+        .for_data_plane(headers, &[(TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref())])
+        .await
+}
+
+/// `/execute` runs code, so it also takes the sandbox's envd access token, as E2B's SDKs send it.
+async fn sandbox_for_execute(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
+    state
+        .registry
+        .for_data_plane(
+            headers,
+            &[
+                (TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref()),
+                (envd::ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref()),
+            ],
+        )
         .await
 }
 
@@ -54,9 +68,8 @@ async fn execute_code(
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, ApiError> {
-    let entry = sandbox(&state, &headers).await?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let request: ExecuteRequest = body::json(&bytes)?;
+    let entry = sandbox_for_execute(&state, &headers).await?;
+    let request: ExecuteRequest = body::json_request(&state.config, request).await?;
     if request.context_id.is_some() && request.language.is_some() {
         return Err(ApiError::bad_request(
             "Only one of context_id or language can be provided",
@@ -80,6 +93,7 @@ async fn execute_code(
         target,
         request.env_vars.unwrap_or_default(),
         state.config.keepalive_interval,
+        state.config.max_stream_buffer_bytes,
     ))
 }
 
@@ -107,8 +121,7 @@ async fn create_context(
     request: Body,
 ) -> Result<Json<Value>, ApiError> {
     let entry = sandbox(&state, &headers).await?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let new: NewContext = body::json(&bytes)?;
+    let new: NewContext = body::json_request(&state.config, request).await?;
     let language = new.language.as_deref().and_then(normalize_language);
     let context = entry
         .session

@@ -91,8 +91,7 @@ struct RefreshBody {
 }
 
 async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Response, ApiError> {
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let new: NewSandbox = body::json(&bytes)?;
+    let new: NewSandbox = body::json_request(&state.config, request).await?;
     let timeout = match new.timeout {
         Some(seconds) => state.registry.check_timeout(seconds)?,
         None => state.config.default_timeout,
@@ -149,8 +148,7 @@ async fn set_timeout(
     request: Body,
 ) -> Result<StatusCode, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let TimeoutBody { timeout } = body::json(&bytes)?;
+    let TimeoutBody { timeout } = body::json_request(&state.config, request).await?;
     let timeout = state.registry.check_timeout(timeout)?;
     state.registry.set_timeout(&entry, timeout, false).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -162,8 +160,7 @@ async fn refresh(
     request: Body,
 ) -> Result<StatusCode, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let RefreshBody { duration } = body::json(&bytes)?;
+    let RefreshBody { duration } = body::json_request(&state.config, request).await?;
     let duration = state.registry.check_timeout(duration.unwrap_or(60))?;
     state.registry.set_timeout(&entry, duration, true).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -176,8 +173,7 @@ async fn connect(
     request: Body,
 ) -> Result<Json<Value>, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let ConnectBody { timeout } = body::json(&bytes)?;
+    let ConnectBody { timeout } = body::json_request(&state.config, request).await?;
     if let Some(seconds) = timeout {
         let timeout = state.registry.check_timeout(seconds)?;
         state.registry.set_timeout(&entry, timeout, true).await?;
