@@ -47,6 +47,7 @@ mod launcher;
 mod local;
 mod naming;
 mod seccomp;
+#[cfg(feature = "server")]
 pub mod server;
 // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
 #[allow(unsafe_code)]
