@@ -1,6 +1,5 @@
 //! Code Interpreter plane (sandbox port 49999): `/execute` and the contexts API.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -9,15 +8,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
-use super::{body, envd, execute, AppState};
-
-/// The token E2B's proxy checks on non-envd ports.
-const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+use super::{body, execute, AppState};
+use waxell::e2b::wire::{ExecuteRequest, NewContext, ACCESS_TOKEN_HEADER, TRAFFIC_TOKEN_HEADER};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -48,19 +44,10 @@ async fn sandbox_for_execute(state: &AppState, headers: &HeaderMap) -> Result<Ar
             headers,
             &[
                 (TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref()),
-                (envd::ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref()),
+                (ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref()),
             ],
         )
         .await
-}
-
-/// `POST /execute` body.
-#[derive(Deserialize)]
-struct ExecuteRequest {
-    code: String,
-    context_id: Option<String>,
-    language: Option<String>,
-    env_vars: Option<BTreeMap<String, String>>,
 }
 
 async fn execute_code(
@@ -107,12 +94,6 @@ fn normalize_language(language: &str) -> Option<String> {
         "ts" => Some("typescript".into()),
         _ => Some(language),
     }
-}
-
-#[derive(Deserialize)]
-struct NewContext {
-    language: Option<String>,
-    cwd: Option<String>,
 }
 
 async fn create_context(

@@ -14,14 +14,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use waxell::e2b::wire::{
+    self, EntryResponse, ListDirResponse, MoveRequest, PathRequest, UploadedEntry, ACCESS_TOKEN_HEADER,
+};
 use waxell::sandbox::{EntryInfo, SandboxError};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
 use super::{body, AppState};
 
-/// envd's own token header, required on every envd request (and `/execute`) of a sandbox.
-pub(crate) const ACCESS_TOKEN_HEADER: &str = "x-access-token";
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;
 
@@ -123,7 +124,7 @@ async fn upload(
     State(state): State<Arc<AppState>>,
     Query(query): Query<FileQuery>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<UploadedEntry>>, ApiError> {
     let (parts, request_body) = request.into_parts();
     let entry = sandbox(&state, &parts.headers).await?;
     let (limit, timeout) = (state.config.max_body_bytes, state.config.body_timeout);
@@ -141,9 +142,9 @@ async fn upload(
             .write_file(&path, &data)
             .await
             .map_err(|e| file_error(&path, e))?;
-        written.push(json!({"path": info.path, "name": info.name, "type": "file"}));
+        written.push(UploadedEntry::new(info.path, info.name));
     }
-    Ok(Json(Value::Array(written)))
+    Ok(Json(written))
 }
 
 /// The files an upload carries, as `(target path, content)`.
@@ -224,21 +225,6 @@ fn gunzip(data: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     Ok(out.into())
 }
 
-#[derive(Deserialize)]
-struct MoveRequest {
-    #[serde(default)]
-    source: String,
-    #[serde(default)]
-    destination: String,
-}
-
-#[derive(Deserialize)]
-struct PathRequest {
-    #[serde(default)]
-    path: String,
-    depth: Option<u32>,
-}
-
 /// Connect unary RPCs of `filesystem.Filesystem`. Only what the sandbox interface can answer is
 /// served; the others are Connect `unimplemented`.
 async fn filesystem_rpc(
@@ -258,12 +244,15 @@ async fn filesystem_rpc(
                 let mut entries = Vec::new();
                 let cap = state.config.max_list_entries;
                 list_recursive(&entry, &request.path, depth, cap, &mut entries).await?;
-                Ok(json!({"entries": entries}))
+                to_json(ListDirResponse { entries })
             }
             "Stat" => {
                 let request: PathRequest = body::json(&bytes)?;
                 check_path(&request.path)?;
-                Ok(json!({"entry": stat(&entry, &request.path, state.config.max_list_entries).await?}))
+                let cap = state.config.max_list_entries;
+                to_json(EntryResponse {
+                    entry: stat(&entry, &request.path, cap).await?,
+                })
             }
             "MakeDir" => {
                 let request: PathRequest = body::json(&bytes)?;
@@ -280,7 +269,9 @@ async fn filesystem_rpc(
                     ));
                 }
                 let cap = state.config.max_list_entries;
-                Ok(json!({"entry": stat(&entry, &request.path, cap).await?}))
+                to_json(EntryResponse {
+                    entry: stat(&entry, &request.path, cap).await?,
+                })
             }
             "Remove" => {
                 let request: PathRequest = body::json(&bytes)?;
@@ -301,7 +292,9 @@ async fn filesystem_rpc(
                     .rename(&request.source, &request.destination)
                     .await
                     .map_err(|e| file_error(&request.source, e))?;
-                Ok(json!({"entry": entry_json(&moved)}))
+                to_json(EntryResponse {
+                    entry: entry_info(&moved),
+                })
             }
             "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
@@ -334,7 +327,7 @@ async fn list_recursive(
     path: &str,
     depth: u32,
     cap: usize,
-    out: &mut Vec<Value>,
+    out: &mut Vec<wire::EntryInfo>,
 ) -> Result<(), ApiError> {
     let mut pending = vec![(path.to_owned(), depth)];
     while let Some((dir, depth)) = pending.pop() {
@@ -350,7 +343,7 @@ async fn list_recursive(
             if info.is_dir && depth > 1 {
                 pending.push((info.path.clone(), depth - 1));
             }
-            out.push(entry_json(&info));
+            out.push(entry_info(&info));
         }
     }
     Ok(())
@@ -358,16 +351,18 @@ async fn list_recursive(
 
 /// `Stat` through the interface's listing: list the parent and pick the entry. A parent of more
 /// than `cap` entries is refused like a listing that large.
-async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<Value, ApiError> {
+async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<wire::EntryInfo, ApiError> {
     let trimmed = path.trim_end_matches('/');
     let (parent, name) = match trimmed.rsplit_once('/') {
         Some((parent, name)) => (if parent.is_empty() { "/" } else { parent }, name),
         None => (".", trimmed),
     };
     if name.is_empty() || trimmed == "/home/user" || trimmed == "." {
-        return Ok(json!({
-            "name": "user", "type": "FILE_TYPE_DIRECTORY", "path": "/home/user",
-            "size": "0", "mode": 0o755, "permissions": "drwxr-xr-x", "owner": "user", "group": "user",
+        return Ok(entry_info(&EntryInfo {
+            name: "user".into(),
+            path: "/home/user".into(),
+            is_dir: true,
+            size: 0,
         }));
     }
     let siblings = entry
@@ -381,25 +376,30 @@ async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<Value, Api
     siblings
         .iter()
         .find(|info| info.name == name)
-        .map(entry_json)
+        .map(entry_info)
         .ok_or_else(|| ApiError::not_found(format!("path '{path}' does not exist")))
 }
 
-/// envd's `EntryInfo` in proto3-JSON (enum names, int64 as a string).
-fn entry_json(info: &EntryInfo) -> Value {
+/// envd's `EntryInfo` for an entry of the sandbox interface.
+fn entry_info(info: &EntryInfo) -> wire::EntryInfo {
     let (kind, mode, permissions) = if info.is_dir {
-        ("FILE_TYPE_DIRECTORY", 0o755, "drwxr-xr-x")
+        (wire::FILE_TYPE_DIRECTORY, 0o755, "drwxr-xr-x")
     } else {
-        ("FILE_TYPE_FILE", 0o644, "-rw-r--r--")
+        (wire::FILE_TYPE_FILE, 0o644, "-rw-r--r--")
     };
-    json!({
-        "name": info.name,
-        "type": kind,
-        "path": info.path,
-        "size": info.size.to_string(),
-        "mode": mode,
-        "permissions": permissions,
-        "owner": "user",
-        "group": "user",
-    })
+    wire::EntryInfo {
+        name: info.name.clone(),
+        kind: kind.into(),
+        path: info.path.clone(),
+        size: info.size,
+        mode,
+        permissions: permissions.into(),
+        owner: "user".into(),
+        group: "user".into(),
+    }
+}
+
+/// A Connect answer body.
+fn to_json(value: impl serde::Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }

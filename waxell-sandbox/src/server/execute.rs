@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use waxell::e2b::wire::line;
 use waxell::sandbox::{Execution, ExecutionResult, OutputMessage, RunOptions, SandboxError, SandboxSession};
 
 /// Where a run goes.
@@ -44,7 +45,7 @@ const KEEPALIVE: &[u8] = b"{\"type\": \"keepalive\"}\n";
 /// Timeout of the empty run that interrupts an abandoned execution (see [`interrupt_abandoned`]).
 const INTERRUPT_RUN_TIMEOUT: Duration = Duration::from_millis(1);
 
-fn line(value: Value) -> Bytes {
+fn ndjson_line(value: Value) -> Bytes {
     let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
@@ -55,14 +56,14 @@ fn timestamp() -> String {
 }
 
 fn output_line(message: &OutputMessage) -> Bytes {
-    let kind = if message.error { "stderr" } else { "stdout" };
-    line(json!({"type": kind, "text": message.line, "timestamp": timestamp()}))
+    let kind = if message.error { line::STDERR } else { line::STDOUT };
+    ndjson_line(json!({"type": kind, "text": message.line, "timestamp": timestamp()}))
 }
 
 fn result_line(result: &ExecutionResult) -> Bytes {
     let mut value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
-    value["type"] = json!("result");
-    line(value)
+    value["type"] = json!(line::RESULT);
+    ndjson_line(value)
 }
 
 /// The lines after the streamed output: results no callback delivered, the error, the count.
@@ -72,16 +73,16 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
         Ok(execution) => {
             lines.extend(execution.results.iter().skip(streamed_results).map(result_line));
             if let Some(error) = execution.error {
-                lines.push(line(json!({
-                    "type": "error",
+                lines.push(ndjson_line(json!({
+                    "type": line::ERROR,
                     "name": error.name,
                     "value": error.value,
                     "traceback": error.traceback,
                 })));
             }
             if let Some(count) = execution.execution_count {
-                lines.push(line(
-                    json!({"type": "number_of_executions", "execution_count": count}),
+                lines.push(ndjson_line(
+                    json!({"type": line::NUMBER_OF_EXECUTIONS, "execution_count": count}),
                 ));
             }
         }
@@ -90,8 +91,8 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
                 SandboxError::Timeout(_) => "TimeoutError",
                 _ => "SandboxError",
             };
-            lines.push(line(json!({
-                "type": "error",
+            lines.push(ndjson_line(json!({
+                "type": line::ERROR,
                 "name": name,
                 "value": e.to_string(),
                 "traceback": "",

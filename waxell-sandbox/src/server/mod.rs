@@ -50,19 +50,11 @@ pub use conn::serve;
 pub use error::ApiError;
 use registry::Registry;
 
-/// Port of the Code Interpreter (Jupyter) server inside an E2B sandbox.
-pub const CODE_INTERPRETER_PORT: u16 = 49999;
-/// Port of envd (files, filesystem RPCs) inside an E2B sandbox.
-pub const ENVD_PORT: u16 = 49983;
-/// Sandbox id the E2B SDKs use in debug mode (`E2B_DEBUG=true`), where they never call create.
-pub const DEBUG_SANDBOX_ID: &str = "debug_sandbox_id";
+// The protocol's types are defined once, in waxell, for the client and this server.
+use waxell::e2b::wire::SANDBOX_PORT_HEADER;
+pub use waxell::e2b::wire::{CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID, ENVD_PORT};
 /// `envdVersion` this server reports: current envd, so SDKs use octet-stream uploads and no `username`.
 pub const ENVD_VERSION: &str = "0.6.13";
-
-/// Header naming the sandbox a data-plane request is for.
-pub(crate) const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
-/// Header naming the port inside the sandbox a data-plane request is for.
-pub(crate) const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 
 /// Limits and security settings of the server. Closed by default: [`ServerConfig::new`] makes up a
 /// random API key (read it with [`ServerConfig::api_key`]), accepts only loopback `Host` names and

@@ -11,7 +11,8 @@ use rand::Rng;
 use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 
 use super::error::ApiError;
-use super::{ServerConfig, DEBUG_SANDBOX_ID, SANDBOX_ID_HEADER};
+use super::{ServerConfig, DEBUG_SANDBOX_ID};
+use waxell::e2b::wire::SANDBOX_ID_HEADER;
 
 /// The backend's own lifetime is the server's plus this margin, so the server's reaper (which
 /// also forgets the id) is what ends a sandbox, not the backend on its own.
