@@ -38,7 +38,6 @@ mod capture;
 mod cloud;
 mod config;
 mod decision;
-#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
