@@ -63,6 +63,12 @@ fn assert_live_run(run: &Run, stream: bool) {
     );
 
     let spans = &run.spans;
+    let problems = waxell_tests::semconv_check::registry().check(spans);
+    assert!(
+        problems.is_empty(),
+        "semantic conventions:\n{}",
+        problems.join("\n")
+    );
     let root = by_name(spans, "invoke_agent code-sandbox-agent").expect("orchestrator span");
     let trace_hex: String = root.span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
     assert!(stdout.contains(&format!("trace id: {trace_hex}")), "{stdout}");

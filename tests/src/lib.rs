@@ -5,6 +5,7 @@
 //! current-thread runtime or a multi-thread one without the receiver depending on it.
 
 pub mod fake_model;
+pub mod semconv_check;
 pub mod waxell_api;
 
 use std::collections::HashMap;
@@ -15,6 +16,8 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+/// The protobuf types, for tests that build spans to check.
+pub use opentelemetry_proto;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
