@@ -31,6 +31,9 @@ use waxell::sandbox::SandboxBackend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum SandboxKind {
+    /// The best that works here: the local sandbox (root mode, else rootless), else E2B when
+    /// E2B_API_KEY is set.
+    Auto,
     /// The local isolated sandbox (waxell-sandbox).
     Local,
     /// E2B's cloud (needs E2B_API_KEY).
@@ -45,7 +48,7 @@ struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Which sandbox to use.
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_enum, default_value = "auto")]
     sandbox: SandboxKind,
     /// Use a `waxell-sandbox serve` (E2B protocol) at this URL instead.
     #[arg(long, value_name = "URL")]
@@ -100,8 +103,12 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
     Ok(builder.build()?)
 }
 
-fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
-    Ok(match (&args.sandbox_url, args.sandbox) {
+/// The backend and one line saying which it is and why.
+fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+    if args.sandbox_url.is_none() && matches!(args.sandbox, SandboxKind::Auto | SandboxKind::Local) {
+        return local_or_fallback(args.sandbox);
+    }
+    let backend: Box<dyn SandboxBackend> = match (&args.sandbox_url, args.sandbox) {
         (Some(url), _) => {
             let config = waxell::e2b::E2bConfig::from_env()
                 .with_api_url(url.clone())
@@ -114,10 +121,34 @@ fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
             }
             Box::new(waxell::e2b::E2bBackend::from_env()?)
         }
-        (None, SandboxKind::Local) => Box::new(waxell_sandbox::LocalBackend::new(
-            waxell_sandbox::LocalConfig::default(),
-        )?),
-    })
+        (None, _) => unreachable!("handled above"),
+    };
+    let why = match &args.sandbox_url {
+        Some(url) => format!("a waxell-sandbox serve at {url} (--sandbox-url)"),
+        None => "E2B's cloud (--sandbox e2b)".to_owned(),
+    };
+    Ok((backend, why))
+}
+
+/// The local sandbox (it runs in root mode when started by root, else rootless), with its host
+/// report's summary; when it cannot run here, E2B if a key is set (`auto` only), else the reason.
+fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+    match waxell_sandbox::LocalBackend::new(waxell_sandbox::LocalConfig::default()) {
+        Ok(local) => {
+            let why = local.capabilities().summary();
+            Ok((Box::new(local), why))
+        }
+        Err(e)
+            if kind == SandboxKind::Auto
+                && std::env::var("E2B_API_KEY").is_ok_and(|k| !k.trim().is_empty()) =>
+        {
+            let why = format!(
+                "E2B's cloud, because the local sandbox is unavailable here ({e}) and E2B_API_KEY is set"
+            );
+            Ok((Box::new(waxell::e2b::E2bBackend::from_env()?), why))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard) {
@@ -193,17 +224,22 @@ async fn run(args: Args) -> DemoResult<()> {
             args.model.clone()
         },
         args.sandbox_url.as_deref().unwrap_or(match args.sandbox {
+            SandboxKind::Auto => "auto",
             SandboxKind::Local => "local",
             SandboxKind::E2b => "e2b",
         })
     ));
     let llm = llm_client(&args)?;
-    let backend = sandbox_backend(&args)?;
+    let (backend, why) = sandbox_backend(&args)?;
+    progress.note(&format!("sandbox ▸ {why}"));
     if !args.skip_sandbox_check {
         let target = match (&args.sandbox_url, args.sandbox) {
             (Some(url), _) => preflight::Target::Server(url.clone()),
             (None, SandboxKind::E2b) => preflight::Target::E2bCloud,
-            (None, SandboxKind::Local) => preflight::Target::Local,
+            (None, _) => match backend.name() {
+                "e2b" => preflight::Target::E2bCloud,
+                _ => preflight::Target::Local,
+            },
         };
         progress
             .spin(

@@ -48,6 +48,31 @@ pub(crate) fn blocking_client(
         .map_err(|_| "building the HTTP client panicked".to_owned())?
 }
 
+/// W3C `traceparent`/`tracestate` headers of the current OpenTelemetry context (empty without a span), so the
+/// server called becomes the current span's child.
+#[cfg(any(feature = "llm", feature = "e2b"))]
+pub(crate) fn trace_headers() -> reqwest::header::HeaderMap {
+    use opentelemetry::propagation::{Injector, TextMapPropagator as _};
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+    struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+    impl Injector for HeaderInjector<'_> {
+        fn set(&mut self, key: &str, value: String) {
+            if let (Ok(name), Ok(value)) = (HeaderName::try_from(key), HeaderValue::from_str(&value)) {
+                self.0.insert(name, value);
+            }
+        }
+    }
+
+    let mut headers = HeaderMap::new();
+    opentelemetry_sdk::propagation::TraceContextPropagator::new().inject_context(
+        &opentelemetry::Context::current(),
+        &mut HeaderInjector(&mut headers),
+    );
+    headers
+}
+
 #[cfg(test)]
 mod tests {
     /// Guards the lean build: with reqwest's `rustls-no-provider`, a client built any other way panics for

@@ -29,27 +29,45 @@ pub enum InitError {
     /// An environment variable has a value we cannot use.
     #[error("environment variable {name}={value:?} is invalid: expected {expected}")]
     InvalidVariable {
+        /// The variable.
         name: String,
+        /// Its value (hidden for secrets).
         value: String,
+        /// What would have been valid.
         expected: String,
     },
     /// A builder setting is invalid.
     #[error("invalid setting {setting}: {message}")]
-    InvalidSetting { setting: &'static str, message: String },
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The OTLP exporter could not be built.
     #[error("could not build the OTLP {protocol} exporter for {endpoint}: {message}")]
     Exporter {
+        /// `http/protobuf`, `http/json` or `grpc`.
         protocol: &'static str,
+        /// The endpoint it was for.
         endpoint: String,
+        /// Why it could not be built.
         message: String,
     },
     /// The trace file could not be opened.
     #[error("could not open the trace file {path}: {source}")]
-    TraceFile { path: String, source: std::io::Error },
+    TraceFile {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// The configuration asks for something this build of waxell left out.
     #[error("{needed_for} needs waxell's cargo feature `{feature}`: enable it in Cargo.toml (waxell = {{ features = [\"{feature}\"] }})")]
     FeatureMissing {
+        /// The cargo feature to enable.
         feature: &'static str,
+        /// What the configuration asked for that needs it.
         needed_for: String,
     },
 }
@@ -127,6 +145,7 @@ impl Builder {
         self.endpoint = Some(url.into());
         self
     }
+    /// The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); its cargo feature must be on.
     pub fn with_protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = Some(protocol);
         self
