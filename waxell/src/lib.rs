@@ -80,7 +80,22 @@ pub use secret::Secret;
 ///
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.
-#[cfg(feature = "tracing")]
+///
+/// With the `llm` feature, `tracing` spans of LLM calls (rig's, genai's: GenAI fields with a `chat`,
+/// `generate_content` or `embeddings` operation) come out as waxell's LLM spans: see
+/// [`integrations::genai_spans`] and `docs/integrations.md`.
+#[cfg(all(feature = "tracing", feature = "llm"))]
+pub fn tracing_layer<S>(
+) -> tracing_opentelemetry::OpenTelemetryLayer<S, integrations::genai_spans::GenAiTracer>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(integrations::genai_spans::GenAiTracer::new(telemetry::tracer()))
+}
+
+/// A `tracing` layer that puts `tracing` spans in the same traces as waxell's (see the `llm` variant).
+#[cfg(all(feature = "tracing", not(feature = "llm")))]
 pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,

@@ -205,7 +205,9 @@ where
                 let (error_type, message) = wire::error_of(status, &bytes);
                 call.fail(&error_type, &message);
             }
-            Ok(reqwest::Response::from(::http::Response::from_parts(parts, bytes)))
+            Ok(reqwest::Response::from(::http::Response::from_parts(
+                parts, bytes,
+            )))
         })
     }
 }
@@ -304,7 +306,10 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
         line: BytesMut::new(),
         done: false,
     };
-    reqwest::Response::from(::http::Response::from_parts(parts, reqwest::Body::wrap_stream(tee)))
+    reqwest::Response::from(::http::Response::from_parts(
+        parts,
+        reqwest::Body::wrap_stream(tee),
+    ))
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
