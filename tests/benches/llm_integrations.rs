@@ -32,8 +32,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// Run `a` and `b` `rounds` times each, alternating which goes first; medians of both.
-fn compare(rt: &tokio::runtime::Runtime, rounds: usize, mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> (Duration, Duration) {
-    let _ = rt; // both closures block on the runtime themselves
+fn compare(rounds: usize, mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> (Duration, Duration) {
     for _ in 0..rounds / 10 + 5 {
         a();
         b();
@@ -90,7 +89,7 @@ fn main() {
 
     println!("| case | bare crate | with waxell | added | target |");
     println!("| --- | ---: | ---: | ---: | --- |");
-    let (a, b) = compare(&rt, rounds, || time_chat(&bare), || time_chat(&recorded));
+    let (a, b) = compare(rounds, || time_chat(&bare), || time_chat(&recorded));
     row("async-openai chat", a, b, "< 5 % (50 µs)");
 
     let stream_reply = LlmReply::Sse {
@@ -114,7 +113,7 @@ fn main() {
         exporter.reset();
         elapsed
     };
-    let (a, b) = compare(&rt, rounds, || first_chunk(&bare), || first_chunk(&recorded));
+    let (a, b) = compare(rounds, || first_chunk(&bare), || first_chunk(&recorded));
     row("async-openai stream, first chunk", a, b, "< 50 µs");
 
     let endpoint = format!("{}/", server.base_url());
@@ -137,6 +136,6 @@ fn main() {
         exporter.reset();
         started.elapsed()
     };
-    let (a, b) = compare(&rt, rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
+    let (a, b) = compare(rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
     row("genai chat (the rig/genai tracing path)", a, b, "< 5 % (50 µs)");
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
 
 #[waxell::agent(name = "haiku_writer")]
-async fn write_haiku(client: &async_openai::Client<OpenAIConfig>) -> String {
+async fn write_haiku(client: async_openai::Client<OpenAIConfig>) -> String {
     let request: CreateChatCompletionRequest = serde_json::from_value(json!({
         "model": "gpt-4o-mini",
         "messages": [{"role": "user", "content": "A haiku about tracing, please."}],
@@ -29,6 +29,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = async_openai::Client::with_config(OpenAIConfig::new().with_api_base(server.base_url()))
         // The one line: every call of this client is recorded.
         .with_http_service(waxell::integrations::async_openai::service());
-    println!("{}", write_haiku(&client).await);
+    println!("{}", write_haiku(client).await);
     Ok(())
 }

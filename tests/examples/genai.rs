@@ -10,7 +10,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
 
 #[waxell::agent(name = "greeter")]
-async fn greet(client: &Client) -> String {
+async fn greet(client: Client) -> String {
     let request = ChatRequest::new(vec![ChatMessage::user("Say hello in French.")]);
     let response = client.exec_chat("gpt-4o-mini", request, None).await.expect("the fake server answers");
     response.first_text().unwrap_or_default().to_owned()
@@ -32,6 +32,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
     });
     let client = Client::builder().with_service_target_resolver(resolver).build()?;
-    println!("{}", greet(&client).await);
+    println!("{}", greet(client).await);
     Ok(())
 }
