@@ -257,8 +257,11 @@ async fn run(args: Args) -> DemoResult<()> {
         output_dir: args.output_dir.clone(),
     };
     let outcome = agents::orchestrator(&env, backend.as_ref()).await?;
-    // Flush before printing the summary, so the trace tree (embedded default) comes first.
-    let _ = guard.force_flush();
+    // Flush before printing the summary, so the trace tree (embedded default) comes first. A failed flush
+    // is only reported: the demo's result stands, and shutdown still exports what is queued.
+    if let Err(e) = guard.force_flush() {
+        eprintln!("waxell: {e}");
+    }
     print_summary(&outcome, &guard);
     drop(guard);
     if !outcome.report.analysis.succeeded {
