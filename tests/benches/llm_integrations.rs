@@ -32,7 +32,11 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// Run `a` and `b` `rounds` times each, alternating which goes first; medians of both.
-fn compare(rounds: usize, mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) -> (Duration, Duration) {
+fn compare(
+    rounds: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> (Duration, Duration) {
     for _ in 0..rounds / 10 + 5 {
         a();
         b();
@@ -72,14 +76,25 @@ fn main() {
     let rounds = if quick { 200 } else { 2000 };
     // Spans go to an in-memory exporter, emptied every call: the recording cost, not an exporter's.
     let exporter = InMemorySpanExporter::default();
-    opentelemetry::global::set_tracer_provider(SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    opentelemetry::global::set_tracer_provider(
+        SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
 
     let reply = LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Sunny."), &[], (20, 5)));
     let server = FakeLlm::repeating(reply, ROUND_TRIP);
-    let config = OpenAIConfig::new().with_api_base(server.base_url()).with_api_key("bench");
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key("bench");
     let bare = async_openai::Client::with_config(config.clone());
-    let recorded = async_openai::Client::with_config(config).with_http_service(waxell::integrations::async_openai::service());
+    let recorded = async_openai::Client::with_config(config)
+        .with_http_service(waxell::integrations::async_openai::service());
     let time_chat = |client: &async_openai::Client<OpenAIConfig>| {
         let started = Instant::now();
         rt.block_on(client.chat().create(chat_request(false))).unwrap();
@@ -98,9 +113,12 @@ fn main() {
         gap: Duration::ZERO,
     };
     let stream_server = FakeLlm::repeating(stream_reply, ROUND_TRIP);
-    let config = OpenAIConfig::new().with_api_base(stream_server.base_url()).with_api_key("bench");
+    let config = OpenAIConfig::new()
+        .with_api_base(stream_server.base_url())
+        .with_api_key("bench");
     let bare = async_openai::Client::with_config(config.clone());
-    let recorded = async_openai::Client::with_config(config).with_http_service(waxell::integrations::async_openai::service());
+    let recorded = async_openai::Client::with_config(config)
+        .with_http_service(waxell::integrations::async_openai::service());
     let first_chunk = |client: &async_openai::Client<OpenAIConfig>| {
         let started = Instant::now();
         let elapsed = rt.block_on(async {
@@ -124,15 +142,21 @@ fn main() {
             model: ModelIden::new(AdapterKind::OpenAI, target.model.model_name),
         })
     });
-    let genai_client = genai::Client::builder().with_service_target_resolver(resolver).build().unwrap();
+    let genai_client = genai::Client::builder()
+        .with_service_target_resolver(resolver)
+        .build()
+        .unwrap();
     let plain = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
     let plain = tracing::Dispatch::new(plain);
-    let waxell_dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(waxell::tracing_layer()));
+    let waxell_dispatch =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(waxell::tracing_layer()));
     let time_genai = |dispatch: &tracing::Dispatch| {
-        let request = genai::chat::ChatRequest::new(vec![genai::chat::ChatMessage::user("Weather in Paris?")]);
+        let request =
+            genai::chat::ChatRequest::new(vec![genai::chat::ChatMessage::user("Weather in Paris?")]);
         let started = Instant::now();
         let _guard = tracing::dispatcher::set_default(dispatch);
-        rt.block_on(genai_client.exec_chat("gpt-4o-mini", request, None)).unwrap();
+        rt.block_on(genai_client.exec_chat("gpt-4o-mini", request, None))
+            .unwrap();
         exporter.reset();
         started.elapsed()
     };

@@ -15,7 +15,11 @@ async fn write_haiku(client: async_openai::Client<OpenAIConfig>) -> String {
         "messages": [{"role": "user", "content": "A haiku about tracing, please."}],
     }))
     .expect("a valid request");
-    let response = client.chat().create(request).await.expect("the fake server answers");
+    let response = client
+        .chat()
+        .create(request)
+        .await
+        .expect("the fake server answers");
     response.choices[0].message.content.clone().unwrap_or_default()
 }
 
@@ -24,7 +28,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _telemetry = waxell::init()?; // a trace tree on stderr unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     let server = FakeLlm::start(vec![LlmReply::Json(
         200,
-        chat_completion("gpt-4o-mini", Some("Spans nest like leaves / one trace from agent to call / the cost, in cents"), &[], (24, 18)),
+        chat_completion(
+            "gpt-4o-mini",
+            Some("Spans nest like leaves / one trace from agent to call / the cost, in cents"),
+            &[],
+            (24, 18),
+        ),
     )]);
     let client = async_openai::Client::with_config(OpenAIConfig::new().with_api_base(server.base_url()))
         // The one line: every call of this client is recorded.

@@ -12,7 +12,10 @@ use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
 #[waxell::agent(name = "greeter")]
 async fn greet(client: Client) -> String {
     let request = ChatRequest::new(vec![ChatMessage::user("Say hello in French.")]);
-    let response = client.exec_chat("gpt-4o-mini", request, None).await.expect("the fake server answers");
+    let response = client
+        .exec_chat("gpt-4o-mini", request, None)
+        .await
+        .expect("the fake server answers");
     response.first_text().unwrap_or_default().to_owned()
 }
 
@@ -20,9 +23,14 @@ async fn greet(client: Client) -> String {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _telemetry = waxell::init()?;
     // The one line (waxell's tracing layer), in the subscriber the application sets up anyway.
-    tracing_subscriber::registry().with(waxell::tracing_layer()).init();
+    tracing_subscriber::registry()
+        .with(waxell::tracing_layer())
+        .init();
 
-    let server = FakeLlm::start(vec![LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Bonjour !"), &[], (12, 4)))]);
+    let server = FakeLlm::start(vec![LlmReply::Json(
+        200,
+        chat_completion("gpt-4o-mini", Some("Bonjour !"), &[], (12, 4)),
+    )]);
     let endpoint = format!("{}/", server.base_url());
     let resolver = ServiceTargetResolver::from_resolver_fn(move |target: ServiceTarget| {
         Ok(ServiceTarget {

@@ -38,7 +38,6 @@ mod capture;
 mod cloud;
 mod config;
 mod decision;
-#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
@@ -57,11 +56,14 @@ mod score;
 mod scrub;
 mod secret;
 pub mod semconv;
+mod spans;
 pub(crate) mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, Guard, InitError};
+pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
 pub use secret::Secret;
 
@@ -84,23 +86,16 @@ pub use secret::Secret;
 /// With the `llm` feature, `tracing` spans of LLM calls (rig's, genai's: GenAI fields with a `chat`,
 /// `generate_content` or `embeddings` operation) come out as waxell's LLM spans: see
 /// [`integrations::genai_spans`] and `docs/integrations.md`.
-#[cfg(all(feature = "tracing", feature = "llm"))]
-pub fn tracing_layer<S>(
-) -> tracing_opentelemetry::OpenTelemetryLayer<S, integrations::genai_spans::GenAiTracer>
+#[cfg(feature = "tracing")]
+pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer()
-        .with_tracer(integrations::genai_spans::GenAiTracer::new(telemetry::tracer()))
-}
-
-/// A `tracing` layer that puts `tracing` spans in the same traces as waxell's (see the `llm` variant).
-#[cfg(all(feature = "tracing", not(feature = "llm")))]
-pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
-where
-    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
-{
-    tracing_opentelemetry::layer().with_tracer(telemetry::tracer())
+    #[cfg(feature = "llm")]
+    let tracer = integrations::genai_spans::GenAiTracer::new(telemetry::bridge::BridgeTracer);
+    #[cfg(not(feature = "llm"))]
+    let tracer = telemetry::bridge::BridgeTracer;
+    tracing_opentelemetry::layer().with_tracer(tracer)
 }
 
 #[cfg(feature = "macros")]

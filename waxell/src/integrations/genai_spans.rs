@@ -18,7 +18,6 @@
 use std::borrow::Cow;
 use std::time::SystemTime;
 
-use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt as _, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
 use serde_json::Value as Json;
@@ -29,25 +28,30 @@ use crate::llm::{
     AssistantMessage, ChatRequest, ChatResponse, Choice, FunctionDefinition, Message, Tool, ToolCall, Usage,
 };
 use crate::semconv::*;
+use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
 
 /// The tracer behind [`crate::tracing_layer`]: waxell's tracer, with GenAI client spans recorded by
 /// waxell's LLM recorder.
 #[derive(Debug)]
-pub struct GenAiTracer {
-    inner: BoxedTracer,
+pub(crate) struct GenAiTracer {
+    inner: BridgeTracer,
 }
 
 impl GenAiTracer {
-    pub(crate) fn new(inner: BoxedTracer) -> Self {
+    pub(crate) fn new(inner: BridgeTracer) -> Self {
         Self { inner }
     }
 }
 
 /// A span built by [`GenAiTracer`].
 #[derive(Debug)]
-pub enum GenAiSpan {
+#[allow(
+    clippy::large_enum_variant,
+    reason = "most spans are plain; boxing them would cost an allocation per span"
+)]
+pub(crate) enum GenAiSpan {
     /// Not a GenAI client span: passed through.
-    Plain(BoxedSpan),
+    Plain(BridgeSpan),
     /// A GenAI client span, recorded through waxell's LLM recorder.
     Llm(Box<LlmSpan>),
 }
@@ -74,7 +78,7 @@ struct Seen {
 
 /// A GenAI client span being recorded.
 #[derive(Debug)]
-pub struct LlmSpan {
+pub(crate) struct LlmSpan {
     call: CallTelemetry,
     span_context: SpanContext,
     operation: Operation,
@@ -126,7 +130,8 @@ impl Tracer for GenAiTracer {
                 .map(|kv| &kv.value)
         };
         let operation = find(GEN_AI_OPERATION_NAME).and_then(|op| is_llm_operation(&string_of(op)));
-        let Some(operation) = operation.filter(|_| crate::telemetry::is_enabled()) else {
+        let state = crate::telemetry::state_for(parent_cx);
+        let (Some(operation), Some(state)) = (operation, state) else {
             builder.attributes = Some(attributes);
             return GenAiSpan::Plain(self.inner.build_with_context(builder, parent_cx));
         };
@@ -164,7 +169,7 @@ impl Tracer for GenAiTracer {
             operation,
             &provider,
             &model,
-            Vec::new(),
+            state.capture.content,
         );
         GenAiSpan::Llm(Box::new(LlmSpan {
             call,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use serde_json::json;
 
@@ -128,7 +128,7 @@ impl CallTelemetry {
 
     /// `None` when observation is off (`WAXELL_OBSERVE=false`), else whether content may be captured.
     fn capture_if_enabled() -> Option<bool> {
-        telemetry::is_enabled().then(telemetry::capture_content)
+        telemetry::current().map(|state| state.capture.content)
     }
 
     /// A call that runs in the caller's context and records nothing.
@@ -177,14 +177,13 @@ impl CallTelemetry {
         }
         attributes.extend(extra);
 
-        let tracer = telemetry::tracer();
-        let span = tracer
-            .span_builder(format!("{} {model}", operation.name()))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &Context::current());
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{} {model}", operation.name()))
+                .with_kind(SpanKind::Client)
+                .with_attributes(attributes),
+        );
         Self {
-            cx: Context::current().with_span(span),
+            cx,
             started: Instant::now(),
             request_model: model.to_owned(),
             metric_attributes: identity,
@@ -205,7 +204,7 @@ impl CallTelemetry {
         operation: Operation,
         provider: &Provider,
         model: &str,
-        offered_tools: Vec<String>,
+        capture: bool,
     ) -> Self {
         let identity = vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
@@ -217,9 +216,9 @@ impl CallTelemetry {
             started: Instant::now(),
             request_model: model.to_owned(),
             metric_attributes: identity,
-            offered_tools,
+            offered_tools: Vec::new(),
             prices: Arc::clone(&provider.prices),
-            capture: telemetry::capture_content(),
+            capture,
             usage_override: None,
             ended: false,
         }
@@ -429,7 +428,7 @@ impl CallTelemetry {
         };
         // A synchronous call: the guard is dropped before any await.
         let _guard = self.cx.clone().attach();
-        telemetry::record_decision(&name, &self.offered_tools, &chosen, None, None);
+        crate::decision::record(&name, &self.offered_tools, &chosen, None, None);
     }
 
     fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {
