@@ -84,8 +84,7 @@ pub use secret::Secret;
 /// exporting does not trace itself.
 ///
 /// With the `llm` feature, `tracing` spans of LLM calls (rig's, genai's: GenAI fields with a `chat`,
-/// `generate_content` or `embeddings` operation) come out as waxell's LLM spans: see
-/// [`integrations::genai_spans`] and `docs/integrations.md`.
+/// `generate_content` or `embeddings` operation) come out as waxell's LLM spans: see `docs/integrations.md`.
 #[cfg(feature = "tracing")]
 pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where

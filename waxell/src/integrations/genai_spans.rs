@@ -47,7 +47,7 @@ impl GenAiTracer {
 #[derive(Debug)]
 #[allow(
     clippy::large_enum_variant,
-    reason = "most spans are plain; boxing them would cost an allocation per span"
+    reason = "the pass-through variant is the common one; boxing it would cost an allocation per span"
 )]
 pub(crate) enum GenAiSpan {
     /// Not a GenAI client span: passed through.

@@ -5,6 +5,6 @@
 #[cfg(feature = "async-openai")]
 pub mod async_openai;
 #[cfg(feature = "tracing")]
-pub mod genai_spans;
+pub(crate) mod genai_spans;
 #[cfg(feature = "async-openai")]
 mod openai_wire;
