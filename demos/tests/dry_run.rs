@@ -230,3 +230,25 @@ fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
     assert!(chart.starts_with(b"\x89PNG\r\n\x1a\n"), "valid PNG");
     let _ = std::fs::remove_dir_all(out_dir);
 }
+
+/// The dry run's script needs two attempts; with one, the error says so instead of "no scripted reply".
+#[test]
+fn dry_run_with_too_few_attempts_says_what_the_script_needs() {
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-one-attempt-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--dry-run", "--quiet", "--max-attempts", "1", "--output-dir"])
+        .arg(&out_dir)
+        .env("WAXELL_OBSERVE", "false")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("the demo runs");
+    let _ = std::fs::remove_dir_all(out_dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--max-attempts stopped the code agent after 1 attempt(s)")
+            && stderr.contains("needs 2"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no scripted reply"), "{stderr}");
+}

@@ -72,6 +72,74 @@ pub enum InitError {
     },
 }
 
+/// Why [`Guard::force_flush`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// The flush did not finish in time (the guard's shutdown timeout); spans still queued may be lost.
+    #[error("telemetry flush did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry flush failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry flush: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// Why [`Guard::shutdown`] failed. Spans the exporter had not sent by then were dropped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Shutdown did not finish in time (the guard's shutdown timeout); unsent spans were dropped.
+    #[error("telemetry shutdown did not finish within {0:?}; unsent spans were dropped")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry shutdown failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry shutdown: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// What went wrong in a bounded flush or shutdown, before it is typed for the caller.
+enum Bounded {
+    Timeout(Duration),
+    Export(String),
+    AlreadyShutDown,
+}
+
+impl From<opentelemetry_sdk::error::OTelSdkError> for Bounded {
+    fn from(e: opentelemetry_sdk::error::OTelSdkError) -> Self {
+        use opentelemetry_sdk::error::OTelSdkError;
+        match e {
+            OTelSdkError::AlreadyShutdown => Self::AlreadyShutDown,
+            OTelSdkError::Timeout(t) => Self::Timeout(t),
+            other => Self::Export(other.to_string()),
+        }
+    }
+}
+
+impl From<Bounded> for FlushError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
+}
+
+impl From<Bounded> for ShutdownError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
+}
+
 /// Set up telemetry from the environment (see the configuration reference in `docs/configuration.md`).
 ///
 /// With an OTLP endpoint configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...), spans go there; without one, the
@@ -678,26 +746,27 @@ impl Guard {
 
     /// Export everything ended so far. Runs off the calling thread, so it cannot deadlock a
     /// current-thread Tokio runtime; bounded by the shutdown timeout.
-    pub fn force_flush(&self) -> Result<(), String> {
+    pub fn force_flush(&self) -> Result<(), FlushError> {
         let Some(provider) = self.provider.clone() else {
             return Ok(());
         };
         let meter = self.meter_provider.clone();
         run_bounded("flush", self.shutdown_timeout, move || {
-            let traces = provider.force_flush().map_err(|e| e.to_string());
+            let traces = provider.force_flush().map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.force_flush();
             }
             traces
         })
+        .map_err(FlushError::from)
     }
 
     /// Flush and shut down now, reporting what went wrong.
-    pub fn shutdown(mut self) -> Result<(), String> {
+    pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         self.shutdown_inner()
     }
 
-    fn shutdown_inner(&mut self) -> Result<(), String> {
+    fn shutdown_inner(&mut self) -> Result<(), ShutdownError> {
         let Some(provider) = self.provider.take() else {
             return Ok(());
         };
@@ -706,12 +775,13 @@ impl Guard {
         telemetry::uninstall();
         self.counters.0.begin_shutdown();
         let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
-            let traces = provider.shutdown_with_timeout(timeout).map_err(|e| e.to_string());
+            let traces = provider.shutdown_with_timeout(timeout).map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.shutdown_with_timeout(timeout);
             }
             traces
-        });
+        })
+        .map_err(ShutdownError::from);
         #[cfg(feature = "grpc")]
         if let Some(rt) = self.runtime.take() {
             // Never blocks, so the guard may be dropped inside async code.
@@ -731,8 +801,8 @@ impl Guard {
 fn run_bounded(
     what: &str,
     timeout: Duration,
-    work: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<(), String> {
+    work: impl FnOnce() -> Result<(), Bounded> + Send + 'static,
+) -> Result<(), Bounded> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("waxell-{what}"))
@@ -740,13 +810,11 @@ fn run_bounded(
             let _ = tx.send(work());
         });
     if let Err(e) = spawned {
-        return Err(format!("could not start the {what} thread: {e}"));
+        return Err(Bounded::Export(format!("could not start the {what} thread: {e}")));
     }
     match rx.recv_timeout(timeout) {
         Ok(result) => result,
-        Err(_) => Err(format!(
-            "telemetry {what} did not finish within {timeout:?}; unsent spans were dropped"
-        )),
+        Err(_) => Err(Bounded::Timeout(timeout)),
     }
 }
 

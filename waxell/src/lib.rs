@@ -43,6 +43,8 @@ pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
 mod http;
 mod init;
+#[cfg(feature = "llm")]
+pub mod integrations;
 mod limits;
 #[cfg(feature = "llm")]
 pub mod llm;
@@ -54,11 +56,14 @@ mod score;
 mod scrub;
 mod secret;
 pub mod semconv;
+mod spans;
 pub(crate) mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, Guard, InitError};
+pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
 pub use secret::Secret;
 
@@ -78,11 +83,11 @@ pub use secret::Secret;
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.
 #[cfg(feature = "tracing")]
-pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
+pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer().with_tracer(telemetry::tracer())
+    tracing_opentelemetry::layer().with_tracer(telemetry::bridge::BridgeTracer)
 }
 
 #[cfg(feature = "macros")]

@@ -26,6 +26,17 @@ pub struct ServerAddress {
     pub port: u16,
 }
 
+impl ServerAddress {
+    /// Host and port of a URL (the scheme's default port when it names none); `None` without a host.
+    pub fn from_url(url: &str) -> Option<Self> {
+        let url = reqwest::Url::parse(url).ok()?;
+        Some(Self {
+            host: url.host_str()?.to_owned(),
+            port: url.port_or_known_default()?,
+        })
+    }
+}
+
 /// Sends a resolved [`ChatRequest`] somewhere and returns what came back, unparsed.
 ///
 /// Implemented by [`HttpTransport`] (any OpenAI-compatible server) and
