@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Report which isolation layers and limits the local sandbox has on this host, and the fix
     /// for each missing piece (exit status 1 when it cannot run here at all).
     Doctor,
@@ -131,7 +131,7 @@ async fn main() {
         .with_writer(std::io::stderr)
         .init();
     let args = match Cli::parse().command {
-        Command::Serve(args) => args,
+        Command::Serve(args) => *args,
         Command::Doctor => {
             let report = LocalBackend::host_report(&LocalConfig::default());
             print!("{report}");
@@ -310,7 +310,7 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             unreachable!()
         };
-        let error = serve(args).await.unwrap_err();
+        let error = serve(*args).await.unwrap_err();
         assert!(error.contains("with --no-auth"), "{error}");
     }
 
@@ -328,7 +328,7 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             unreachable!()
         };
-        args
+        *args
     }
 
     #[tokio::test]
