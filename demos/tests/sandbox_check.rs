@@ -99,7 +99,7 @@ fn a_sandbox_server_without_pandas_stops_the_demo_with_the_servers_fix() {
 
     let python = StdlibPython::create("server");
     let server_python = python.path();
-    // The server is closed by default: the demo gets its key as E2B's SDKs do (E2B_API_KEY).
+    // The server is closed by default: the demo gets its key as E2B's SDKs do, through E2B_API_KEY.
     let config = ServerConfig::new();
     let api_key = config.api_key().expect("closed by default").to_owned();
     let server = waxell_tests::ServerThread::spawn(move |listener, stop| async move {

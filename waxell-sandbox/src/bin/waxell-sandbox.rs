@@ -16,6 +16,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
     Serve(Box<ServeArgs>),
