@@ -1,76 +1,208 @@
-//! `waxell replay FILE`: send a trace file written by the embedded default to an OTLP endpoint.
+//! The `waxell` command: send saved trace files to an OTLP endpoint (`replay`), read them as a tree with no
+//! backend at all (`show`, `show --follow DIR`).
 //!
 //! ```text
-//! cargo run -p waxell --bin waxell -- replay .waxell/traces/1700000000000-42.jsonl \
-//!     [--endpoint http://127.0.0.1:4318/v1/traces] [--protocol http/protobuf|http/json|grpc] [--header k=v]...
+//! cargo install --path waxell --features cli      # from a checkout of the repository
+//! waxell replay .waxell/traces/1700000000000-42.jsonl
+//! waxell show .waxell/traces/1700000000000-42.jsonl
+//! waxell show --follow .waxell/traces
 //! ```
-//! Without `--endpoint`, the standard `OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT` variables apply, then
-//! `http://127.0.0.1:4318/v1/traces` (or `http://127.0.0.1:4317` for gRPC).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use clap::{Parser, Subcommand, ValueEnum};
+use waxell::export::OtlpSettings;
 use waxell::Protocol;
 
-const USAGE: &str = "usage: waxell replay FILE [--endpoint URL] [--protocol http/protobuf|http/json|grpc] [--header key=value]...";
+/// Send saved waxell traces to an OpenTelemetry (OTLP) collector, or print them as a tree.
+#[derive(Debug, Parser)]
+#[command(name = "waxell", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
-        Ok(message) => {
-            println!("{message}");
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            eprintln!("waxell: {message}");
-            ExitCode::from(2)
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    #[value(name = "http/json")]
+    HttpJson,
+    #[value(name = "grpc")]
+    Grpc,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(p: ProtocolArg) -> Self {
+        match p {
+            ProtocolArg::HttpProtobuf => Protocol::HttpProtobuf,
+            ProtocolArg::HttpJson => Protocol::HttpJson,
+            ProtocolArg::Grpc => Protocol::Grpc,
         }
     }
 }
 
-fn run(args: Vec<String>) -> Result<String, String> {
-    let mut args = args.into_iter();
-    match args.next().as_deref() {
-        Some("replay") => {}
-        Some("-h" | "--help") | None => return Ok(USAGE.to_owned()),
-        Some(other) => return Err(format!("unknown command {other:?}\n{USAGE}")),
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Send trace files (OTLP JSON lines, as the SDK writes them) to an OTLP endpoint.
+    ///
+    /// Reads the same variables as the SDK, with the same meaning: OTEL_EXPORTER_OTLP_ENDPOINT is a base URL
+    /// (`/v1/traces` is appended for HTTP), OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used verbatim,
+    /// OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_PROTOCOL and OTEL_EXPORTER_OTLP_TIMEOUT (ms) apply.
+    /// Each flag overrides its variable. Without any endpoint, http://127.0.0.1:4318 (gRPC: :4317).
+    /// Reports per file how many spans were sent and accepted; exits with 1 if any request failed.
+    #[command(
+        after_help = "Example (MLflow 3): waxell replay FILE --endpoint http://127.0.0.1:5000 \
+                            --header x-mlflow-experiment-id=0"
+    )]
+    Replay {
+        /// Trace files to send.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Base URL of the collector, like OTEL_EXPORTER_OTLP_ENDPOINT (`/v1/traces` is appended for HTTP);
+        /// overrides both endpoint variables.
+        #[arg(long, value_name = "URL", conflicts_with = "traces_endpoint")]
+        endpoint: Option<String>,
+        /// Full traces URL, used verbatim, like OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; overrides both variables.
+        #[arg(long, value_name = "URL")]
+        traces_endpoint: Option<String>,
+        /// Transport; overrides OTEL_EXPORTER_OTLP_PROTOCOL.
+        #[arg(long, value_enum)]
+        protocol: Option<ProtocolArg>,
+        /// An extra header `key=value` (repeatable); added to OTEL_EXPORTER_OTLP_HEADERS, replacing a header of
+        /// the same name.
+        #[arg(long = "header", value_name = "KEY=VALUE", value_parser = parse_header)]
+        headers: Vec<(String, String)>,
+        /// Longest wait per request in milliseconds; overrides OTEL_EXPORTER_OTLP_TIMEOUT.
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+    },
+    /// Print saved traces as the tree the SDK prints at run time (agents, tools, LLM calls with tokens and
+    /// cost, scores).
+    Show {
+        /// Trace files to print.
+        #[arg(value_name = "FILE", required_unless_present = "follow")]
+        files: Vec<PathBuf>,
+        /// Watch this traces directory (e.g. .waxell/traces) and print each new run as it is written.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        follow: Option<PathBuf>,
+    },
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))?;
+    if k.trim().is_empty() {
+        return Err(format!("empty header name in {s:?}"));
     }
-    let mut file: Option<PathBuf> = None;
-    let mut endpoint: Option<String> = None;
-    let mut protocol: Option<Protocol> = None;
-    let mut headers = Vec::new();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| {
-            args.next()
-                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
-        };
-        match arg.as_str() {
-            "--endpoint" => endpoint = Some(value("--endpoint")?),
-            "--protocol" => protocol = Some(value("--protocol")?.parse().map_err(|e| format!("{e}"))?),
-            "--header" => {
-                let pair = value("--header")?;
-                let (k, v) = pair
-                    .split_once('=')
-                    .ok_or_else(|| format!("--header expects key=value, got {pair:?}"))?;
-                headers.push((k.to_owned(), v.to_owned()));
+    Ok((k.trim().to_owned(), v.to_owned()))
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Replay {
+            files,
+            endpoint,
+            traces_endpoint,
+            protocol,
+            headers,
+            timeout_ms,
+        } => {
+            let mut settings = match OtlpSettings::from_env() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("waxell: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(p) = protocol {
+                settings.protocol = p.into();
             }
-            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}\n{USAGE}")),
-            path if file.is_none() => file = Some(PathBuf::from(path)),
-            extra => return Err(format!("unexpected argument {extra:?}\n{USAGE}")),
+            if let Some(url) = traces_endpoint {
+                settings.traces_endpoint = Some(url);
+            } else if let Some(base) = endpoint {
+                settings.traces_endpoint = Some(OtlpSettings::traces_url_for_base(&base, settings.protocol));
+            } else if settings.traces_endpoint.is_none() {
+                let base = match settings.protocol {
+                    Protocol::Grpc => "http://127.0.0.1:4317",
+                    _ => "http://127.0.0.1:4318",
+                };
+                settings.traces_endpoint = Some(OtlpSettings::traces_url_for_base(base, settings.protocol));
+            }
+            for (k, v) in headers {
+                settings
+                    .headers
+                    .retain(|(name, _)| !name.eq_ignore_ascii_case(&k));
+                settings.headers.push((k, v));
+            }
+            if let Some(ms) = timeout_ms {
+                settings.timeout = Duration::from_millis(ms);
+            }
+            replay(&files, &settings)
+        }
+        Command::Show { files, follow } => match follow {
+            Some(dir) => {
+                let result = waxell::export::follow(
+                    &dir,
+                    Duration::from_millis(300),
+                    |tree| print!("{tree}"),
+                    || true,
+                );
+                match result {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("waxell: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            None => {
+                let mut code = ExitCode::SUCCESS;
+                for file in files {
+                    match waxell::export::render_trace_file(&file) {
+                        Ok(tree) => print!("{tree}"),
+                        Err(e) => {
+                            eprintln!("waxell: {e}");
+                            code = ExitCode::FAILURE;
+                        }
+                    }
+                }
+                code
+            }
+        },
+    }
+}
+
+fn replay(files: &[PathBuf], settings: &OtlpSettings) -> ExitCode {
+    let mut failed = false;
+    for file in files {
+        match waxell::export::replay_with(file, settings) {
+            Ok(report) => {
+                println!(
+                    "{}: sent {} spans in {} requests to {}; accepted {}",
+                    file.display(),
+                    report.spans_sent,
+                    report.requests,
+                    report.endpoint,
+                    report.spans_accepted
+                );
+                for failure in &report.failures {
+                    eprintln!("waxell: {}: {failure}", file.display());
+                }
+                failed |= !report.is_success();
+            }
+            Err(e) => {
+                eprintln!("waxell: {e}");
+                failed = true;
+            }
         }
     }
-    let file = file.ok_or_else(|| format!("no trace file given\n{USAGE}"))?;
-    let protocol = protocol.unwrap_or(Protocol::HttpProtobuf);
-    let endpoint = endpoint
-        .or_else(|| waxell::export::traces_endpoint_from_env(protocol))
-        .unwrap_or_else(|| match protocol {
-            Protocol::Grpc => "http://127.0.0.1:4317".to_owned(),
-            _ => "http://127.0.0.1:4318/v1/traces".to_owned(),
-        });
-    let sent = waxell::export::replay(&file, &endpoint, protocol, &headers).map_err(|e| e.to_string())?;
-    Ok(format!(
-        "sent {} spans in {} requests from {} to {endpoint}",
-        sent.spans,
-        sent.requests,
-        file.display()
-    ))
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
