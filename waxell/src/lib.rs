@@ -35,6 +35,8 @@
 #![forbid(unsafe_code)]
 
 mod capture;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod cloud;
 mod config;
 mod decision;
