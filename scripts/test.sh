@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Run every test: unit, behaviour, trybuild UI, OTLP wire tests on loopback, the real sandbox (isolation and
-# abuse suite), the E2B-compatible server against the official SDK, the dry-run demo, and the doc tests.
+# abuse suite; as root, then again rootless as an unprivileged user), the E2B-compatible server against the
+# official SDK, the dry-run demo (also as that user), and the doc tests.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 cargo nextest run --workspace --all-features --profile ci
+# The local sandbox again as an unprivileged user (rootless mode): its suites and the dry-run demo.
+bash scripts/test-rootless.sh
 cargo test --workspace --all-features --doc

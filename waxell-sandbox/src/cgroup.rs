@@ -1,8 +1,10 @@
-//! Per-sandbox cgroup v1 groups (memory, pids, cpu), created before the spawn and removed by Drop.
+//! Per-sandbox resource limits: cgroup v1 groups (memory, pids, cpu), a cgroup v2 group
+//! (`cgroup_v2.rs`), or, where no cgroup can be had, the host-side watchdog (`watchdog.rs`). Which
+//! one a backend uses is its [`Limiter`], chosen once from what the host offers (see
+//! `capabilities.rs` for the report). Groups are created before the spawn and removed by Drop.
 //!
-//! This host class mounts the v1 controllers; the v2 hierarchy has none (see
-//! `docs/sandbox.md`). Every process of a sandbox (all its contexts) joins the same groups through
-//! pre-opened `cgroup.procs` fds written in the child before exec, so no fork escapes the limits.
+//! Every process of a sandbox (all its contexts) joins the same groups through pre-opened
+//! `cgroup.procs` fds written in the child before exec, so no fork escapes the limits.
 
 use std::fs;
 use std::io;
@@ -17,6 +19,103 @@ pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Our subtree inside each controller.
 const SUBTREE: &str = "waxell-sandbox";
 const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// How a backend enforces memory, process and CPU limits.
+#[derive(Debug, Clone)]
+pub(crate) enum Limiter {
+    /// cgroup v1 controllers (root, hybrid or legacy hierarchy).
+    V1,
+    /// Our own subtree in the unified hierarchy: at its root (root) or delegated to us (rootless).
+    V2 {
+        parent: crate::cgroup_v2::V2Parent,
+        delegated: bool,
+    },
+    /// No usable cgroup: rlimits plus the host-side memory watchdog. `why` says what was missing.
+    Watchdog { why: String },
+}
+
+impl Limiter {
+    /// Pick the best the host offers. As root: the unified hierarchy when the host runs it, else
+    /// v1; rootless: a subtree delegated to this user. Failures fall back to the watchdog, with the
+    /// reason kept for the host report.
+    pub(crate) fn detect(rootless: bool) -> Self {
+        let mount = Path::new(CGROUP_ROOT);
+        let mut why = Vec::new();
+        if rootless {
+            let euid = rustix::process::geteuid().as_raw();
+            match crate::cgroup_v2::self_cgroup()
+                .and_then(|own| crate::cgroup_v2::delegated_base(mount, &own, euid))
+            {
+                Some(base) => match crate::cgroup_v2::V2Parent::prepare(&base) {
+                    Ok(parent) => {
+                        return Limiter::V2 {
+                            parent,
+                            delegated: true,
+                        }
+                    }
+                    Err(e) => why.push(format!("the delegated cgroup {} is unusable: {e}", base.display())),
+                },
+                None => why.push(format!(
+                    "no cgroup v2 subtree is delegated to uid {euid} (this process is not inside the user's \
+                     systemd manager, or the host has no unified cgroup hierarchy)"
+                )),
+            }
+        } else {
+            if crate::cgroup_v2::unified_root(mount).is_some() {
+                match crate::cgroup_v2::V2Parent::prepare(mount) {
+                    Ok(parent) => {
+                        return Limiter::V2 {
+                            parent,
+                            delegated: false,
+                        }
+                    }
+                    Err(e) => why.push(format!("cgroup v2: {e}")),
+                }
+            }
+            match check_available() {
+                Ok(()) => return Limiter::V1,
+                Err(e) => why.push(e),
+            }
+        }
+        Limiter::Watchdog { why: why.join("; ") }
+    }
+
+    /// What this limiter enforces, for the host report.
+    pub(crate) fn enforcement(&self) -> crate::capabilities::LimitEnforcement {
+        let mut e = crate::capabilities::LimitEnforcement {
+            watchdog_poll_ms: crate::watchdog::POLL.as_millis(),
+            nproc_per_userns: crate::rootless::nproc_is_per_userns(),
+            ..Default::default()
+        };
+        match self {
+            Limiter::V1 => {
+                e.cgroup = Some("cgroup v1".into());
+                (e.memory, e.pids, e.cpu) = (true, true, true);
+            }
+            Limiter::V2 { parent, delegated } => {
+                let c = parent.controllers();
+                e.cgroup = Some(if *delegated {
+                    format!("cgroup v2 (delegated) {}", parent.dir().display())
+                } else {
+                    format!("cgroup v2 {}", parent.dir().display())
+                });
+                (e.memory, e.pids, e.cpu) = (c.memory, c.pids, c.cpu);
+                e.why = format!("the cgroup does not offer the {} controller(s)", c.missing().join(", "));
+            }
+            Limiter::Watchdog { why } => e.why = why.clone(),
+        }
+        e
+    }
+
+    /// Remove groups of host processes that died without cleaning up.
+    pub(crate) fn sweep_stale(&self) {
+        match self {
+            Limiter::V1 => sweep_stale(),
+            Limiter::V2 { parent, .. } => parent.sweep_stale(),
+            Limiter::Watchdog { .. } => {}
+        }
+    }
+}
 
 /// Limits applied through cgroups.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +132,7 @@ pub(crate) fn check_available() -> Result<(), String> {
         let dir = Path::new(CGROUP_ROOT).join(controller);
         if !dir.join("cgroup.procs").exists() {
             return Err(format!(
-                "cgroup v1 controller `{controller}` is not mounted at {} (the local sandbox needs the v1 memory, \
-                 pids and cpu controllers to cap memory, processes and CPU; cgroup v2 is not supported yet)",
+                "cgroup v1 controller `{controller}` is not mounted at {}",
                 dir.display()
             ));
         }
@@ -49,15 +147,106 @@ pub(crate) fn check_available() -> Result<(), String> {
     Ok(())
 }
 
-/// One sandbox's groups. Drop kills every process still in them and removes them.
+/// One sandbox's limits holder. Drop kills every process still in it and removes its groups.
 #[derive(Debug)]
-pub(crate) struct Cgroup {
-    dirs: Vec<PathBuf>,
+pub(crate) enum Cgroup {
+    V1(V1Group),
+    V2(crate::cgroup_v2::V2Group),
+    Watched(crate::watchdog::Watched),
 }
 
 impl Cgroup {
-    pub(crate) fn create(name: &str, limits: CgroupLimits) -> io::Result<Self> {
-        let mut group = Cgroup { dirs: Vec::new() };
+    pub(crate) fn create(limiter: &Limiter, name: &str, limits: CgroupLimits) -> io::Result<Self> {
+        Ok(match limiter {
+            Limiter::V1 => Cgroup::V1(V1Group::create(name, limits)?),
+            Limiter::V2 { parent, .. } => Cgroup::V2(parent.create(
+                name,
+                crate::cgroup_v2::V2Limits {
+                    memory_bytes: limits.memory_bytes,
+                    max_processes: limits.max_processes,
+                    cpus: limits.cpus,
+                },
+            )?),
+            Limiter::Watchdog { .. } => Cgroup::Watched(crate::watchdog::Watched::new(
+                limits.memory_bytes,
+                limits.max_processes,
+            )?),
+        })
+    }
+
+    /// A launcher was spawned into this sandbox (the watchdog tracks processes by ancestry).
+    pub(crate) fn add_launcher(&self, pid: u32) {
+        if let Cgroup::Watched(watched) = self {
+            watched.add_launcher(pid);
+        }
+    }
+
+    /// `cgroup.procs` files for the child to join before exec (none for the watchdog).
+    pub(crate) fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
+        match self {
+            Cgroup::V1(group) => group.open_procs_files(),
+            Cgroup::V2(group) => Ok(vec![fs::OpenOptions::new()
+                .write(true)
+                .open(group.procs_path())?
+                .into()]),
+            Cgroup::Watched(_) => Ok(Vec::new()),
+        }
+    }
+
+    /// How many processes were killed for exceeding the memory cap.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        match self {
+            Cgroup::V1(group) => group.oom_kills(),
+            Cgroup::V2(group) => group.oom_kills(),
+            Cgroup::Watched(watched) => watched.oom_kills(),
+        }
+    }
+
+    /// Host pids of every process in the sandbox.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        match self {
+            Cgroup::V1(group) => group.pids(),
+            Cgroup::V2(group) => group.pids(),
+            Cgroup::Watched(watched) => watched.pids(),
+        }
+    }
+
+    pub(crate) fn pids_max_reached(&self) -> bool {
+        match self {
+            Cgroup::V1(group) => group.pids_max_reached(),
+            Cgroup::V2(group) => group.pids_max_reached(),
+            Cgroup::Watched(watched) => watched.pids_max_reached(),
+        }
+    }
+
+    /// SIGKILL everything in the sandbox until it is empty.
+    pub(crate) fn kill_all(&self) {
+        match self {
+            Cgroup::V1(group) => group.kill_all(),
+            Cgroup::V2(group) => group.kill_all(),
+            Cgroup::Watched(watched) => watched.kill_all(),
+        }
+    }
+
+    /// Kill everything and remove the groups. Idempotent.
+    pub(crate) fn remove(&self) {
+        match self {
+            Cgroup::V1(group) => group.remove(),
+            Cgroup::V2(group) => group.remove(),
+            Cgroup::Watched(watched) => watched.remove(),
+        }
+    }
+}
+
+/// One sandbox's v1 groups.
+#[derive(Debug)]
+pub(crate) struct V1Group {
+    dirs: Vec<PathBuf>,
+}
+
+impl V1Group {
+    fn create(name: &str, limits: CgroupLimits) -> io::Result<Self> {
+        let mut group = V1Group { dirs: Vec::new() };
         for controller in CONTROLLERS {
             let dir = Path::new(CGROUP_ROOT).join(controller).join(SUBTREE).join(name);
             fs::create_dir(&dir)?;
@@ -93,7 +282,7 @@ impl Cgroup {
     }
 
     /// `cgroup.procs` of every controller, opened for the child to join with.
-    pub(crate) fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
+    fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
         self.dirs
             .iter()
             .map(|dir| {
@@ -106,7 +295,7 @@ impl Cgroup {
     }
 
     /// How many times the OOM killer has struck in this group.
-    pub(crate) fn oom_kills(&self) -> u64 {
+    fn oom_kills(&self) -> u64 {
         let text = fs::read_to_string(self.dir("memory").join("memory.oom_control")).unwrap_or_default();
         text.lines()
             .find_map(|line| line.strip_prefix("oom_kill "))
@@ -115,11 +304,11 @@ impl Cgroup {
     }
 
     /// Host pids of every process in the group.
-    pub(crate) fn pids(&self) -> Vec<u32> {
+    fn pids(&self) -> Vec<u32> {
         read_pids(self.dir("pids"))
     }
 
-    pub(crate) fn pids_max_reached(&self) -> bool {
+    fn pids_max_reached(&self) -> bool {
         let read = |f: &str| {
             fs::read_to_string(self.dir("pids").join(f))
                 .ok()
@@ -129,14 +318,12 @@ impl Cgroup {
     }
 
     /// SIGKILL everything in the group until it is empty.
-    pub(crate) fn kill_all(&self) {
+    fn kill_all(&self) {
         kill_until_empty(self.dir("pids"));
     }
-}
 
-impl Cgroup {
     /// Kill everything in the groups and remove them. Idempotent.
-    pub(crate) fn remove(&self) {
+    fn remove(&self) {
         if self.dirs.len() == CONTROLLERS.len() {
             kill_until_empty(self.dir("pids"));
         }
@@ -146,7 +333,7 @@ impl Cgroup {
     }
 }
 
-impl Drop for Cgroup {
+impl Drop for V1Group {
     fn drop(&mut self) {
         self.remove();
     }

@@ -1,5 +1,6 @@
-//! What the host must provide, checked once per backend: root, bubblewrap >= 0.8, setpriv, the cgroup
-//! v1 controllers, and a Python runtime. Each failure names the missing piece and how to get it.
+//! What the host must provide, checked once per backend: bubblewrap >= 0.8, and setpriv (root) or
+//! working user namespaces (rootless), and a Python runtime. Each failure names the missing piece
+//! and how to get it. Limits (cgroups or the watchdog) are chosen by `cgroup::Limiter`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,29 +14,36 @@ const SETUP_HINT: &str = "run scripts/setup-sandbox.sh";
 pub(crate) struct HostTools {
     pub(crate) bwrap: PathBuf,
     pub(crate) setpriv: PathBuf,
+    /// Not root: bubblewrap's user-namespace mode (see `rootless.rs`).
+    pub(crate) rootless: bool,
 }
 
 pub(crate) fn check_host() -> Result<HostTools, SandboxError> {
-    if !rustix::process::geteuid().is_root() {
-        return Err(SandboxError::Unavailable(
-            "the local sandbox launcher must run as root (it creates cgroups and drops each sandbox to its own \
-             non-root uid); a rootless user-namespace mode is not implemented"
-                .into(),
-        ));
-    }
+    let rootless = crate::rootless::is_rootless();
     let bwrap = find_in_path("bwrap").ok_or_else(|| {
         SandboxError::Unavailable(format!(
             "bubblewrap not found: {SETUP_HINT} or `apt-get install bubblewrap`"
         ))
     })?;
     check_bwrap_version(&bwrap)?;
+    if rootless {
+        crate::rootless::probe_userns(&bwrap).map_err(SandboxError::Unavailable)?;
+        return Ok(HostTools {
+            bwrap,
+            setpriv: PathBuf::new(),
+            rootless,
+        });
+    }
     let setpriv = find_in_path("setpriv").ok_or_else(|| {
         SandboxError::Unavailable(format!(
             "setpriv not found: {SETUP_HINT} or `apt-get install util-linux`"
         ))
     })?;
-    crate::cgroup::check_available().map_err(SandboxError::Unavailable)?;
-    Ok(HostTools { bwrap, setpriv })
+    Ok(HostTools {
+        bwrap,
+        setpriv,
+        rootless,
+    })
 }
 
 fn check_bwrap_version(bwrap: &Path) -> Result<(), SandboxError> {

@@ -83,6 +83,7 @@ impl Launcher {
         let child = spawn::spawn(command, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
+        slot.cgroup.add_launcher(child.id());
         let mut kernel = KernelProcess::attach(child)?;
         let ready = kernel.wait_ready(self.config.ready_timeout).await?;
         if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
@@ -93,6 +94,9 @@ impl Launcher {
         }
         let host_pid = verify_host_identity(slot.cgroup, kernel.launcher_pid(), ready.pid)?;
         kernel.set_inner_pids(host_pid);
+        if self.tools.rootless {
+            crate::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
+        }
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::Other(format!(
                 "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
@@ -108,6 +112,9 @@ impl Launcher {
     fn command(&self, slot: &Slot<'_>) -> Command {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
+        if self.tools.rootless {
+            args.extend(crate::rootless::userns_args(slot.uid).into_iter().map(OsString::from));
+        }
         for fd in FD_SECCOMP {
             add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
         }
@@ -214,6 +221,9 @@ impl Launcher {
         args.push("--bind".into());
         args.push(slot.scratch.into());
         add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        if self.tools.rootless {
+            add(&mut args, &crate::rootless::AFTER_MOUNTS);
+        }
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
         let path = format!("{}:/usr/bin:/bin", venv_bin.display());
@@ -240,19 +250,24 @@ impl Launcher {
             &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
         );
         let ids = slot.uid.to_string();
-        add(
-            &mut args,
-            &[
-                "--",
-                &self.tools.setpriv.to_string_lossy(),
-                &format!("--reuid={ids}"),
-                &format!("--regid={ids}"),
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-            ],
-        );
+        if self.tools.rootless {
+            // Already the sandbox's ids inside the user namespace, with no capabilities.
+            add(&mut args, &["--"]);
+        } else {
+            add(
+                &mut args,
+                &[
+                    "--",
+                    &self.tools.setpriv.to_string_lossy(),
+                    &format!("--reuid={ids}"),
+                    &format!("--regid={ids}"),
+                    "--clear-groups",
+                    "--inh-caps=-all",
+                    "--bounding-set=-all",
+                    "--no-new-privs",
+                ],
+            );
+        }
         args.push(self.python.executable.clone().into());
         add(&mut args, &["-I", KERNEL_PATH]);
         let mut command = Command::new(&self.tools.bwrap);
@@ -285,6 +300,10 @@ impl Launcher {
         ];
         if let Some(bytes) = limits.address_space_bytes {
             rlimits.push(rlimit(libc::RLIMIT_AS, bytes, bytes));
+        }
+        if self.tools.rootless {
+            // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
+            rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
         }
         Ok(ChildSetup {
             inherit,

@@ -21,7 +21,8 @@ use waxell::sandbox::{
     SandboxSession,
 };
 
-use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::capabilities::{HostReport, IsolationMode};
+use crate::cgroup::{Cgroup, CgroupLimits, Limiter};
 use crate::config::LocalConfig;
 use crate::files::ScratchFiles;
 use crate::host::{self, PythonRuntime};
@@ -41,6 +42,8 @@ pub struct LocalBackend {
 
 struct BackendInner {
     launcher: Arc<Launcher>,
+    limiter: Limiter,
+    report: HostReport,
     scratch_root: PathBuf,
     pool: Mutex<VecDeque<Prepared>>,
     /// Wakes the refill task; also notified when the backend is dropped so the task exits.
@@ -107,6 +110,13 @@ impl ScratchDir {
         Ok(dir)
     }
 
+    /// Rootless: a plain 0700 directory of this user (see rootless.rs for why no tmpfs).
+    fn create_unmounted(root: &Path, id: &str) -> Result<Self, SandboxError> {
+        let path = root.join(id);
+        fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(ScratchDir { path })
+    }
+
     fn remove(&self) {
         unmount_and_remove(&self.path);
     }
@@ -120,7 +130,8 @@ fn unmount_and_remove(path: &Path) {
         path,
         rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
     ) {
-        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+        // EPERM: rootless, nothing was mounted.
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::PERM) => {}
         Err(e) => tracing::warn!(path = %path.display(), "could not unmount sandbox scratch: {e}"),
     }
     if let Err(e) = fs::remove_dir_all(path) {
@@ -157,13 +168,21 @@ impl LocalBackend {
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
-        let scratch_root = prepare_scratch_root(config.scratch_root.as_deref())?;
-        cgroup::sweep_stale();
+        let scratch_root = if tools.rootless {
+            crate::rootless::scratch_root(config.scratch_root.as_deref())?
+        } else {
+            prepare_scratch_root(config.scratch_root.as_deref())?
+        };
+        let limiter = Limiter::detect(tools.rootless);
+        let report = host_report_for(&tools, &limiter, &config);
+        limiter.sweep_stale();
         sweep_stale_scratch(&scratch_root);
         let launcher = Arc::new(Launcher::new(tools, python, config)?);
         let backend = Self {
             inner: Arc::new(BackendInner {
                 launcher,
+                limiter,
+                report,
                 scratch_root,
                 pool: Mutex::new(VecDeque::new()),
                 refill: Arc::new(Notify::new()),
@@ -175,6 +194,27 @@ impl LocalBackend {
             backend.start_refill();
         }
         Ok(backend)
+    }
+
+    /// Which isolation layers and limits are in force on this host, and why others are not.
+    pub fn capabilities(&self) -> &HostReport {
+        &self.inner.report
+    }
+
+    /// Probe the host as [`LocalBackend::new`] would, without making a backend: the report says
+    /// why the local sandbox is unavailable (with the fix) or what it would enforce.
+    pub fn host_report(config: &LocalConfig) -> HostReport {
+        let tools = match host::check_host() {
+            Ok(tools) => tools,
+            Err(e) => return HostReport::unavailable(e.to_string()),
+        };
+        if let Err(e) = match &config.python {
+            Some(path) => PythonRuntime::probe(path).map(|_| ()).map_err(|e| format!("python {}: {e}", path.display())),
+            None => PythonRuntime::detect().map(|_| ()).map_err(|e| e.to_string()),
+        } {
+            return HostReport::unavailable(e);
+        }
+        host_report_for(&tools, &Limiter::detect(tools.rootless), config)
     }
 
     /// The interpreter sandboxes run.
@@ -262,14 +302,28 @@ impl LocalBackend {
     }
 }
 
+fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalConfig) -> HostReport {
+    let (mode, uid) = if tools.rootless {
+        (IsolationMode::Rootless, crate::rootless::sandbox_uid())
+    } else {
+        (IsolationMode::Rootful, 0)
+    };
+    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits)
+}
+
 /// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).
 async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let launcher = &inner.launcher;
     let config = &launcher.config;
     let id = naming::new_sandbox_id();
-    let uid = naming::slot_uid(config.uid_base, config.uid_span, &id);
+    let uid = if launcher.tools.rootless {
+        crate::rootless::sandbox_uid()
+    } else {
+        naming::slot_uid(config.uid_base, config.uid_span, &id)
+    };
     // Guards exist before the spawn, so a failed spawn leaks nothing.
     let cgroup = Cgroup::create(
+        &inner.limiter,
         &id,
         CgroupLimits {
             memory_bytes: config.limits.memory_bytes,
@@ -278,7 +332,11 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         },
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
-    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid, config.limits.scratch_bytes)?;
+    let scratch = if launcher.tools.rootless {
+        ScratchDir::create_unmounted(&inner.scratch_root, &id)?
+    } else {
+        ScratchDir::create(&inner.scratch_root, &id, uid, config.limits.scratch_bytes)?
+    };
     let kernel = launcher
         .start_kernel(&Slot {
             uid,

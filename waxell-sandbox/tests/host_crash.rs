@@ -1,6 +1,7 @@
 //! A host process that panics (unwinding) or aborts (no destructors at all) leaves nothing behind:
 //! `--die-with-parent` kills the sandbox with the host, and the next backend sweeps the dead host's
 //! cgroups and scratch directories.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The `Sandbox` wrapper emits spans at the boundary, nested under the caller's span.
 //! nextest runs each test in its own process, so the global tracer provider is ours alone.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
+use opentelemetry_otlp::WithExportConfig as _;
+#[cfg(feature = "grpc")]
+use opentelemetry_otlp::WithTonicConfig as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
 use opentelemetry_sdk::Resource;
@@ -14,7 +17,9 @@ use opentelemetry_sdk::Resource;
 use crate::config::{self, BatchSettings, Capture, Protocol};
 use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate, Spill};
 use crate::export::jsonl::JsonLinesFile;
-use crate::export::transport::{ObservedClient, TransportLog};
+#[cfg(feature = "otlp-http")]
+use crate::export::transport::ObservedClient;
+use crate::export::transport::TransportLog;
 use crate::export::{default_trace_file, human, replay_hint, DropCounter, DroppedSpans, EmbeddedExporter};
 use crate::limits::SpanCap;
 use crate::scrub::{self, Scrubber};
@@ -28,23 +33,47 @@ pub enum InitError {
     /// An environment variable has a value we cannot use.
     #[error("environment variable {name}={value:?} is invalid: expected {expected}")]
     InvalidVariable {
+        /// The variable.
         name: String,
+        /// Its value (hidden for secrets).
         value: String,
+        /// What would have been valid.
         expected: String,
     },
     /// A builder setting is invalid.
     #[error("invalid setting {setting}: {message}")]
-    InvalidSetting { setting: &'static str, message: String },
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The OTLP exporter could not be built.
     #[error("could not build the OTLP {protocol} exporter for {endpoint}: {message}")]
     Exporter {
+        /// `http/protobuf`, `http/json` or `grpc`.
         protocol: &'static str,
+        /// The endpoint it was for.
         endpoint: String,
+        /// Why it could not be built.
         message: String,
     },
     /// The trace file could not be opened.
     #[error("could not open the trace file {path}: {source}")]
-    TraceFile { path: String, source: std::io::Error },
+    TraceFile {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The configuration asks for something this build of waxell left out.
+    #[error("{needed_for} needs waxell's cargo feature `{feature}`: enable it in Cargo.toml (waxell = {{ features = [\"{feature}\"] }})")]
+    FeatureMissing {
+        /// The cargo feature to enable.
+        feature: &'static str,
+        /// What the configuration asked for that needs it.
+        needed_for: String,
+    },
 }
 
 /// Set up telemetry from the environment (see the configuration reference in `docs/configuration.md`).
@@ -120,6 +149,7 @@ impl Builder {
         self.endpoint = Some(url.into());
         self
     }
+    /// The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); its cargo feature must be on.
     pub fn with_protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = Some(protocol);
         self
@@ -250,7 +280,8 @@ impl Builder {
             headers.push(("X-Wax-Key".to_owned(), cloud.key.clone()));
         }
         let mut runtime = None;
-        let mut meter_provider = None;
+        #[allow(unused_mut)] // assigned only when an OTLP feature is on
+        let mut meter_provider: Option<SdkMeterProvider> = None;
         let mut target = Target::None;
         let export_timeout = self.export_timeout.unwrap_or(env.export_timeout);
         let default_export = self.default_export.unwrap_or(true);
@@ -299,14 +330,17 @@ impl Builder {
                     runtime = rt;
                     let transport = (protocol != Protocol::Grpc).then_some(transport);
                     provider = provider.with_span_processor(limits.pipeline(exporter, transport)?);
-                    meter_provider = Some(otlp_meter_provider(
-                        url,
-                        protocol,
-                        &headers,
-                        export_timeout,
-                        resource,
-                        runtime.as_ref(),
-                    )?);
+                    #[cfg(any(feature = "otlp-http", feature = "grpc"))]
+                    {
+                        meter_provider = Some(otlp_meter_provider(
+                            url,
+                            protocol,
+                            &headers,
+                            export_timeout,
+                            resource,
+                            runtime.as_ref(),
+                        )?);
+                    }
                     target = Target::Otlp(url.clone());
                 }
                 None => {
@@ -422,8 +456,27 @@ fn protocol_name(p: Protocol) -> &'static str {
     }
 }
 
+/// The private Tokio runtime gRPC export runs on; uninhabited when the `grpc` feature is off.
+#[cfg(feature = "grpc")]
+type GrpcRuntime = tokio::runtime::Runtime;
+#[cfg(not(feature = "grpc"))]
+type GrpcRuntime = std::convert::Infallible;
+
+/// The error for a protocol whose cargo feature this build lacks.
+#[allow(dead_code)] // unused when every export feature is on
+fn feature_missing(protocol: Protocol, endpoint: &str, feature: &'static str) -> InitError {
+    InitError::FeatureMissing {
+        feature,
+        needed_for: format!(
+            "OTLP {} export to {endpoint} (OTEL_EXPORTER_OTLP_PROTOCOL or the builder's protocol)",
+            protocol_name(protocol)
+        ),
+    }
+}
+
 /// A private Tokio runtime for tonic: gRPC export then works from a plain `main`, a current-thread
 /// runtime or a multi-thread one alike, and shutdown never waits on the user's runtime.
+#[cfg(feature = "grpc")]
 fn grpc_runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -432,19 +485,43 @@ fn grpc_runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
         .build()
 }
 
+#[cfg(feature = "otlp-http")]
+use opentelemetry_otlp::WithHttpConfig as _;
+
+#[cfg(feature = "otlp-http")]
+fn http_protocol(protocol: Protocol) -> opentelemetry_otlp::Protocol {
+    if protocol == Protocol::HttpJson {
+        opentelemetry_otlp::Protocol::HttpJson
+    } else {
+        opentelemetry_otlp::Protocol::HttpBinary
+    }
+}
+
+#[cfg(feature = "otlp-http")]
+fn http_client(timeout: Duration) -> Result<reqwest::blocking::Client, String> {
+    crate::http::blocking_client(move |b| b.timeout(timeout))
+}
+
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
+type SpanExporter = opentelemetry_otlp::SpanExporter;
+#[cfg(not(any(feature = "otlp-http", feature = "grpc")))]
+type SpanExporter = EmbeddedExporter;
+
 fn otlp_exporter(
     url: &str,
     protocol: Protocol,
     headers: &[(String, String)],
     timeout: Duration,
     transport: Arc<TransportLog>,
-) -> Result<(opentelemetry_otlp::SpanExporter, Option<tokio::runtime::Runtime>), InitError> {
+) -> Result<(SpanExporter, Option<GrpcRuntime>), InitError> {
     let fail = |message: String| InitError::Exporter {
         protocol: protocol_name(protocol),
         endpoint: url.to_owned(),
         message,
     };
+    let _ = (&fail, headers, timeout, &transport);
     match protocol {
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let runtime = grpc_runtime().map_err(|e| fail(e.to_string()))?;
             let _entered = runtime.enter();
@@ -459,29 +536,34 @@ fn otlp_exporter(
                 .map_err(|e| fail(e.to_string()))?;
             Ok((exporter, Some(runtime)))
         }
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => Err(feature_missing(protocol, url, "grpc")),
+        #[cfg(feature = "otlp-http")]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
-                .with_protocol(if protocol == Protocol::HttpJson {
-                    opentelemetry_otlp::Protocol::HttpJson
-                } else {
-                    opentelemetry_otlp::Protocol::HttpBinary
-                })
+                .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
                 // The exporter's own retry loop would back off on a refused connection (seconds at exit
                 // with the collector down); the fail-open exporter retries only what can help, from what
                 // this client observed.
-                .with_http_client(ObservedClient::new(timeout, transport).map_err(fail)?)
+                .with_http_client(ObservedClient::new(
+                    http_client(timeout).map_err(fail)?,
+                    transport,
+                ))
                 .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_headers(headers.iter().cloned().collect())
                 .build()
                 .map_err(|e| fail(e.to_string()))?;
             Ok((exporter, None))
         }
+        #[cfg(not(feature = "otlp-http"))]
+        Protocol::HttpProtobuf | Protocol::HttpJson => Err(feature_missing(protocol, url, "otlp-http")),
     }
 }
 
+#[cfg(feature = "grpc")]
 fn metadata(headers: &[(String, String)]) -> Result<tonic::metadata::MetadataMap, String> {
     let mut map = tonic::metadata::MetadataMap::new();
     for (k, v) in headers {
@@ -496,20 +578,23 @@ fn metadata(headers: &[(String, String)]) -> Result<tonic::metadata::MetadataMap
 }
 
 /// Metrics go next to the traces: `/v1/metrics` beside `/v1/traces` for HTTP, the same address for gRPC.
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 fn otlp_meter_provider(
     traces_url: &str,
     protocol: Protocol,
     headers: &[(String, String)],
     timeout: Duration,
     resource: Resource,
-    runtime: Option<&tokio::runtime::Runtime>,
+    runtime: Option<&GrpcRuntime>,
 ) -> Result<SdkMeterProvider, InitError> {
     let fail = |message: String| InitError::Exporter {
         protocol: protocol_name(protocol),
         endpoint: traces_url.to_owned(),
         message,
     };
+    let _ = runtime;
     let exporter = match protocol {
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let _entered = runtime.map(|rt| rt.enter());
             opentelemetry_otlp::MetricExporter::builder()
@@ -520,7 +605,8 @@ fn otlp_meter_provider(
                 .with_metadata(metadata(headers).map_err(fail)?)
                 .build()
         }
-        _ => {
+        #[cfg(feature = "otlp-http")]
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
             let url = std::env::var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
                 .ok()
                 .filter(|s| !s.is_empty())
@@ -530,12 +616,16 @@ fn otlp_meter_provider(
                 });
             opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
+                .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
                 .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_headers(headers.iter().cloned().collect())
+                .with_http_client(http_client(timeout).map_err(fail)?)
                 .build()
         }
+        #[allow(unreachable_patterns)] // reachable only when a protocol's feature is off
+        _ => return Err(fail("no exporter for this protocol in this build".into())),
     }
     .map_err(|e| fail(e.to_string()))?;
     Ok(SdkMeterProvider::builder()
@@ -557,7 +647,8 @@ enum Target {
 pub struct Guard {
     provider: Option<SdkTracerProvider>,
     meter_provider: Option<SdkMeterProvider>,
-    runtime: Option<tokio::runtime::Runtime>,
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    runtime: Option<GrpcRuntime>,
     target: Target,
     shutdown_timeout: Duration,
     /// Drop tallies of the default export pipeline (all zero when telemetry is off).
@@ -670,6 +761,7 @@ impl Guard {
             }
             traces
         });
+        #[cfg(feature = "grpc")]
         if let Some(rt) = self.runtime.take() {
             // Never blocks, so the guard may be dropped inside async code.
             rt.shutdown_background();

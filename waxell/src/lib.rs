@@ -40,16 +40,24 @@ pub mod cli;
 mod cloud;
 mod config;
 mod decision;
+#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
+#[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
+mod http;
 mod init;
+#[cfg(feature = "llm")]
+pub mod integrations;
 mod limits;
+#[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(any(feature = "llm", feature = "e2b"))]
 mod retry_after;
 mod run;
 pub mod sandbox;
 mod score;
 mod scrub;
+mod secret;
 pub mod semconv;
 pub(crate) mod telemetry;
 
@@ -57,6 +65,7 @@ pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
 pub use init::{builder, init, Builder, Guard, InitError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
+pub use secret::Secret;
 
 /// A `tracing` layer that puts `tracing` spans in the same traces as waxell's, nesting both ways (sync and
 /// async): a `#[tool]` called inside a `tracing` span is its child, and a `tracing` span entered inside an
@@ -88,7 +97,10 @@ pub use waxell_macros::{agent, decision, reasoning, retrieval, step, tool, Decis
 /// Support for the macros' expansions. Not public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::capture::outcome::*;
+    pub use crate::capture::outcome::{
+        PlainAny, PlainDebug, PlainSer, ResultAnyAny, ResultAnyDebug, ResultAnyDisplay, ResultDebugDisplay,
+        ResultSerDisplay,
+    };
     pub use crate::capture::{CaptureViaDebug, CaptureViaSerialize, CaptureViaTypeName, Captured, Probe};
     pub use crate::run::{Args, Instrumented, Kind, Meta, Run};
 }

@@ -138,10 +138,12 @@ pub(crate) fn content_preview(text: &str, max_chars: usize) -> String {
 
 /// The meter for waxell's metrics (`gen_ai.client.*`). A no-op meter unless `init()` configured an
 /// OTLP endpoint.
+#[cfg_attr(not(feature = "llm"), allow(dead_code))]
 pub(crate) fn meter() -> opentelemetry::metrics::Meter {
     opentelemetry::global::meter_with_scope(scope())
 }
 
+#[cfg(feature = "llm")]
 /// Record a decision (a `decide {name}` span under the current context, plus the
 /// `decision_confidence:{name}` score when a confidence is given). Used by the LLM client for
 /// `tool_call:{name}` decisions.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use waxell::sandbox::{Execution, RunOptions, SandboxOptions, SandboxSession};
-use waxell_sandbox::{LocalBackend, LocalConfig, LocalSandbox};
+use waxell_sandbox::{Feature, IsolationMode, LocalBackend, LocalConfig, LocalSandbox};
 
 pub fn config() -> LocalConfig {
     LocalConfig::default()
@@ -19,6 +19,31 @@ pub fn backend() -> LocalBackend {
 
 pub fn backend_with(config: LocalConfig) -> LocalBackend {
     LocalBackend::new(config).expect("the sandbox must be available: run scripts/setup-sandbox.sh")
+}
+
+/// Whether the backend runs rootless (a user namespace; see docs/sandbox.md for what differs).
+pub fn rootless(backend: &LocalBackend) -> bool {
+    backend.capabilities().mode == Some(IsolationMode::Rootless)
+}
+
+/// Whether `backend` fully enforces `feature` on this host. When it does not, the test log states
+/// which limit this host cannot enforce, quoting the host report (which the caller then relies on).
+pub fn enforced(backend: &LocalBackend, feature: Feature) -> bool {
+    let report = backend.capabilities();
+    if report.enforces(feature) {
+        return true;
+    }
+    let check = report
+        .check(feature)
+        .unwrap_or_else(|| panic!("the host report has no line for {feature:?}"));
+    eprintln!(
+        "NOT ENFORCED on this host ({feature:?}, {:?}): {}; fix: {}",
+        check.status,
+        check.detail,
+        check.fix.as_deref().unwrap_or("none given")
+    );
+    assert!(check.fix.is_some(), "the report gives no fix for {feature:?}");
+    false
 }
 
 pub async fn sandbox(backend: &LocalBackend) -> LocalSandbox {

@@ -133,6 +133,7 @@ pub(crate) fn read_requests(path: &Path, from: u64, first_line: usize) -> Result
 }
 
 /// Spans in a request.
+#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
 pub(crate) fn span_count(request: &ExportTraceServiceRequest) -> usize {
     request
         .resource_spans

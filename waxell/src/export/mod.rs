@@ -5,11 +5,13 @@
 mod console;
 pub(crate) mod fail_open;
 pub(crate) mod jsonl;
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 mod replay;
 mod show;
 pub(crate) mod transport;
 
 pub use fail_open::{DropCounter, DroppedSpans, SavedSpans};
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 pub use replay::{replay, replay_with, ReplayError, ReplayReport, ReplaySummary};
 pub use show::{follow, read_trace_file, render_trace_file, ShowError};
 

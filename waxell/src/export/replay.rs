@@ -103,6 +103,17 @@ pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport,
         }
     };
     match settings.protocol {
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => {
+            for (line, request) in &requests {
+                note(
+                    *line,
+                    span_count(request),
+                    Err("replay over gRPC needs waxell's cargo feature `grpc`".into()),
+                );
+            }
+        }
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -147,15 +158,26 @@ pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport,
                 }
             });
         }
+        #[cfg(not(feature = "otlp-http"))]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
-            let client = reqwest::blocking::Client::builder()
-                .timeout(settings.timeout)
-                .build()
-                .map_err(|e| ReplayError::Send {
+            for (line, request) in &requests {
+                note(
+                    *line,
+                    span_count(request),
+                    Err("replay over HTTP needs waxell's cargo feature `otlp-http`".into()),
+                );
+            }
+        }
+        #[cfg(feature = "otlp-http")]
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            let timeout = settings.timeout;
+            let client = crate::http::blocking_client(move |b| b.timeout(timeout)).map_err(|message| {
+                ReplayError::Send {
                     endpoint: endpoint.clone(),
                     line: 0,
-                    message: e.to_string(),
-                })?;
+                    message,
+                }
+            })?;
             for (line, request) in &requests {
                 let outcome = send_http(&client, &endpoint, settings, request);
                 note(*line, span_count(request), outcome);
@@ -166,12 +188,14 @@ pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport,
 }
 
 /// Spans the collector said it rejected (`partial_success`).
+#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
 fn rejected(response: Option<ExportTraceServiceResponse>) -> i64 {
     response
         .and_then(|r| r.partial_success)
         .map_or(0, |p| p.rejected_spans)
 }
 
+#[cfg(feature = "otlp-http")]
 fn send_http(
     client: &reqwest::blocking::Client,
     endpoint: &str,

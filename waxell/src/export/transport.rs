@@ -4,12 +4,11 @@
 //! connection with back-off, which is what made a dead collector slow the exit); retries happen in
 //! `fail_open`, only where they can help and never during shutdown.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-
 /// What the last request came to.
+#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Nothing listens at the address (or the host is unreachable): final, no retry can help now.
@@ -53,76 +52,85 @@ impl TransportLog {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
+    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
     pub(crate) fn set(&self, outcome: Outcome) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
     }
 }
 
-/// A blocking reqwest client that records each request's outcome in a [`TransportLog`].
-#[derive(Debug)]
-pub(crate) struct ObservedClient {
-    inner: reqwest::blocking::Client,
-    log: Arc<TransportLog>,
-}
+#[cfg(feature = "otlp-http")]
+pub(crate) use client::{classify, ObservedClient};
 
-impl ObservedClient {
-    /// Built on a helper thread: a blocking reqwest client may not be built inside an async runtime, and
-    /// `init()` is often called from one.
-    pub(crate) fn new(timeout: Duration, log: Arc<TransportLog>) -> Result<Self, String> {
-        let inner = std::thread::spawn(move || {
-            reqwest::blocking::Client::builder()
-                .timeout(timeout)
-                .build()
-                .map_err(|e| e.to_string())
-        })
-        .join()
-        .map_err(|_| "building the HTTP client panicked".to_owned())??;
-        Ok(Self { inner, log })
+#[cfg(feature = "otlp-http")]
+mod client {
+    use std::sync::Arc;
+
+    use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+
+    use super::{Outcome, TransportLog};
+
+    /// A blocking reqwest client that records each request's outcome in a [`TransportLog`].
+    #[derive(Debug)]
+    pub(crate) struct ObservedClient {
+        inner: reqwest::blocking::Client,
+        log: Arc<TransportLog>,
     }
-}
 
-#[async_trait::async_trait]
-impl HttpClient for ObservedClient {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let result = self.inner.send_bytes(request).await;
-        self.log.set(match &result {
-            Ok(response) => Outcome::Status {
-                code: response.status().as_u16(),
-                retry_after: crate::retry_after::from_headers(response.headers()),
-            },
-            Err(e) => classify(e.as_ref()),
-        });
-        result
-    }
-}
-
-/// A transport error as a short reason, telling a refused connection from the rest.
-pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> Outcome {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    let mut innermost = error.to_string();
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            match io.kind() {
-                ConnectionRefused => {
-                    return Outcome::Refused("connection refused (is the collector running?)".into())
-                }
-                HostUnreachable | NetworkUnreachable | AddrNotAvailable => {
-                    return Outcome::Refused(format!("collector unreachable: {io}"))
-                }
-                TimedOut => return Outcome::Network("no answer before the export timeout".into()),
-                _ => {}
-            }
+    impl ObservedClient {
+        pub(crate) fn new(inner: reqwest::blocking::Client, log: Arc<TransportLog>) -> Self {
+            Self { inner, log }
         }
-        if let Some(r) = e.downcast_ref::<reqwest::Error>() {
-            if r.is_timeout() {
-                return Outcome::Network("no answer before the export timeout".into());
-            }
-        }
-        innermost = e.to_string();
-        source = e.source();
     }
-    Outcome::Network(innermost)
+
+    #[async_trait::async_trait]
+    impl HttpClient for ObservedClient {
+        async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+            let result = self.inner.send_bytes(request).await;
+            self.log.set(match &result {
+                Ok(response) => Outcome::Status {
+                    code: response.status().as_u16(),
+                    // Delta-seconds, the form collectors send; an HTTP-date falls back to the back-off.
+                    retry_after: response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok()),
+                },
+                Err(e) => classify(e.as_ref()),
+            });
+            result
+        }
+    }
+
+    /// A transport error as a short reason, telling a refused connection from the rest.
+    pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> Outcome {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        let mut innermost = error.to_string();
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind::*;
+                match io.kind() {
+                    ConnectionRefused => {
+                        return Outcome::Refused("connection refused (is the collector running?)".into())
+                    }
+                    HostUnreachable | NetworkUnreachable | AddrNotAvailable => {
+                        return Outcome::Refused(format!("collector unreachable: {io}"))
+                    }
+                    TimedOut => return Outcome::Network("no answer before the export timeout".into()),
+                    _ => {}
+                }
+            }
+            if let Some(r) = e.downcast_ref::<reqwest::Error>() {
+                if r.is_timeout() {
+                    return Outcome::Network("no answer before the export timeout".into());
+                }
+            }
+            innermost = e.to_string();
+            source = e.source();
+        }
+        Outcome::Network(innermost)
+    }
 }
 
 /// A gRPC export error, classified from its text (tonic reports a refused connection inside its status).

@@ -105,10 +105,12 @@ impl Sandbox {
         Self { backend, session }
     }
 
+    /// The backend's name (`local`, `e2b`, ...), as recorded on spans.
     pub fn backend(&self) -> &'static str {
         self.backend
     }
 
+    /// The sandbox's id.
     pub fn sandbox_id(&self) -> &str {
         self.session.sandbox_id()
     }
@@ -299,18 +301,22 @@ impl Sandbox {
         .await
     }
 
+    /// The contexts this sandbox has.
     pub async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
         self.session.list_contexts().await
     }
 
+    /// Restart a context: its state is lost, its id kept.
     pub async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
         self.session.restart_context(context_id).await
     }
 
+    /// Remove a context and its state.
     pub async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
         self.session.remove_context(context_id).await
     }
 
+    /// Extend or shorten the sandbox's lifetime, counted from now.
     pub async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.session.set_timeout(timeout).await
     }
