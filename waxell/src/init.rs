@@ -773,7 +773,8 @@ impl Guard {
         let _ = result;
         // The report above told the user; the error says the same to the caller.
         let (dropped, saved) = (self.counters.dropped(), self.counters.saved());
-        if dropped.total() > 0 {
+        // Spans over the per-run cap are dropped by policy, not because export failed.
+        if dropped.total() > dropped.over_span_cap {
             Err(dropped.to_string())
         } else if saved.total() > 0 {
             Err(format!("the collector did not take every span: {saved}"))
