@@ -12,7 +12,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
 
 /// Where the v1 controllers are mounted.
 pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -347,20 +347,59 @@ fn read_pids(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
+/// SIGKILL every member of the group until it is empty. Immune to pid reuse: a pid read from
+/// `cgroup.procs` may belong to another process by the time it is signalled, so each one is opened
+/// as a pidfd first and signalled only if that very process is still in this group.
 fn kill_until_empty(dir: &Path) {
     for _ in 0..500 {
         let pids = read_pids(dir);
         if pids.is_empty() {
             return;
         }
-        for pid in pids {
-            if let Some(pid) = Pid::from_raw(pid as i32) {
-                let _ = kill_process(pid, Signal::KILL);
-            }
+        let signalled = pids.into_iter().filter(|&pid| kill_member(dir, pid)).count();
+        if signalled == 0 {
+            return; // what is listed is no longer (or never was) a member
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     tracing::warn!(group = %dir.display(), "processes survived SIGKILL for 1 s");
+}
+
+fn kill_member(dir: &Path, pid: u32) -> bool {
+    let Some(raw) = Pid::from_raw(pid as i32) else {
+        return false;
+    };
+    // The pidfd names one process for good; the membership check below is about that process
+    // (if it died and the pid was recycled, /proc/<pid> is another process in another group).
+    let Ok(pidfd) = pidfd_open(raw, PidfdFlags::empty()) else {
+        return false;
+    };
+    if !is_member(dir, pid) {
+        return false;
+    }
+    pidfd_send_signal(&pidfd, Signal::KILL).is_ok()
+}
+
+/// Whether `/proc/<pid>/cgroup` places the process in `dir` (a v1 controller's group).
+fn is_member(dir: &Path, pid: u32) -> bool {
+    let Ok(relative) = dir.strip_prefix(CGROUP_ROOT) else {
+        return false;
+    };
+    let mut parts = relative.components();
+    let Some(controller) = parts.next().map(|c| c.as_os_str().to_string_lossy().into_owned()) else {
+        return false;
+    };
+    let group = Path::new("/").join(parts.as_path());
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return false;
+    };
+    text.lines().any(|line| {
+        let mut fields = line.splitn(3, ':');
+        let _ = fields.next();
+        let controllers = fields.next().unwrap_or("");
+        controllers.split(',').any(|c| c == controller)
+            && fields.next().map(Path::new) == Some(group.as_path())
+    })
 }
 
 /// rmdir with retries: the kernel releases a group shortly after its last process is reaped.
@@ -396,4 +435,25 @@ pub(crate) fn sweep_stale() {
 /// The subtree's path for a controller (tests check that nothing is left behind).
 pub fn subtree_dir(controller: &str) -> PathBuf {
     Path::new(CGROUP_ROOT).join(controller).join(SUBTREE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (pid reuse): a pid listed in a group's `cgroup.procs` that belongs to a process
+    /// outside the group, as after the member died and its pid was recycled, is never signalled.
+    #[test]
+    fn a_listed_pid_outside_the_group_is_not_killed() {
+        let mut bystander = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let dir = std::env::temp_dir().join(format!("waxell-cgroup-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.procs"), format!("{}\n", bystander.id())).unwrap();
+        kill_until_empty(&dir);
+        let alive = bystander.try_wait().unwrap().is_none();
+        let _ = bystander.kill();
+        let _ = bystander.wait();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(alive, "a process outside the group was killed");
+    }
 }

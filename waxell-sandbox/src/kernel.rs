@@ -20,6 +20,8 @@ use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage,
 const READY_LINE_LIMIT: usize = 64 << 10;
 /// Largest line read while draining an abandoned execution.
 const ABANDONED_LINE_LIMIT: usize = 64 << 20;
+/// How long the main thread may take to go idle after a real `done`.
+const DONE_CONFIRM_LIMIT: Duration = Duration::from_millis(250);
 /// bwrap's own stderr kept for error messages.
 const STDERR_TAIL_LIMIT: usize = 8 << 10;
 
@@ -29,6 +31,8 @@ pub(crate) struct ReadyInfo {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
     pub(crate) prefix: String,
+    /// The kernel's fd of the request pipe. Trusted: `ready` comes before any cell code runs.
+    pub(crate) request_fd: i32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,7 +118,6 @@ pub(crate) struct KernelProcess {
     to_kernel: pipe::Sender,
     from_kernel: LineReader,
     stderr_tail: Arc<Mutex<String>>,
-    next_id: u64,
     /// False once killed or dead: the context must start a new kernel.
     alive: bool,
     /// The launcher has been waited for; its pid must not be signalled any more.
@@ -125,6 +128,14 @@ pub(crate) struct KernelProcess {
     unfinished: Option<u64>,
     /// The launcher's exit status once reaped.
     exit_status: Option<std::process::ExitStatus>,
+    /// Inode of the request pipe (host -> kernel) and the kernel's fd for it (from `ready`).
+    request_ino: u64,
+    request_fd: Option<i32>,
+    /// The interpreter's host pid and a pidfd on it: interrupts are SIGINT through the pidfd (never
+    /// a recycled pid), and `done` is believed only while this process's main thread is idle.
+    interpreter: Option<(u32, OwnedFd)>,
+    /// `done` frames not followed by an idle main thread (written by cell code).
+    forged_done: u64,
 }
 
 impl std::fmt::Debug for KernelProcess {
@@ -139,6 +150,7 @@ impl std::fmt::Debug for KernelProcess {
 impl KernelProcess {
     pub(crate) fn attach(mut child: Child) -> Result<Self, SandboxError> {
         let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
+        let request_ino = rustix::fs::fstat(&stdin).map_err(io::Error::from)?.st_ino;
         let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
         let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
         let stderr_tail = Arc::new(Mutex::new(String::new()));
@@ -151,12 +163,15 @@ impl KernelProcess {
             },
             stderr_tail: stderr_tail.clone(),
             child,
-            next_id: 1,
             alive: true,
             reaped: false,
             inner_pids: Vec::new(),
             unfinished: None,
             exit_status: None,
+            request_ino,
+            request_fd: None,
+            interpreter: None,
+            forged_done: 0,
         };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
@@ -193,6 +208,9 @@ impl KernelProcess {
     }
 
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
+        self.interpreter = rustix::process::Pid::from_raw(pids[0] as i32)
+            .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
+            .map(|fd| (pids[0], fd));
         self.inner_pids = pids
             .iter()
             .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
@@ -230,7 +248,10 @@ impl KernelProcess {
             }
         };
         match serde_json::from_slice::<KernelMessage>(&line) {
-            Ok(KernelMessage::Ready(info)) => Ok(info),
+            Ok(KernelMessage::Ready(info)) => {
+                self.request_fd = Some(info.request_fd);
+                Ok(info)
+            }
             _ => {
                 self.kill();
                 Err(SandboxError::Protocol {
@@ -238,6 +259,51 @@ impl KernelProcess {
                     received: String::from_utf8_lossy(&line).chars().take(200).collect(),
                 })
             }
+        }
+    }
+
+    /// SIGINT to the interpreter (KeyboardInterrupt in the cell; the state survives).
+    fn interrupt(&self) -> io::Result<()> {
+        let Some((_, pidfd)) = &self.interpreter else {
+            return Err(io::Error::other("the interpreter's pid is unknown"));
+        };
+        rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::INT).map_err(io::Error::from)
+    }
+
+    /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
+    /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
+    /// frame written by cell code, from any thread, cannot fake it.
+    fn main_thread_idle(&self) -> bool {
+        let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
+            return true; // nothing to check against: fall back to believing `done`
+        };
+        let Ok(syscall) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) else {
+            return false;
+        };
+        let mut fields = syscall.split_whitespace();
+        let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
+        let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
+        let pipe = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .map(|target| target.as_os_str() == format!("pipe:[{}]", self.request_ino).as_str())
+            .unwrap_or(false);
+        in_read && on_fd && pipe
+    }
+
+    /// A `done` for the current run is real only if the main thread then goes idle (within
+    /// `DONE_CONFIRM_LIMIT`, the real kernel gets there in microseconds, and past `until` by at
+    /// most 50 ms, so a flood of forged frames cannot hold off the run's timeout while a real
+    /// `done` just at the deadline is still confirmed).
+    async fn confirm_done(&self, until: Instant) -> bool {
+        let now = Instant::now();
+        let deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
+        loop {
+            if self.main_thread_idle() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -263,7 +329,7 @@ impl KernelProcess {
     /// if it does not finish within `grace`.
     pub(crate) async fn settle_abandoned(&mut self, grace: Duration) {
         let Some(id) = self.unfinished.take() else { return };
-        if self.send(serde_json::json!({"type": "interrupt"})).await.is_err() {
+        if self.interrupt().is_err() {
             self.kill();
             return;
         }
@@ -276,7 +342,7 @@ impl KernelProcess {
             match line {
                 Ok(Some(line)) => {
                     if let Ok(KernelMessage::Done { id: Some(done), .. }) = serde_json::from_slice(&line) {
-                        if done == id {
+                        if done == id && self.confirm_done(deadline).await {
                             return;
                         }
                     }
@@ -296,8 +362,8 @@ impl KernelProcess {
         limits: &ExecLimits,
         cgroup: &Cgroup,
     ) -> Result<Execution, SandboxError> {
-        let id = self.next_id;
-        self.next_id += 1;
+        // Unguessable: a frame cell code writes for a later run cannot name it.
+        let id = unguessable_id();
         let oom_before = cgroup.oom_kills();
         let mut execution = Execution::default();
         let mut truncated = false;
@@ -320,7 +386,7 @@ impl KernelProcess {
                     }
                     interrupted = true;
                     // Interrupt first: KeyboardInterrupt ends the cell and the state survives.
-                    let _ = self.send(serde_json::json!({"type": "interrupt"})).await;
+                    let _ = self.interrupt();
                     deadline = Instant::now() + limits.grace;
                     continue;
                 }
@@ -394,6 +460,14 @@ impl KernelProcess {
                     execution_count,
                     truncated: t,
                 } if mid == id => {
+                    if !self.confirm_done(deadline).await {
+                        self.forged_done += 1;
+                        tracing::warn!(
+                            forged = self.forged_done,
+                            "ignoring a forged `done` frame (the interpreter's main thread is still busy)"
+                        );
+                        continue;
+                    }
                     execution.execution_count = Some(execution_count);
                     truncated = t;
                     self.unfinished = None;
@@ -551,6 +625,17 @@ impl Drop for KernelProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A fresh 63-bit run id nobody can predict: SipHash, keyed randomly per process, over a counter.
+/// Both ends parse JSON integers exactly, so the full width is safe.
+fn unguessable_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish() >> 1
 }
 
 /// Start time (clock ticks since boot) of a live, non-zombie process; `None` once it is gone.

@@ -42,7 +42,10 @@
 
 #![deny(unsafe_code)]
 
+// Used only by the Linux modules (and the stub's constructor) elsewhere.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod capabilities;
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod config;
 #[cfg(feature = "server")]
 pub mod server;

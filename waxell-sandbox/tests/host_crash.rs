@@ -29,7 +29,7 @@ async fn crash_helper() {
     .await;
     let footprint = footprint(&sandbox);
     let record = serde_json::json!({
-        "scratch": footprint.scratch, "cgroups": footprint.cgroups, "pids": footprint.pids,
+        "scratch": footprint.scratch, "mounts": footprint.mounts, "cgroups": footprint.cgroups, "pids": footprint.pids,
     });
     std::fs::write(&out, record.to_string()).unwrap();
     match mode.as_str() {
@@ -58,6 +58,7 @@ fn crash(mode: &str) -> Footprint {
     };
     Footprint {
         scratch: record["scratch"].as_str().unwrap().into(),
+        mounts: paths(&record["mounts"]),
         cgroups: paths(&record["cgroups"]),
         pids: record["pids"]
             .as_array()

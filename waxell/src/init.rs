@@ -76,6 +76,74 @@ pub enum InitError {
     },
 }
 
+/// Why [`Guard::force_flush`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// The flush did not finish in time (the guard's shutdown timeout); spans still queued may be lost.
+    #[error("telemetry flush did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry flush failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry flush: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// Why [`Guard::shutdown`] failed. Spans the exporter had not sent by then were dropped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Shutdown did not finish in time (the guard's shutdown timeout); unsent spans were dropped.
+    #[error("telemetry shutdown did not finish within {0:?}; unsent spans were dropped")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry shutdown failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry shutdown: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// What went wrong in a bounded flush or shutdown, before it is typed for the caller.
+enum Bounded {
+    Timeout(Duration),
+    Export(String),
+    AlreadyShutDown,
+}
+
+impl From<opentelemetry_sdk::error::OTelSdkError> for Bounded {
+    fn from(e: opentelemetry_sdk::error::OTelSdkError) -> Self {
+        use opentelemetry_sdk::error::OTelSdkError;
+        match e {
+            OTelSdkError::AlreadyShutdown => Self::AlreadyShutDown,
+            OTelSdkError::Timeout(t) => Self::Timeout(t),
+            other => Self::Export(other.to_string()),
+        }
+    }
+}
+
+impl From<Bounded> for FlushError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
+}
+
+impl From<Bounded> for ShutdownError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
+}
+
 /// Set up telemetry from the environment (see the configuration reference in `docs/configuration.md`).
 ///
 /// With an OTLP endpoint configured (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...), spans go there; without one, the
@@ -712,18 +780,19 @@ impl Guard {
     /// current-thread Tokio runtime; waits at most the exit budget (`with_shutdown_timeout`), then stops
     /// waiting for the collector (what it had not taken is saved to the trace file when its export ends
     /// badly, or at shutdown).
-    pub fn force_flush(&self) -> Result<(), String> {
+    pub fn force_flush(&self) -> Result<(), FlushError> {
         let Some(provider) = self.provider.clone() else {
             return Ok(());
         };
         let meter = self.meter_provider.clone();
         let result = run_bounded("flush", self.shutdown_timeout, move || {
-            let traces = provider.force_flush().map_err(|e| e.to_string());
+            let traces = provider.force_flush().map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.force_flush();
             }
             traces
-        });
+        })
+        .map_err(FlushError::from);
         if result.is_err() && self.counters.0.exporting_now() {
             self.counters.0.abandon_in_flight();
         }
@@ -731,11 +800,11 @@ impl Guard {
     }
 
     /// Flush and shut down now, reporting what went wrong.
-    pub fn shutdown(mut self) -> Result<(), String> {
+    pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         self.shutdown_inner()
     }
 
-    fn shutdown_inner(&mut self) -> Result<(), String> {
+    fn shutdown_inner(&mut self) -> Result<(), ShutdownError> {
         let Some(provider) = self.provider.take() else {
             return Ok(());
         };
@@ -749,7 +818,7 @@ impl Guard {
         let result = run_bounded("shutdown", budget + SHUTDOWN_SLACK, move || {
             let traces = provider
                 .shutdown_with_timeout(budget + SHUTDOWN_SLACK / 2)
-                .map_err(|e| e.to_string());
+                .map_err(Bounded::from);
             if let Some(m) = meter {
                 // A collector that just failed the traces gets no more of the budget for metrics.
                 let left = budget.saturating_sub(started.elapsed());
@@ -760,7 +829,8 @@ impl Guard {
                 });
             }
             traces
-        });
+        })
+        .map_err(ShutdownError::from);
         #[cfg(feature = "grpc")]
         if let Some(rt) = self.runtime.take() {
             // Never blocks, so the guard may be dropped inside async code.
@@ -775,9 +845,11 @@ impl Guard {
         let (dropped, saved) = (self.counters.dropped(), self.counters.saved());
         // Spans over the per-run cap are dropped by policy, not because export failed.
         if dropped.total() > dropped.over_span_cap {
-            Err(dropped.to_string())
+            Err(ShutdownError::Export(dropped.to_string()))
         } else if saved.total() > 0 {
-            Err(format!("the collector did not take every span: {saved}"))
+            Err(ShutdownError::Export(format!(
+                "the collector did not take every span: {saved}"
+            )))
         } else {
             Ok(())
         }
@@ -826,8 +898,8 @@ fn exit_report(counter: &DropCounter, target: &Target, budget: Duration) -> Vec<
 fn run_bounded(
     what: &str,
     timeout: Duration,
-    work: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<(), String> {
+    work: impl FnOnce() -> Result<(), Bounded> + Send + 'static,
+) -> Result<(), Bounded> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("waxell-{what}"))
@@ -835,14 +907,11 @@ fn run_bounded(
             let _ = tx.send(work());
         });
     if let Err(e) = spawned {
-        return Err(format!("could not start the {what} thread: {e}"));
+        return Err(Bounded::Export(format!("could not start the {what} thread: {e}")));
     }
     match rx.recv_timeout(timeout) {
         Ok(result) => result,
-        Err(_) => Err(format!(
-            "telemetry {what} did not finish within {}",
-            human(timeout)
-        )),
+        Err(_) => Err(Bounded::Timeout(timeout)),
     }
 }
 

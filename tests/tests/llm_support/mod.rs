@@ -1,24 +1,19 @@
-//! Span capture for the LLM-crate integration tests (nextest: one process per test, so a global
-//! provider per test is fine).
+//! Span capture for the LLM-crate integration tests: each test captures its own spans with
+//! `waxell::testing`, so the tests share one process.
 #![allow(dead_code, unreachable_pub)]
 
 use opentelemetry::Value;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 
 /// A secret that must never reach a span.
 pub const PLANTED_KEY: &str = "sk-proj-PlantedOpenAiKey0123456789abcdef";
 
-pub fn capture_spans() -> InMemorySpanExporter {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider);
-    exporter
+pub fn capture_spans() -> waxell::testing::Capture {
+    waxell::testing::capture()
 }
 
-pub fn spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
-    exporter.get_finished_spans().unwrap()
+pub fn spans(capture: &waxell::testing::Capture) -> Vec<SpanData> {
+    capture.spans().iter().map(|span| span.data().clone()).collect()
 }
 
 pub fn named<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {

@@ -81,14 +81,21 @@ pub async fn eval(sandbox: &LocalSandbox, code: &str) -> String {
 /// Everything a sandbox owns on the host.
 pub struct Footprint {
     pub scratch: PathBuf,
+    /// The host tmpfs mounts bound at /tmp and /dev/shm.
+    pub mounts: Vec<PathBuf>,
     pub cgroups: Vec<PathBuf>,
     pub pids: Vec<u32>,
 }
 
 pub fn footprint(sandbox: &LocalSandbox) -> Footprint {
     let id = sandbox.sandbox_id().to_owned();
+    let scratch = sandbox.scratch_dir().to_owned();
     Footprint {
-        scratch: sandbox.scratch_dir().to_owned(),
+        mounts: ["tmp", "shm"]
+            .iter()
+            .map(|m| scratch.with_file_name(format!("{id}.{m}")))
+            .collect(),
+        scratch,
         cgroups: ["memory", "pids", "cpu"]
             .iter()
             .map(|c| waxell_sandbox::cgroup_subtree_dir(c).join(&id))
@@ -108,6 +115,10 @@ pub fn assert_gone(footprint: &Footprint) {
         "scratch tmpfs {} left mounted",
         footprint.scratch.display()
     );
+    for mount in &footprint.mounts {
+        assert!(!mount.exists(), "tmpfs {} left behind", mount.display());
+        assert!(!is_mount_point(mount), "tmpfs {} left mounted", mount.display());
+    }
     for cgroup in &footprint.cgroups {
         assert!(!cgroup.exists(), "cgroup {} left behind", cgroup.display());
     }

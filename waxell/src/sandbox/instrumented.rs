@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::trace::{FutureExt, SpanBuilder, SpanKind, Status, TraceContextExt};
+use opentelemetry::KeyValue;
 
 use super::{
     CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
@@ -52,13 +52,11 @@ where
         KeyValue::new(OI_SPAN_KIND, "TOOL"),
         KeyValue::new(OI_TOOL_NAME, name.clone()),
     ]);
-    let tracer = telemetry::tracer();
-    let span = tracer
-        .span_builder(name)
-        .with_kind(SpanKind::Internal)
-        .with_attributes(attributes)
-        .start(&tracer);
-    let cx = Context::current_with_span(span);
+    let cx = telemetry::start_current(
+        SpanBuilder::from_name(name)
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attributes),
+    );
     let result = work.with_context(cx.clone()).await;
     let span = cx.span();
     match &result {
@@ -151,13 +149,11 @@ impl Sandbox {
             attributes.push(KeyValue::new(WAXELL_SANDBOX_CODE_PREVIEW, preview.clone()));
             attributes.push(KeyValue::new(OI_INPUT_VALUE, preview));
         }
-        let tracer = telemetry::tracer();
-        let span = tracer
-            .span_builder(format!("{OP_EXECUTE_TOOL} {tool}"))
-            .with_kind(SpanKind::Internal)
-            .with_attributes(attributes)
-            .start(&tracer);
-        let cx = Context::current_with_span(span);
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{OP_EXECUTE_TOOL} {tool}"))
+                .with_kind(SpanKind::Internal)
+                .with_attributes(attributes),
+        );
         let result = self
             .session
             .run_code(code, options)
