@@ -38,6 +38,8 @@
 #![forbid(unsafe_code)]
 
 mod capture;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod cloud;
 mod config;
 mod decision;
