@@ -34,7 +34,7 @@ impl std::fmt::Debug for Sandbox {
 }
 
 /// Run `work` inside a new span; record `Err` as the span's error status. Every sandbox operation is a
-/// tool call on the sandbox (OpenInference kind TOOL, GenAI `execute_tool`, the tool named as the span), so
+/// tool call on the sandbox (OpenInference kind TOOL, span `execute_tool sandbox.{operation}` as GenAI names tool spans), so
 /// backends that group spans by kind (Phoenix, MLflow) never show one as UNKNOWN.
 async fn traced<T, F>(
     name: String,
@@ -53,7 +53,7 @@ where
         KeyValue::new(OI_TOOL_NAME, name.clone()),
     ]);
     let cx = telemetry::start_current(
-        SpanBuilder::from_name(name)
+        SpanBuilder::from_name(format!("{OP_EXECUTE_TOOL} {name}"))
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes),
     );
