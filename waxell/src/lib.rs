@@ -36,6 +36,7 @@
 //! To assert in your own tests which spans, scores and decisions your agent produced, use the `testing`
 //! module (cargo feature `testing`).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod capture;
 #[cfg(feature = "cli")]
