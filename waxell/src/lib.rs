@@ -43,6 +43,7 @@ mod capture;
 pub mod cli;
 mod cloud;
 mod config;
+mod console;
 mod decision;
 pub mod e2b;
 pub mod export;

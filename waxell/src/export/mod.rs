@@ -1,4 +1,5 @@
-//! The embedded default, used when no OTLP endpoint is configured: a readable trace tree on stderr and the
+//! The embedded default, used when no OTLP endpoint is configured: a readable trace tree on the console
+//! (stderr unless `Builder::with_console_writer` says otherwise) and the
 //! spans as OTLP JSON lines (the OpenTelemetry file-exporter format, one `ExportTraceServiceRequest` per
 //! line) in a file that [`replay`] can send to any OTLP endpoint later.
 
@@ -127,6 +128,8 @@ pub(crate) fn human(d: Duration) -> String {
 /// Console tree + JSON-lines file exporter.
 pub(crate) struct EmbeddedExporter {
     console: bool,
+    /// Where the tree and the closing line are printed.
+    out: crate::console::Console,
     file: Option<Arc<JsonLinesFile>>,
     resource: ResourceAttributesWithSchema,
     /// Spans of traces whose root has not ended yet, printed together when it does.
@@ -144,9 +147,10 @@ impl fmt::Debug for EmbeddedExporter {
 
 impl EmbeddedExporter {
     /// `file` is shared with the fail-open pipeline, which saves what this exporter could not take there.
-    pub(crate) fn new(console: bool, file: Option<Arc<JsonLinesFile>>) -> Self {
+    pub(crate) fn new(console: bool, file: Option<Arc<JsonLinesFile>>, out: crate::console::Console) -> Self {
         Self {
             console,
+            out,
             file,
             resource: (&Resource::builder_empty().build()).into(),
             pending: Mutex::new(HashMap::new()),
@@ -167,7 +171,7 @@ impl EmbeddedExporter {
         }
         for trace in finished {
             if let Some(spans) = pending.remove(&trace) {
-                eprint!("{}", console::render_sdk_trace(&spans));
+                self.out.print(&console::render_sdk_trace(&spans));
             }
         }
     }
@@ -197,17 +201,17 @@ impl SpanExporter for EmbeddedExporter {
                 .map(|(_, v)| v)
                 .collect();
             for spans in leftovers {
-                eprint!("{}", console::render_sdk_trace(&spans));
+                self.out.print(&console::render_sdk_trace(&spans));
             }
         }
         if let Some(file) = &self.file {
             let n = file.written();
             if n > 0 {
-                eprintln!(
-                    "waxell: wrote {n} spans to {} (send them to any OTLP endpoint with `{}`)",
+                self.out.message(format_args!(
+                    "wrote {n} spans to {} (send them to any OTLP endpoint with `{}`)",
                     file.path().display(),
                     replay_hint(file.path())
-                );
+                ));
             }
         }
         Ok(())
