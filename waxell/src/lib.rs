@@ -39,8 +39,6 @@
 #![warn(missing_docs)]
 
 mod capture;
-#[cfg(feature = "cli")]
-pub mod cli;
 mod cloud;
 mod config;
 mod console;

@@ -32,20 +32,9 @@ use opentelemetry_sdk::Resource;
 
 use jsonl::JsonLinesFile;
 
-/// The traces URL the standard variables (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`)
-/// name for `protocol`, if any.
-pub fn traces_endpoint_from_env(protocol: crate::Protocol) -> Option<String> {
-    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-    crate::config::traces_url(
-        var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
-        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
-        protocol,
-    )
-}
-
 /// Where the embedded default writes spans when `WAXELL_TRACE_FILE` is not set:
 /// `.waxell/traces/<unix-millis>-<pid>.jsonl` under the working directory.
-pub fn default_trace_file() -> PathBuf {
+pub(crate) fn default_trace_file() -> PathBuf {
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -61,11 +50,6 @@ pub fn default_trace_file() -> PathBuf {
 /// the replay command gets it from here.
 pub fn replay_hint(file: &Path) -> String {
     command_hint(&format!("replay {}", shell_word(&file.display().to_string())))
-}
-
-/// Like [`replay_hint`], for `waxell show FILE` (print a saved trace as a tree).
-pub fn show_hint(file: &Path) -> String {
-    command_hint(&format!("show {}", shell_word(&file.display().to_string())))
 }
 
 fn command_hint(args: &str) -> String {
@@ -98,7 +82,7 @@ fn in_source_checkout() -> bool {
         return false;
     };
     cwd.ancestors()
-        .any(|dir| dir.join("waxell/src/bin/waxell.rs").is_file() && dir.join("Cargo.toml").is_file())
+        .any(|dir| dir.join("waxell/src/bin/waxell/main.rs").is_file() && dir.join("Cargo.toml").is_file())
 }
 
 /// Quote a path for a POSIX shell when it needs it.
@@ -219,5 +203,15 @@ impl SpanExporter for EmbeddedExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.resource = resource.into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Tests run in the package directory, inside the checkout: the hint must recognise it (it looks for the
+    /// binary's source, which moves if the binary does).
+    #[test]
+    fn a_checkout_is_recognised_by_the_binarys_source() {
+        assert!(super::in_source_checkout());
     }
 }
