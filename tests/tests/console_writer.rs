@@ -215,3 +215,57 @@ fn without_a_writer_the_console_is_stderr() {
         "{stderr}"
     );
 }
+
+/// Keeps it that way: outside the console module and the binaries, the libraries' source names no printing
+/// macro and no standard stream (doc comments and string contents aside).
+#[test]
+fn only_the_console_prints_in_library_code() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    rust_files(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in ["waxell/src", "waxell-sandbox/src"] {
+        rust_files(&root.join(krate), &mut files);
+    }
+    assert!(files.len() > 20, "found the sources: {files:?}");
+    let forbidden = [
+        "println!",
+        "print!",
+        "eprintln!",
+        "eprint!",
+        "dbg!",
+        "io::stderr",
+        "io::stdout",
+    ];
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| !f.ends_with("waxell/src/console.rs")) {
+        for (n, line) in std::fs::read_to_string(file).unwrap().lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for word in forbidden {
+                // `print!` inside `eprint!`/`println!` is the same hit; report each line once.
+                if code.contains(word) {
+                    found.push(format!("{}:{}: {code}", file.display(), n + 1));
+                    break;
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "print through the console instead:\n{}",
+        found.join("\n")
+    );
+}
