@@ -621,23 +621,20 @@ fn a_shared_or_foreign_scratch_root_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
+    // It kills every sandbox process of its host process, so it runs alone in a process of its own.
+    if ran_in_own_process("a_pooled_interpreter_killed_while_waiting_is_not_handed_out") {
+        return;
+    }
     let backend = backend_with(config().with_pool_size(1));
     backend.warm_up().await.unwrap();
-    // Kill everything in this process's pooled sandbox from outside.
-    let ours = format!("{}-", std::process::id());
-    for entry in std::fs::read_dir(waxell_sandbox::cgroup_subtree_dir("pids"))
-        .unwrap()
-        .flatten()
-    {
-        if entry.file_name().to_string_lossy().starts_with(&ours) {
-            let procs = std::fs::read_to_string(entry.path().join("cgroup.procs")).unwrap();
-            for pid in procs.lines() {
-                std::process::Command::new("kill")
-                    .args(["-9", pid])
-                    .status()
-                    .unwrap();
-            }
-        }
+    // Kill the pooled sandbox from outside: every process below this one (launcher, init, interpreter).
+    let pooled = own_descendants();
+    assert!(pooled.len() >= 3, "launcher, init and interpreter: {pooled:?}");
+    for pid in &pooled {
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
