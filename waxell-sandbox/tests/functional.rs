@@ -636,7 +636,12 @@ async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
             .status()
             .unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Died while waiting: SIGKILL is delivered at once, but a loaded machine may take a moment to tear
+    // the processes down (one killed but not yet dead when taken from the pool dies in use instead).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pooled.iter().any(|pid| process_alive(*pid)) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     assert_eq!(eval(&sandbox, "6 * 7").await, "42");
 }
