@@ -536,6 +536,27 @@ async fn an_abandoned_run_is_interrupted_before_the_next_one() {
     );
 }
 
+/// Regression: a timeout that passes before the kernel has started the cell (1 ms, or a loaded host)
+/// interrupted it between reading the request and starting it; the request was lost, no `done` came,
+/// and the kernel was killed with its state. The interrupt now waits for the kernel's `started`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_before_the_cell_starts_keeps_the_state() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    assert_eq!(eval(&sandbox, "kept = 41\nkept").await, "41");
+    for _ in 0..20 {
+        let execution = run_with_timeout(&sandbox, "kept += 0", Duration::from_millis(1)).await;
+        if let Some(error) = &execution.error {
+            assert!(error.value.contains("the state is kept"), "{error:?}");
+        }
+    }
+    assert_eq!(
+        eval(&sandbox, "kept + 1").await,
+        "42",
+        "the state survived every interrupt"
+    );
+}
+
 #[test]
 fn bad_configuration_is_refused_with_a_clear_error() {
     let missing =
