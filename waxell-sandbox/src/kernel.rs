@@ -367,10 +367,10 @@ impl KernelProcess {
                         }
                         signalled = true;
                     }
-                    Ok(KernelMessage::Done { id: Some(done), .. }) => {
-                        if done == id && self.confirm_done(deadline).await {
-                            return;
-                        }
+                    Ok(KernelMessage::Done { id: Some(done), .. })
+                        if done == id && self.confirm_done(deadline).await =>
+                    {
+                        return;
                     }
                     _ => {}
                 },
