@@ -393,8 +393,13 @@ fn the_export_timeout_comes_from_waxell_export_timeout_ms() {
     assert!(took < Duration::from_secs(2), "flush took {took:?}");
     let dropped = shutdown_within(guard, Duration::from_secs(3));
     assert_eq!(dropped.total(), 2 * SPANS_PER_RUN, "{dropped}");
-    // The timed-out request is still running at shutdown (5 s per request): unsent, not failed.
-    assert_eq!(dropped.unsent_at_shutdown, 2 * SPANS_PER_RUN, "{dropped}");
+    // The abandoned request ends one of two ways, by timing alone: still running at shutdown (unsent), or
+    // cut by the HTTP client's own timeout (the same 300 ms) before shutdown began (failed). Under load
+    // (plain `cargo test` of the workspace) the second happens; either way each span is counted once.
+    assert!(
+        dropped.unsent_at_shutdown == 2 * SPANS_PER_RUN || dropped.export_failed == 2 * SPANS_PER_RUN,
+        "{dropped}"
+    );
 }
 
 /// Spans in each export request that reached `server`, decoded with the OTLP protobuf definitions.
