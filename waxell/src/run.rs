@@ -24,17 +24,24 @@ use crate::telemetry::{self, State};
 /// Which attribute produced the span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `#[agent]`.
     Agent,
+    /// `#[tool]`.
     Tool,
+    /// `#[reasoning]`.
     Reasoning,
+    /// `#[decision]`.
     Decision,
+    /// `#[step]`.
     Step,
+    /// `#[retrieval]`.
     Retrieval,
 }
 
 /// Everything about an instrumented function that is known at compile time.
 #[derive(Debug)]
 pub struct Meta {
+    /// The attribute on the function.
     pub kind: Kind,
     /// Full span name, e.g. `execute_tool run_basic_code`.
     pub span_name: &'static str,
@@ -276,10 +283,11 @@ impl Inner {
             _ => {}
         }
         if self.meta.capture && self.state.capture.content {
-            let text = match &value {
+            // One shared string for both attribute families (and cheap to copy for the fail-open exporter).
+            let text = shared(match &value {
                 Captured::Json(v) if !v.is_string() => self.state.json_content(v.clone()),
                 other => self.state.content(&other.to_text()),
-            };
+            });
             if self.meta.kind == Kind::Tool {
                 span.set_attribute(KeyValue::new(GEN_AI_TOOL_CALL_RESULT, text.clone()));
             }
