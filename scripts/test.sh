@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Run every test: unit, behaviour, trybuild UI, OTLP wire tests on loopback, the real sandbox (isolation and
 # abuse suite; as root, then again rootless as an unprivileged user), the E2B-compatible server against the
-# official SDK, the dry-run demo (also as that user), and the doc tests.
+# official SDK, the dry-run demo (also as that user), the LLM-crate
+# examples (dry run against a fake provider on 127.0.0.1), and the doc tests.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 cargo nextest run --workspace --all-features --profile ci
+# The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
+# collector configured nothing leaves the machine.
+for example in async_openai genai rig; do
+  env -u OTEL_EXPORTER_OTLP_ENDPOINT -u OTEL_EXPORTER_OTLP_TRACES_ENDPOINT -u WAXELL_OTEL_ENDPOINT \
+    -u WAXELL_API_URL -u WAXELL_API_KEY -u WAXELL_KEY \
+    cargo run -q -p waxell-tests --all-features --example "$example"
+done
 # The local sandbox again as an unprivileged user (rootless mode): its suites and the dry-run demo.
 bash scripts/test-rootless.sh
 cargo test --workspace --all-features --doc

@@ -7,6 +7,8 @@
 //!   bare vs recorded. Target: delayed < 50 µs.
 //! - `genai chat`: `exec_chat(..)` under a plain `tracing` subscriber vs under
 //!   `waxell::tracing_layer()` (the rig/genai path). Target: < 5 % of the round trip.
+//! - `rig chat`: rig-core's `Model::call(..)` (OpenAI provider, bundled reqwest transport) the same way.
+//!   Target: < 5 % of the round trip.
 //!
 //! `cargo bench -p waxell-tests --bench llm_integrations` (`-- --quick` for fewer rounds). The two sides
 //! run in alternating rounds (order flipped each round); medians and their difference are printed.
@@ -162,4 +164,19 @@ fn main() {
     };
     let (a, b) = compare(rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
     row("genai chat (the rig/genai tracing path)", a, b, "< 5 % (50 µs)");
+
+    let rig_model = rig_core::providers::openai::OpenAIConfig::new("bench")
+        .with_base_url(server.base_url())
+        .client()
+        .chat("gpt-4o-mini");
+    let time_rig = |dispatch: &tracing::Dispatch| {
+        let request = rig_core::completion::CompletionRequest::new("Weather in Paris?");
+        let started = Instant::now();
+        let _guard = tracing::dispatcher::set_default(dispatch);
+        rt.block_on(rig_model.call(request)).unwrap();
+        exporter.reset();
+        started.elapsed()
+    };
+    let (a, b) = compare(rounds, || time_rig(&plain), || time_rig(&waxell_dispatch));
+    row("rig chat (tracing_layer)", a, b, "< 5 % (50 µs)");
 }

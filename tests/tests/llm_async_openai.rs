@@ -121,6 +121,7 @@ async fn chat_calls_of_a_tool_using_agent_are_recorded_under_it() {
         "{traceparent}"
     );
     assert_secret_absent(&spans, PLANTED_KEY);
+    assert_semconv(&spans);
 }
 
 #[tokio::test]

@@ -98,6 +98,7 @@ fn check_chat(spans: &[opentelemetry_sdk::trace::SpanData], input_tokens: i64) {
         "no duplicate agent span"
     );
     assert_secret_absent(spans, PLANTED_KEY);
+    assert_semconv(spans);
 }
 
 #[tokio::test]

@@ -75,3 +75,17 @@ pub fn assert_secret_absent(spans: &[SpanData], secret: &str) {
         );
     }
 }
+
+/// The spans follow the GenAI semantic conventions (tests/src/semconv_check.rs), as OTLP would carry them.
+pub fn assert_semconv(spans: &[SpanData]) {
+    let received: Vec<waxell_tests::Received> = spans
+        .iter()
+        .map(|span| waxell_tests::Received {
+            span: opentelemetry_proto::tonic::trace::v1::Span::from(span.clone()),
+            resource: Default::default(),
+            scope: String::new(),
+        })
+        .collect();
+    let problems = waxell_tests::semconv_check::registry().check(&received);
+    assert!(problems.is_empty(), "semantic conventions: {problems:#?}");
+}

@@ -230,7 +230,15 @@ impl Seen {
             }
             ERROR_TYPE => seen.error_type = text(),
             "error.message" | "exception.message" => seen.error = text(),
-            _ if key.starts_with("otel.") => return None,
+            // tracing-opentelemetry's own bookkeeping (source location, thread, target, busy/idle
+            // times) is outside the GenAI conventions, and a source path names the build machine.
+            _ if key.starts_with("otel.")
+                || key.starts_with("code.")
+                || key.starts_with("thread.")
+                || matches!(key, "target" | "busy_ns" | "idle_ns" | "level") =>
+            {
+                return None
+            }
             _ => {
                 if let Some(spec) = renamed(key) {
                     return Some(KeyValue::new(spec, kv.value));
@@ -473,8 +481,10 @@ impl opentelemetry::trace::Span for GenAiSpan {
             Self::Llm(span) => {
                 // Events may carry content (`gen_ai.client.inference.operation.details`); waxell
                 // records content as attributes under its own policy instead.
+                // Log events of the HTTP stack below (hyper's connection debug lines) are not part
+                // of the call's record either; only exceptions are kept.
                 let name = name.into();
-                if !name.starts_with("gen_ai.") {
+                if name == "exception" {
                     span.call
                         .context()
                         .span()
