@@ -1,17 +1,22 @@
 //! Host side of one kernel: the JSON-lines protocol, per-run timeouts (interrupt, then kill) and
 //! output caps. Everything the kernel sends is untrusted (user code can write to the protocol fd):
 //! lines are size-capped, parsed strictly, and messages for other executions are ignored.
+//!
+//! The protocol is transport-neutral: the local backend talks to a bwrap child over pipes
+//! ([`KernelProcess::attach`]), the container backend to an exec'd process over the Engine API's
+//! attached streams ([`KernelProcess::from_parts`]); [`ProcessControl`] is what differs.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cgroup::Cgroup;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage, RunOptions, SandboxError};
@@ -74,9 +79,49 @@ pub(crate) struct ExecLimits {
     pub(crate) memory_bytes: u64,
 }
 
+/// Protocol input of a kernel (its stdin).
+pub(crate) type KernelWriter = Pin<Box<dyn AsyncWrite + Send>>;
+/// Protocol output of a kernel (its stdout).
+pub(crate) type KernelReader = Pin<Box<dyn AsyncRead + Send>>;
+/// Where a kernel's own stderr (the launcher's or engine's messages) is collected, size-capped.
+pub(crate) type StderrTail = Arc<Mutex<String>>;
+
+/// Counts OOM kills in the sandbox (the local backend's memory cgroup).
+pub(crate) trait OomCounter: Send + Sync {
+    fn oom_kills(&self) -> u64;
+}
+
+impl OomCounter for Cgroup {
+    fn oom_kills(&self) -> u64 {
+        Cgroup::oom_kills(self)
+    }
+}
+
+/// How a kernel ended on its own (its protocol output closed).
+pub(crate) struct ExitInfo {
+    /// The process was killed by the OOM killer (when the backend can tell).
+    pub(crate) oom_killed: bool,
+    /// Exit status or the launcher's first error line, for `KernelDied`.
+    pub(crate) detail: String,
+}
+
+/// The process behind one kernel: a local bwrap child or an exec in a container.
+#[async_trait::async_trait]
+pub(crate) trait ProcessControl: Send {
+    /// Whether it has exited (cheap, non-blocking; `false` when unknown).
+    fn has_exited(&mut self) -> bool;
+    /// Its protocol output closed: wait briefly for the exit and say how it ended.
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo;
+    /// Kill it and everything it started; idempotent. "Killed" means gone where the backend can
+    /// wait for it (locally), requested otherwise.
+    fn kill(&mut self);
+    /// Host pids of the interpreter and its init, waited for on kill (local backend only).
+    fn set_inner_pids(&mut self, _pids: [u32; 2]) {}
+}
+
 /// Reads newline-terminated lines with a size cap, cancel-safely (state lives in `self`).
 struct LineReader {
-    pipe: pipe::Receiver,
+    pipe: KernelReader,
     buf: Vec<u8>,
     scanned: usize,
 }
@@ -108,95 +153,117 @@ impl LineReader {
     }
 }
 
-/// One running interpreter (one bwrap launcher process tree).
+/// One running interpreter (one bwrap launcher process tree, or one exec in a container).
 pub(crate) struct KernelProcess {
-    child: Child,
-    to_kernel: pipe::Sender,
+    process: Box<dyn ProcessControl>,
+    /// Host pid of the local launcher (bwrap), for the identity check.
+    launcher_pid: Option<u32>,
+    to_kernel: KernelWriter,
     from_kernel: LineReader,
-    stderr_tail: Arc<Mutex<String>>,
+    stderr_tail: StderrTail,
     next_id: u64,
     /// False once killed or dead: the context must start a new kernel.
     alive: bool,
-    /// The launcher has been waited for; its pid must not be signalled any more.
-    reaped: bool,
-    /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
-    inner_pids: Vec<(u32, u64)>,
     /// An execution whose `done` was never read (its caller's future was dropped).
     unfinished: Option<u64>,
-    /// The launcher's exit status once reaped.
-    exit_status: Option<std::process::ExitStatus>,
 }
 
 impl std::fmt::Debug for KernelProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelProcess")
-            .field("pid", &self.child.id())
+            .field("launcher_pid", &self.launcher_pid)
             .field("alive", &self.alive)
             .finish()
     }
 }
 
 impl KernelProcess {
+    /// A kernel reached through any transport; `stderr_tail` is filled by whoever reads its stderr.
+    pub(crate) fn from_parts(
+        process: Box<dyn ProcessControl>,
+        to_kernel: KernelWriter,
+        from_kernel: KernelReader,
+        stderr_tail: StderrTail,
+    ) -> Self {
+        Self {
+            process,
+            launcher_pid: None,
+            to_kernel,
+            from_kernel: LineReader {
+                pipe: from_kernel,
+                buf: Vec::new(),
+                scanned: 0,
+            },
+            stderr_tail,
+            next_id: 1,
+            alive: true,
+            unfinished: None,
+        }
+    }
+
+    /// A local launcher child with piped stdin, stdout and stderr.
     pub(crate) fn attach(mut child: Child) -> Result<Self, SandboxError> {
         let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
         let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
         let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
-        let stderr_tail = Arc::new(Mutex::new(String::new()));
-        let mut kernel = Self {
-            to_kernel: pipe::Sender::from_owned_fd(stdin)?,
-            from_kernel: LineReader {
-                pipe: pipe::Receiver::from_owned_fd(stdout)?,
-                buf: Vec::new(),
-                scanned: 0,
-            },
-            stderr_tail: stderr_tail.clone(),
+        let stderr_tail: StderrTail = Arc::new(Mutex::new(String::new()));
+        let launcher_pid = child.id();
+        let mut process = LocalChild {
             child,
-            next_id: 1,
-            alive: true,
             reaped: false,
             inner_pids: Vec::new(),
-            unfinished: None,
             exit_status: None,
+        };
+        let (to_kernel, from_kernel) = match (
+            pipe::Sender::from_owned_fd(stdin),
+            pipe::Receiver::from_owned_fd(stdout),
+        ) {
+            (Ok(to), Ok(from)) => (to, from),
+            (Err(e), _) | (_, Err(e)) => {
+                process.kill();
+                return Err(e.into());
+            }
         };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
+                let tail = stderr_tail.clone();
                 tokio::spawn(async move {
                     let mut chunk = [0u8; 4096];
                     while let Ok(n) = stderr.read(&mut chunk).await {
                         if n == 0 {
                             break;
                         }
-                        let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
-                        if tail.len() < STDERR_TAIL_LIMIT {
-                            tail.push_str(&String::from_utf8_lossy(&chunk[..n]));
-                        }
+                        append_tail(&tail, &chunk[..n]);
                     }
                 });
             }
             Err(e) => {
-                kernel.kill();
+                process.kill();
                 return Err(e.into());
             }
         }
+        let mut kernel = Self::from_parts(
+            Box::new(process),
+            Box::pin(to_kernel),
+            Box::pin(from_kernel),
+            stderr_tail,
+        );
+        kernel.launcher_pid = Some(launcher_pid);
         Ok(kernel)
     }
 
-    /// Whether the launcher has exited (a cheap, non-blocking check).
+    /// Whether the kernel has exited (a cheap, non-blocking check).
     pub(crate) fn has_exited(&mut self) -> bool {
-        self.reap_within(Duration::ZERO);
-        self.reaped || !self.alive
+        !self.alive || self.process.has_exited()
     }
 
-    /// Host pid of the bwrap launcher.
+    /// Host pid of the bwrap launcher (0 for kernels that are not local children).
     pub(crate) fn launcher_pid(&self) -> u32 {
-        self.child.id()
+        self.launcher_pid.unwrap_or(0)
     }
 
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
-        self.inner_pids = pids
-            .iter()
-            .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
-            .collect();
+        self.process.set_inner_pids(pids);
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -294,7 +361,7 @@ impl KernelProcess {
         code: &str,
         options: &RunOptions,
         limits: &ExecLimits,
-        cgroup: &Cgroup,
+        cgroup: &dyn OomCounter,
     ) -> Result<Execution, SandboxError> {
         let id = self.next_id;
         self.next_id += 1;
@@ -402,14 +469,17 @@ impl KernelProcess {
                 _ => {}
             }
         };
-        let oom = cgroup.oom_kills() > oom_before;
+        let mut oom = cgroup.oom_kills() > oom_before;
         if !finished {
+            let mut detail = String::new();
             if abort.is_none() {
-                // The kernel went away by itself: let the launcher exit so its status is the real one.
-                self.reap_within(Duration::from_millis(100));
+                // The kernel went away by itself: let it exit so its status is the real one.
+                let exit = self.process.exit_info(&self.stderr_tail()).await;
+                oom |= exit.oom_killed;
+                detail = exit.detail;
             }
             self.kill();
-            execution.error = Some(self.death_report(abort, oom, limits));
+            execution.error = Some(death_report(abort, oom, limits, detail));
             return Ok(execution);
         }
         if interrupted {
@@ -440,8 +510,10 @@ impl KernelProcess {
         }
         Ok(execution)
     }
+}
 
-    fn death_report(&self, abort: Option<Abort>, oom: bool, limits: &ExecLimits) -> ExecutionError {
+fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: String) -> ExecutionError {
+    {
         match (abort, oom) {
             (Some(Abort::Timeout), _) => report(
                 "TimeoutError",
@@ -473,48 +545,80 @@ impl KernelProcess {
             (None, false) => report(
                 "KernelDied",
                 format!(
-                    "the interpreter exited unexpectedly ({}); the state is lost and the context restarts on the \
-                     next run",
-                    self.exit_detail()
+                    "the interpreter exited unexpectedly ({detail}); the state is lost and the context restarts on \
+                     the next run"
                 ),
                 String::new(),
             ),
         }
     }
+}
 
-    /// Wait up to `limit` for the launcher to exit and record its status.
-    fn reap_within(&mut self, limit: Duration) {
-        let deadline = std::time::Instant::now() + limit;
-        while !self.reaped {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    self.exit_status = Some(status);
-                    self.reaped = true;
-                }
-                // Only possible if the child was already reaped: nothing left to wait for.
-                Err(_) => self.reaped = true,
-                Ok(None) if std::time::Instant::now() >= deadline => return,
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
+impl KernelProcess {
+    /// Kill the kernel (see [`ProcessControl::kill`]); later runs need a new one.
+    pub(crate) fn kill(&mut self) {
+        self.alive = false;
+        self.unfinished = None;
+        self.process.kill();
+    }
+}
+
+impl Drop for KernelProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn append_tail(tail: &StderrTail, bytes: &[u8]) {
+    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if tail.len() < STDERR_TAIL_LIMIT {
+        tail.push_str(&String::from_utf8_lossy(bytes));
+    }
+}
+
+/// A local bwrap launcher child.
+struct LocalChild {
+    child: Child,
+    /// The launcher has been waited for; its pid must not be signalled any more.
+    reaped: bool,
+    /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
+    inner_pids: Vec<(u32, u64)>,
+    /// The launcher's exit status once reaped.
+    exit_status: Option<std::process::ExitStatus>,
+}
+
+#[async_trait::async_trait]
+impl ProcessControl for LocalChild {
+    fn has_exited(&mut self) -> bool {
+        self.reap_within(Duration::ZERO);
+        self.reaped
     }
 
-    /// Why the launcher ended, for `KernelDied`: bwrap's first error line, else its exit status
-    /// (bwrap exits with 128 + signal when the interpreter was killed, e.g. 152 for SIGXCPU).
-    fn exit_detail(&self) -> String {
-        let stderr = self.stderr_tail();
-        match (stderr.lines().next(), self.exit_status) {
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
+        self.reap_within(Duration::from_millis(100));
+        // bwrap's first error line, else its exit status (bwrap exits with 128 + signal when the
+        // interpreter was killed, e.g. 152 for SIGXCPU). OOM kills are counted by the cgroup.
+        let detail = match (stderr_tail.lines().next(), self.exit_status) {
             (Some(line), _) if !line.is_empty() => line.to_owned(),
             (_, Some(status)) => status.to_string(),
             _ => "no exit status".to_owned(),
+        };
+        ExitInfo {
+            oom_killed: false,
+            detail,
         }
+    }
+
+    fn set_inner_pids(&mut self, pids: [u32; 2]) {
+        self.inner_pids = pids
+            .iter()
+            .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
+            .collect();
     }
 
     /// SIGKILL the launcher's process group; with `--die-with-parent` and the pid namespace the whole
     /// tree goes. Reaps the launcher so no zombie stays.
-    pub(crate) fn kill(&mut self) {
-        self.alive = false;
-        self.unfinished = None;
+    fn kill(&mut self) {
         if !self.reaped {
             if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
                 let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
@@ -547,9 +651,22 @@ impl KernelProcess {
     }
 }
 
-impl Drop for KernelProcess {
-    fn drop(&mut self) {
-        self.kill();
+impl LocalChild {
+    /// Wait up to `limit` for the launcher to exit and record its status.
+    fn reap_within(&mut self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while !self.reaped {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exit_status = Some(status);
+                    self.reaped = true;
+                }
+                // Only possible if the child was already reaped: nothing left to wait for.
+                Err(_) => self.reaped = true,
+                Ok(None) if std::time::Instant::now() >= deadline => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
     }
 }
 

@@ -40,6 +40,8 @@
 
 mod cgroup;
 mod config;
+#[cfg(feature = "container")]
+pub mod container;
 mod files;
 mod host;
 mod kernel;
@@ -54,5 +56,7 @@ mod spawn;
 
 pub use cgroup::subtree_dir as cgroup_subtree_dir;
 pub use config::{Limits, LocalConfig};
+#[cfg(feature = "container")]
+pub use container::{ContainerBackend, ContainerConfig, ContainerSandbox};
 pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
 pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};

@@ -1,0 +1,426 @@
+//! The Docker Engine API as the container backend uses it: connecting (honouring `DOCKER_HOST`),
+//! errors that name the missing piece, and execs (attached kernels, one-shot helpers, kills).
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::Docker;
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use waxell::sandbox::SandboxError;
+
+use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, StderrTail};
+
+/// Sockets tried, in order, when `DOCKER_HOST` is unset.
+const DEFAULT_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/podman/podman.sock"];
+
+/// Where the engine is and how to reach it.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) socket: PathBuf,
+}
+
+impl Endpoint {
+    /// `configured`, else `DOCKER_HOST` (`unix://` only), else the first default socket that exists.
+    pub(crate) fn resolve(configured: Option<&str>) -> Result<Self, SandboxError> {
+        let from_env = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        let host = configured.map(str::to_owned).or(from_env);
+        let socket = match host {
+            Some(host) => match host.strip_prefix("unix://") {
+                Some(path) => PathBuf::from(path),
+                None if host.starts_with('/') => PathBuf::from(host),
+                None => {
+                    return Err(SandboxError::InvalidArgument(format!(
+                        "docker host {host:?}: only unix:// sockets are supported (no TCP/TLS client is built in)"
+                    )))
+                }
+            },
+            None => DEFAULT_SOCKETS
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKETS[0])),
+        };
+        Ok(Self { socket })
+    }
+
+    /// Connect and check the engine answers: errors name a missing socket or a permission problem.
+    pub(crate) async fn connect(&self) -> Result<Docker, SandboxError> {
+        let socket = &self.socket;
+        match std::fs::metadata(socket) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SandboxError::Unavailable(format!(
+                    "no container engine socket at {}: start Docker, or Podman's Docker API service \
+                     (`podman system service --time=0 unix://{}`), or set DOCKER_HOST=unix:///path/to/socket \
+                     (scripts/setup-container.sh does this for the tests)",
+                    socket.display(),
+                    socket.display()
+                )))
+            }
+            _ => {}
+        }
+        if let Err(e) = std::os::unix::net::UnixStream::connect(socket) {
+            return Err(match e.kind() {
+                io::ErrorKind::PermissionDenied => SandboxError::Unavailable(format!(
+                    "permission denied on the container engine socket {}: add this user to the `docker` group \
+                     (or the socket's group), use a rootless engine's socket, or run as root",
+                    socket.display()
+                )),
+                io::ErrorKind::ConnectionRefused => SandboxError::Unavailable(format!(
+                    "the container engine socket {} refuses connections: the engine is not running",
+                    socket.display()
+                )),
+                _ => SandboxError::Unavailable(format!(
+                    "cannot connect to the container engine socket {}: {e}",
+                    socket.display()
+                )),
+            });
+        }
+        let path = socket.to_string_lossy();
+        let docker = Docker::connect_with_unix(&path, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|e| SandboxError::Unavailable(format!("container engine at {path}: {e}")))?;
+        docker.ping().await.map_err(|e| {
+            SandboxError::Unavailable(format!("the container engine at {path} does not answer: {e}"))
+        })?;
+        Ok(docker)
+    }
+}
+
+/// Whether the engine is Podman (its Docker-compatible service), from `/version`.
+pub(crate) async fn is_podman(docker: &Docker) -> bool {
+    match docker.version().await {
+        Ok(version) => version
+            .components
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+        Err(_) => false,
+    }
+}
+
+/// Map an Engine API error; `what` says what was being done.
+pub(crate) fn api_error(what: &str, e: bollard::errors::Error) -> SandboxError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => SandboxError::NotFound(format!("{what}: {message}")),
+        bollard::errors::Error::DockerResponseServerError { status_code, message } => {
+            SandboxError::Other(format!("{what}: the engine answered {status_code}: {message}"))
+        }
+        other => SandboxError::Transport(format!("{what}: {other}")),
+    }
+}
+
+/// An exec'd process inside a container, as the kernel's [`ProcessControl`].
+pub(crate) struct ContainerExec {
+    docker: Docker,
+    container: String,
+    exec_id: String,
+    user: String,
+    /// The kernel's pid inside the container, once it reported ready.
+    pid: Option<u32>,
+    /// Its output stream ended.
+    ended: Arc<AtomicBool>,
+    killed: bool,
+}
+
+#[async_trait::async_trait]
+impl ProcessControl for ContainerExec {
+    fn has_exited(&mut self) -> bool {
+        self.killed || self.ended.load(Ordering::SeqCst)
+    }
+
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
+        let mut code = None;
+        for _ in 0..50 {
+            match self.docker.inspect_exec(&self.exec_id).await {
+                Ok(inspect) if inspect.running != Some(true) => {
+                    code = inspect.exit_code;
+                    break;
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(_) => break,
+            }
+        }
+        // SIGKILL we did not send: in a container with a memory cap that is the OOM killer.
+        let oom_killed = code == Some(137);
+        let detail = match (stderr_tail.lines().next(), code) {
+            (Some(line), _) if !line.is_empty() => line.to_owned(),
+            (_, Some(code)) => format!("exit status {code}"),
+            _ => "the container went away".to_owned(),
+        };
+        ExitInfo { oom_killed, detail }
+    }
+
+    fn kill(&mut self) {
+        if self.killed {
+            return;
+        }
+        self.killed = true;
+        let Some(pid) = self.pid else { return };
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        let (docker, container, user) = (self.docker.clone(), self.container.clone(), self.user.clone());
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // The Engine API cannot signal an exec; a helper exec kills the kernel and its descendants.
+        handle.spawn(async move {
+            let cmd = vec![
+                "python3".to_owned(),
+                "-I".to_owned(),
+                "-c".to_owned(),
+                KILL_TREE.to_owned(),
+                pid.to_string(),
+            ];
+            if let Err(e) = run_helper(&docker, &container, &user, cmd, None).await {
+                tracing::debug!("killing kernel {pid} in container {container}: {e}");
+            }
+        });
+    }
+}
+
+/// Kill a process and all its descendants (run inside the container as the sandbox user).
+const KILL_TREE: &str = r#"
+import os, sys
+root = int(sys.argv[1]); children = {}
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            ppid = int(open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(p))
+        except (OSError, ValueError, IndexError):
+            pass
+todo = [root]
+while todo:
+    p = todo.pop()
+    todo.extend(children.get(p, []))
+    try:
+        os.kill(p, 9)
+    except OSError:
+        pass
+"#;
+
+/// Start a kernel as an attached exec: its stdin/stdout carry the same JSON-lines protocol as the
+/// local backend's pipes; its stderr goes to the tail kept for error messages.
+pub(crate) async fn start_kernel_exec(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+    env: Vec<String>,
+    working_dir: &str,
+) -> Result<(KernelProcess, Arc<Mutex2>), SandboxError> {
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                cmd: Some(cmd),
+                env: Some(env),
+                user: Some(user.to_owned()),
+                working_dir: Some(working_dir.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| api_error("starting the kernel (exec create)", e))?;
+    let started = docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await
+        .map_err(|e| api_error("starting the kernel (exec start)", e))?;
+    let StartExecResults::Attached { output, input } = started else {
+        return Err(SandboxError::Other(
+            "the engine started the kernel detached".into(),
+        ));
+    };
+    let tail: StderrTail = Default::default();
+    let ended = Arc::new(AtomicBool::new(false));
+    let reader = tokio_util::io::StreamReader::new(stdout_only(output, tail.clone(), ended.clone()));
+    let control = ContainerExec {
+        docker: docker.clone(),
+        container: container.to_owned(),
+        exec_id: exec.id,
+        user: user.to_owned(),
+        pid: None,
+        ended,
+        killed: false,
+    };
+    let pid_slot = Arc::new(Mutex2::default());
+    let kernel = KernelProcess::from_parts(
+        Box::new(PidAware {
+            inner: control,
+            pid: pid_slot.clone(),
+        }),
+        input,
+        Box::pin(reader),
+        tail,
+    );
+    Ok((kernel, pid_slot))
+}
+
+/// Holds the kernel's in-container pid, set after `ready` (the kill helper needs it).
+pub(crate) type Mutex2 = std::sync::Mutex<Option<u32>>;
+
+/// [`ContainerExec`] that learns its pid after the kernel's `ready`.
+struct PidAware {
+    inner: ContainerExec,
+    pid: Arc<Mutex2>,
+}
+
+#[async_trait::async_trait]
+impl ProcessControl for PidAware {
+    fn has_exited(&mut self) -> bool {
+        self.inner.has_exited()
+    }
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
+        self.inner.exit_info(stderr_tail).await
+    }
+    fn kill(&mut self) {
+        if self.inner.pid.is_none() {
+            self.inner.pid = *self.pid.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        self.inner.kill();
+    }
+}
+
+type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// The exec's stdout as a byte stream; stderr goes to `tail`; `ended` is set at the end.
+fn stdout_only(
+    mut output: OutputStream,
+    tail: StderrTail,
+    ended: Arc<AtomicBool>,
+) -> impl Stream<Item = io::Result<bytes::Bytes>> + Send {
+    futures_util::stream::poll_fn(move |cx| loop {
+        match output.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(LogOutput::StdOut { message }))) => return Poll::Ready(Some(Ok(message))),
+            Poll::Ready(Some(Ok(LogOutput::StdErr { message }))) => {
+                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if tail.len() < 8 << 10 {
+                    tail.push_str(&String::from_utf8_lossy(&message));
+                }
+            }
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => {
+                ended.store(true, Ordering::SeqCst);
+                return Poll::Ready(Some(Err(io::Error::other(e))));
+            }
+            Poll::Ready(None) => {
+                ended.store(true, Ordering::SeqCst);
+                return Poll::Ready(None);
+            }
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+}
+
+/// What a one-shot helper exec produced.
+pub(crate) struct HelperOutput {
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) exit_code: i64,
+}
+
+/// Run a helper to completion as `user`, optionally feeding `stdin` (the helper must know how much
+/// to read: half-closing an attached stream is not portable across engines). Output is capped.
+pub(crate) async fn run_helper(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+    stdin: Option<&[u8]>,
+) -> Result<HelperOutput, SandboxError> {
+    const OUTPUT_CAP: usize = 256 << 20;
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(stdin.is_some()),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                cmd: Some(cmd),
+                user: Some(user.to_owned()),
+                working_dir: Some(crate::launcher::HOME_DIR.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| api_error("sandbox helper (exec create)", e))?;
+    let started = docker
+        .start_exec(&exec.id, None)
+        .await
+        .map_err(|e| api_error("sandbox helper (exec start)", e))?;
+    let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = started
+    else {
+        return Err(SandboxError::Other("the engine started a helper detached".into()));
+    };
+    let feed = async {
+        if let Some(data) = stdin {
+            input.write_all(data).await?;
+            input.flush().await?;
+        }
+        Ok::<_, io::Error>(())
+    };
+    let collect = async {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) if stdout.len() < OUTPUT_CAP => {
+                    stdout.extend_from_slice(&message)
+                }
+                Ok(LogOutput::StdErr { message }) if stderr.len() < 64 << 10 => {
+                    stderr.extend_from_slice(&message)
+                }
+                Ok(_) => {}
+                Err(e) => return Err(SandboxError::Transport(format!("sandbox helper output: {e}"))),
+            }
+        }
+        Ok((stdout, stderr))
+    };
+    let (fed, collected) = tokio::join!(feed, collect);
+    fed.map_err(|e| SandboxError::Transport(format!("sandbox helper input: {e}")))?;
+    let (stdout, stderr) = collected?;
+    drop(input);
+    let mut exit_code = -1;
+    for _ in 0..200 {
+        let inspect = docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| api_error("sandbox helper (exec inspect)", e))?;
+        if inspect.running != Some(true) {
+            exit_code = inspect.exit_code.unwrap_or(-1);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(HelperOutput {
+        stdout,
+        stderr,
+        exit_code,
+    })
+}
