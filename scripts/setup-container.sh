@@ -6,19 +6,23 @@
 #   * the sandbox image (Python 3 + numpy + pandas + matplotlib, user 1000) built from Debian's packages
 #     with debootstrap and imported into podman; the rootfs tarball is cached, keyed by a hash of the
 #     recipe below, so later runs only re-import it (or do nothing when podman already has the image);
-#   * Podman's Docker-compatible API service on a unix socket, with two runtimes: `runc` (default) and
-#     `runsc` (gVisor, through a wrapper adding runsc's own `--network=none`: the engine's netns is not
-#     enough for it under podman).
-# Prints nothing on stdout except, last, `DOCKER_HOST=unix://...` for the caller. Idempotent; runs as root.
+#   * Podman's Docker-compatible API service on a unix socket with runc, and a second one whose runtime
+#     is gVisor's runsc (Podman's Docker API ignores the per-container runtime, so one service per
+#     runtime), through a wrapper adding runsc's own `--network=none` (runsc refuses to start in the
+#     root network namespace otherwise).
+# Prints nothing on stdout except `export DOCKER_HOST=unix://...` and `export WAXELL_RUNSC_DOCKER_HOST=...`
+# for the caller to eval. Idempotent; runs as root.
 #
 # Environment:
-#   WAXELL_CONTAINER_SOCKET  socket path of the API service (default /run/waxell/podman.sock)
+#   WAXELL_CONTAINER_SOCKET  socket path of the runc API service (default /run/waxell/podman.sock)
+#   WAXELL_RUNSC_SOCKET      socket path of the runsc API service (default /run/waxell/podman-runsc.sock)
 #   WAXELL_CONTAINER_IMAGE   image name (default waxell-sandbox:latest)
 #   WAXELL_CACHE_DIR         where the rootfs tarball is cached (default /var/cache/waxell)
 #   DEBIAN_MIRROR            debootstrap mirror (default http://deb.debian.org/debian)
 set -euo pipefail
 
 SOCKET="${WAXELL_CONTAINER_SOCKET:-/run/waxell/podman.sock}"
+RUNSC_SOCKET="${WAXELL_RUNSC_SOCKET:-/run/waxell/podman-runsc.sock}"
 IMAGE="${WAXELL_CONTAINER_IMAGE:-waxell-sandbox:latest}"
 CACHE="${WAXELL_CACHE_DIR:-/var/cache/waxell}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -44,13 +48,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # --- engine configuration (only for our service: CONTAINERS_CONF, nothing system-wide) -------------
-mkdir -p "$STATE" "$(dirname "$SOCKET")" "$CACHE"
-cat >"$STATE/runsc-nonet" <<'EOF'
-#!/bin/sh
-# gVisor for podman: runsc must not configure networking itself (the container has none anyway).
-exec /usr/bin/runsc --network=none "$@"
-EOF
-chmod 0755 "$STATE/runsc-nonet"
+mkdir -p "$STATE/bin" "$(dirname "$SOCKET")" "$(dirname "$RUNSC_SOCKET")" "$CACHE"
+# Named `runsc` so the engine reports the runtime by that name.
+printf '%s\n' '#!/bin/sh' \
+    '# gVisor for podman: runsc must not configure networking itself (the container has none anyway).' \
+    'exec /usr/bin/runsc --network=none "$@"' >"$STATE/bin/runsc"
+chmod 0755 "$STATE/bin/runsc"
 cat >"$STATE/containers.conf" <<EOF
 [containers]
 # This host's limits are below podman's defaults; the backend sets them per container as well.
@@ -63,7 +66,7 @@ events_logger = "file"
 
 [engine.runtimes]
 runc = ["/usr/bin/runc"]
-runsc = ["$STATE/runsc-nonet"]
+runsc = ["$STATE/bin/runsc"]
 EOF
 
 # --- image ---------------------------------------------------------------------------------------
@@ -106,16 +109,22 @@ if ! have_image; then
 fi
 log "image $IMAGE ready (recipe $key)"
 
-# --- API service ---------------------------------------------------------------------------------
-ping() { curl -sf --max-time 2 --unix-socket "$SOCKET" http://d/_ping >/dev/null 2>&1; }
-if ! ping; then
-    rm -f "$SOCKET"
-    log "starting podman's Docker API service on $SOCKET"
-    CONTAINERS_CONF="$STATE/containers.conf" setsid nohup podman --runtime /usr/bin/runc \
-        system service --time=0 "unix://$SOCKET" >"$STATE/podman-service.log" 2>&1 </dev/null &
-    echo $! >"$STATE/podman-service.pid"
-    for _ in $(seq 1 100); do ping && break; sleep 0.1; done
-    ping || { log "the podman service did not answer; see $STATE/podman-service.log"; tail -5 "$STATE/podman-service.log" >&2; exit 1; }
-fi
-log "Docker API on unix://$SOCKET ($(curl -sf --unix-socket "$SOCKET" http://d/version | sed -n 's/.*"Version":"\([^"]*\)".*/\1/p' | head -1))"
-echo "DOCKER_HOST=unix://$SOCKET"
+# --- API services --------------------------------------------------------------------------------
+ping() { curl -sf --max-time 2 --unix-socket "$1" http://d/_ping >/dev/null 2>&1; }
+start_service() { # socket runtime-path name
+    local socket="$1" runtime="$2" name="$3"
+    if ! ping "$socket"; then
+        rm -f "$socket"
+        log "starting podman's Docker API service ($name) on $socket"
+        CONTAINERS_CONF="$STATE/containers.conf" setsid nohup podman --runtime "$runtime" \
+            system service --time=0 "unix://$socket" >"$STATE/podman-$name.log" 2>&1 </dev/null &
+        echo $! >"$STATE/podman-$name.pid"
+        for _ in $(seq 1 100); do ping "$socket" && break; sleep 0.1; done
+        ping "$socket" || { log "the podman service did not answer; see $STATE/podman-$name.log"; tail -5 "$STATE/podman-$name.log" >&2; exit 1; }
+    fi
+    log "Docker API ($name) on unix://$socket"
+}
+start_service "$SOCKET" /usr/bin/runc runc
+start_service "$RUNSC_SOCKET" "$STATE/bin/runsc" runsc
+echo "export DOCKER_HOST=unix://$SOCKET"
+echo "export WAXELL_RUNSC_DOCKER_HOST=unix://$RUNSC_SOCKET"

@@ -151,12 +151,34 @@ impl ProcessControl for ContainerExec {
                 Err(_) => break,
             }
         }
+        // The container itself may have gone (gVisor's sandbox is OOM-killed as a whole).
+        // Without an exec status the container itself is going down: wait for the engine to see it.
+        let mut state = None;
+        for _ in 0..if code.is_none() { 40 } else { 1 } {
+            state = self
+                .docker
+                .inspect_container(&self.container, None)
+                .await
+                .ok()
+                .and_then(|c| c.state);
+            if state.as_ref().is_none_or(|s| s.running != Some(true)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let container_down = state.as_ref().map(|s| s.running != Some(true)).unwrap_or(true);
+        // A container SIGKILLed without us asking (removal marks the sandbox killed first) is the
+        // host's OOM killer: engines do not always set OOMKilled (Podman with runsc does not).
+        let container_oom = state.as_ref().is_some_and(|s| {
+            s.oom_killed == Some(true) || (s.running != Some(true) && s.exit_code == Some(137))
+        });
         // SIGKILL we did not send: in a container with a memory cap that is the OOM killer.
-        let oom_killed = code == Some(137);
+        let oom_killed = code == Some(137) || container_oom;
         let detail = match (stderr_tail.lines().next(), code) {
+            _ if container_down => "the sandbox's container exited".to_owned(),
             (Some(line), _) if !line.is_empty() => line.to_owned(),
             (_, Some(code)) => format!("exit status {code}"),
-            _ => "the container went away".to_owned(),
+            _ => "no exit status".to_owned(),
         };
         ExitInfo { oom_killed, detail }
     }

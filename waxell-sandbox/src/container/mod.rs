@@ -241,13 +241,7 @@ impl ContainerBackend {
             }
             Err(e) => return Err(api_error("inspecting the sandbox image", e)),
         }
-        let runtime_name = match &config.runtime {
-            Some(runtime) => {
-                check_runtime(&docker, runtime, podman).await?;
-                runtime.clone()
-            }
-            None => default_runtime(&docker).await,
-        };
+        let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
         let backend = Self {
             inner: Arc::new(BackendInner {
@@ -272,6 +266,16 @@ impl ContainerBackend {
 
     pub fn config(&self) -> &ContainerConfig {
         &self.inner.config
+    }
+
+    /// Whether the container of sandbox `sandbox_id` still exists in the engine (in any state).
+    pub async fn container_exists(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
+        let name = format!("waxell-{sandbox_id}");
+        match self.inner.docker.inspect_container(&name, None).await {
+            Ok(_) => Ok(true),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(false),
+            Err(e) => Err(api_error("inspecting a sandbox container", e)),
+        }
     }
 
     /// Ready containers waiting in the pool.
@@ -351,37 +355,52 @@ impl ContainerBackend {
     }
 }
 
-/// Whether the engine knows `runtime`: Docker lists its runtimes in `/info`; Podman's compat
-/// `/info` does not, so there a throw-away container is created (not started) to ask.
-async fn check_runtime(docker: &Docker, runtime: &str, podman: bool) -> Result<(), SandboxError> {
-    let missing = || {
-        SandboxError::Unavailable(format!(
-            "container runtime {runtime:?} is not available in the engine: install it (Debian: `apt-get install \
-             runsc` for gVisor) and register it (Docker: \"runtimes\" in /etc/docker/daemon.json; Podman: \
-             [engine.runtimes] in containers.conf, see scripts/setup-container.sh)"
-        ))
+/// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
+/// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible
+/// service (4.x) lists its runtimes but ignores that field, so with Podman the requested runtime must
+/// be the service's default (start it with `podman --runtime /usr/bin/runsc system service ...`).
+async fn resolve_runtime(
+    docker: &Docker,
+    requested: Option<&str>,
+    podman: bool,
+) -> Result<String, SandboxError> {
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| api_error("asking the engine for its runtimes (/info)", e))?;
+    // Podman reports the default runtime as a path; the name is its file name.
+    let default = info
+        .default_runtime
+        .as_deref()
+        .map(|d| d.rsplit('/').next().unwrap_or(d).to_owned())
+        .unwrap_or_else(|| "runc".to_owned());
+    let Some(runtime) = requested else {
+        return Ok(default);
     };
-    if !podman {
-        if let Ok(info) = docker.info().await {
-            if let Some(runtimes) = info.runtimes {
-                return if runtimes.contains_key(runtime) {
-                    Ok(())
-                } else {
-                    Err(missing())
-                };
-            }
+    if podman {
+        if default == runtime {
+            return Ok(default);
         }
+        return Err(SandboxError::Unavailable(format!(
+            "container runtime {runtime:?} requested, but this Podman service runs {default:?} and its Docker API \
+             ignores per-container runtimes: start a Podman service with `podman --runtime /usr/bin/{runtime} \
+             system service --time=0 unix:///PATH.sock` and point docker_host (or DOCKER_HOST) at it \
+             (scripts/setup-container.sh starts one for runsc){}",
+            if runtime == "runsc" && !std::path::Path::new("/usr/bin/runsc").exists() {
+                "; runsc is not installed either: `apt-get install runsc`"
+            } else {
+                ""
+            }
+        )));
     }
-    let _ = runtime;
-    Ok(())
-}
-
-/// The engine's default runtime name (for spans).
-async fn default_runtime(docker: &Docker) -> String {
-    match docker.info().await {
-        Ok(info) => info.default_runtime.unwrap_or_else(|| "runc".to_owned()),
-        Err(_) => "runc".to_owned(),
+    let known = info.runtimes.map(|r| r.contains_key(runtime)).unwrap_or(false);
+    if !known {
+        return Err(SandboxError::Unavailable(format!(
+            "container runtime {runtime:?} is not available in the engine: install it (Debian: `apt-get install \
+             runsc` for gVisor) and register it under \"runtimes\" in /etc/docker/daemon.json, then restart Docker"
+        )));
     }
+    Ok(runtime.to_owned())
 }
 
 /// Remove containers whose host process died (crash, SIGKILL) before it could remove them.
@@ -409,7 +428,7 @@ async fn sweep_stale(docker: &Docker) {
     }
 }
 
-fn container_spec(config: &ContainerConfig, id: &str, podman: bool) -> ContainerCreateBody {
+fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &str) -> ContainerCreateBody {
     let limits = &config.limits;
     // Podman copies the image directory's ownership onto a tmpfs unless told `U` (chown to the
     // container user); Docker honours `mode`.
@@ -430,6 +449,16 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool) -> Container
         hard: Some(value as i64),
     };
     let memory = limits.memory_bytes as i64;
+    // Under gVisor the host's pids cgroup also counts the sentry's own threads (a few dozen), and
+    // hitting it kills the whole sandbox; gVisor enforces RLIMIT_NPROC per sandbox itself, so the
+    // process cap goes there and the cgroup keeps headroom. Under runc, RLIMIT_NPROC counts per host
+    // uid across containers (all run as 1000), so there the cgroup is the cap.
+    let gvisor = runtime == "runsc";
+    let (pids_limit, nproc) = if gvisor {
+        (limits.max_processes.max(64) * 4 + 128, limits.max_processes)
+    } else {
+        (limits.max_processes, limits.max_processes.max(64) * 8)
+    };
     ContainerCreateBody {
         image: Some(config.image.clone()),
         user: Some(USER.to_owned()),
@@ -464,18 +493,19 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool) -> Container
             security_opt: Some(vec!["no-new-privileges".into()]),
             memory: Some(memory),
             memory_swap: Some(memory),
-            pids_limit: Some(limits.max_processes as i64),
+            pids_limit: Some(pids_limit as i64),
             nano_cpus: Some((limits.cpus * 1e9) as i64),
             ulimits: Some(vec![
                 ulimit("nofile", limits.open_files.max(64)),
-                ulimit("nproc", limits.max_processes.max(64) * 8),
+                ulimit("nproc", nproc),
                 ulimit("core", 0),
                 ulimit("fsize", limits.max_file_bytes),
             ]),
             tmpfs: Some(tmpfs),
             shm_size: Some(16 << 20),
             ipc_mode: Some("private".into()),
-            runtime: config.runtime.clone(),
+            // Podman ignores it (see `resolve_runtime`); Docker needs it.
+            runtime: if podman { None } else { config.runtime.clone() },
             init: Some(false),
             auto_remove: Some(false),
             ..Default::default()
@@ -491,7 +521,10 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let options = CreateContainerOptionsBuilder::new().name(&name).build();
     let created = inner
         .docker
-        .create_container(Some(options), container_spec(&inner.config, &id, inner.podman))
+        .create_container(
+            Some(options),
+            container_spec(&inner.config, &id, inner.podman, &inner.runtime_name),
+        )
         .await
         .map_err(|e| create_error(&inner.config, e))?;
     let container = ContainerGuard {
@@ -682,7 +715,33 @@ impl ContainerSandbox {
         )
         .await;
         self.check_alive()?;
+        let dead_container = match &result {
+            Err(e) => {
+                let text = e.to_string();
+                text.contains("state improper")
+                    || text.contains("in state stopped")
+                    || !self.container_running().await
+            }
+            Ok(_) => false,
+        };
+        if dead_container {
+            // The whole container died (under gVisor a memory or fork bomb takes the sandbox down).
+            self.inner.shutdown().await;
+            return Err(SandboxError::NotFound(format!(
+                "sandbox {}: its container exited (out of memory, process cap or killed from outside); create \
+                 a new sandbox",
+                self.inner.container.name
+            )));
+        }
         result
+    }
+
+    async fn container_running(&self) -> bool {
+        let docker = &self.inner.backend.docker;
+        match docker.inspect_container(&self.inner.container.id, None).await {
+            Ok(inspect) => inspect.state.and_then(|s| s.running).unwrap_or(false),
+            Err(_) => false,
+        }
     }
 
     /// Run the file helper; its exit status 2 carries a refusal for `path`.
