@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
+# DOCKER_HOST / WAXELL_RUNSC_DOCKER_HOST for the container backend's tests (already set up: instant).
+eval "$(bash scripts/setup-container.sh)"
 cargo nextest run --workspace --all-features --profile ci
 cargo test --workspace --all-features --doc

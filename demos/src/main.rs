@@ -6,6 +6,7 @@
 //! bash scripts/setup.sh && cargo run -p demos -- --dry-run          # no key needed; code really runs
 //! OPENAI_API_KEY=sk-... cargo run -p demos                          # live LLM (OPENAI_BASE_URL, --model)
 //! cargo run -p demos -- --dry-run --sandbox e2b                     # E2B's cloud (E2B_API_KEY)
+//! cargo run -p demos -- --dry-run --sandbox docker                  # a container (DOCKER_HOST)
 //! cargo run -p demos -- --dry-run --sandbox-url http://127.0.0.1:49982  # a `waxell-sandbox serve`
 //! ```
 //! With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that collector (e.g. Jaeger, see docs/jaeger.md)
@@ -33,6 +34,9 @@ enum SandboxKind {
     Local,
     /// E2B's cloud (needs E2B_API_KEY).
     E2b,
+    /// A container of a Docker-compatible engine at DOCKER_HOST (image `waxell-sandbox:latest`;
+    /// scripts/setup-container.sh builds it); `--container-runtime runsc` for gVisor.
+    Docker,
 }
 
 /// The Code Sandbox Agent demo.
@@ -45,6 +49,9 @@ struct Args {
     /// Which sandbox to use.
     #[arg(long, value_enum, default_value = "local")]
     sandbox: SandboxKind,
+    /// OCI runtime for `--sandbox docker`, e.g. `runsc` (gVisor); default: the engine's.
+    #[arg(long, value_name = "NAME")]
+    container_runtime: Option<String>,
     /// Use a `waxell-sandbox serve` (E2B protocol) at this URL instead.
     #[arg(long, value_name = "URL")]
     sandbox_url: Option<String>,
@@ -79,7 +86,7 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
     Ok(Client::builder().with_model(args.model.clone()).build()?)
 }
 
-fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
+async fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
     Ok(match (&args.sandbox_url, args.sandbox) {
         (Some(url), _) => {
             let config = waxell::e2b::E2bConfig::from_env()
@@ -92,6 +99,13 @@ fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
                 return Err("--sandbox e2b needs E2B_API_KEY (or use the local sandbox, the default)".into());
             }
             Box::new(waxell::e2b::E2bBackend::from_env()?)
+        }
+        (None, SandboxKind::Docker) => {
+            let mut config = waxell_sandbox::ContainerConfig::default();
+            if let Some(runtime) = &args.container_runtime {
+                config = config.with_runtime(runtime.clone());
+            }
+            Box::new(waxell_sandbox::ContainerBackend::new(config).await?)
         }
         (None, SandboxKind::Local) => Box::new(waxell_sandbox::LocalBackend::new(
             waxell_sandbox::LocalConfig::default(),
@@ -174,10 +188,11 @@ async fn run(args: Args) -> DemoResult<()> {
         args.sandbox_url.as_deref().unwrap_or(match args.sandbox {
             SandboxKind::Local => "local",
             SandboxKind::E2b => "e2b",
+            SandboxKind::Docker => "docker",
         })
     ));
     let llm = llm_client(&args)?;
-    let backend = sandbox_backend(&args)?;
+    let backend = sandbox_backend(&args).await?;
     let env = agents::Env {
         llm: &llm,
         model: args.model.clone(),

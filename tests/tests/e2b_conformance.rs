@@ -53,34 +53,47 @@ fn peer_python() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_passes_the_conformance_script() {
-    let python = peer_python();
     let backend = LocalBackend::new(LocalConfig::default().with_pool_size(1))
         .expect("local sandbox backend (run scripts/setup-sandbox.sh)");
+    conformance(Arc::new(backend)).await;
+}
+
+/// The same script against `serve --backend docker` (engine at DOCKER_HOST, scripts/setup-container.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_passes_the_conformance_script_against_containers() {
+    let config = waxell_sandbox::ContainerConfig::default().with_pool_size(1);
+    let backend = waxell_sandbox::ContainerBackend::new(config)
+        .await
+        .expect("container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)");
+    conformance(Arc::new(backend)).await;
+}
+
+async fn conformance(backend: Arc<dyn waxell::sandbox::SandboxBackend>) {
+    let python = peer_python();
     let config = ServerConfig::new()
         .with_api_key(API_KEY)
         .with_keepalive_interval(Duration::from_millis(500));
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let recorder = seen.clone();
-    let app =
-        router(Arc::new(backend), config).layer(middleware::from_fn(move |request: Request, next: Next| {
-            let recorder = recorder.clone();
-            async move {
-                let headers = request.headers().clone();
-                let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-                let mut entry = Seen {
-                    method: request.method().to_string(),
-                    path: request.uri().path().to_owned(),
-                    port: header("e2b-sandbox-port"),
-                    api_key_ok: header("x-api-key").as_deref() == Some(API_KEY),
-                    status: 0,
-                };
-                drop(headers);
-                let response: Response = next.run(request).await;
-                entry.status = response.status().as_u16();
-                recorder.lock().unwrap().push(entry);
-                response
-            }
-        }));
+    let app = router(backend, config).layer(middleware::from_fn(move |request: Request, next: Next| {
+        let recorder = recorder.clone();
+        async move {
+            let headers = request.headers().clone();
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let mut entry = Seen {
+                method: request.method().to_string(),
+                path: request.uri().path().to_owned(),
+                port: header("e2b-sandbox-port"),
+                api_key_ok: header("x-api-key").as_deref() == Some(API_KEY),
+                status: 0,
+            };
+            drop(headers);
+            let response: Response = next.run(request).await;
+            entry.status = response.status().as_u16();
+            recorder.lock().unwrap().push(entry);
+            response
+        }
+    }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use waxell::sandbox::SandboxBackend;
 use waxell_sandbox::server::{self, ServerConfig, CODE_INTERPRETER_PORT, ENVD_PORT};
 use waxell_sandbox::{Limits, LocalBackend, LocalConfig};
 
@@ -70,23 +71,36 @@ struct ServeArgs {
     /// Largest file the code may write or the files API may move, in MiB.
     #[arg(long, default_value_t = 64)]
     max_file_mib: u64,
+    /// Which sandboxes to serve: `local` (bubblewrap) or `docker` (containers of the engine at
+    /// DOCKER_HOST; needs the `container` feature).
+    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
+    /// Image for `--backend docker`.
+    #[arg(long, default_value = "waxell-sandbox:latest")]
+    image: String,
+    /// OCI runtime for `--backend docker`, e.g. `runsc` (gVisor); default: the engine's.
+    #[arg(long)]
+    container_runtime: Option<String>,
     /// Python modules imported before an interpreter is pooled (comma-separated, e.g.
     /// `numpy,pandas,matplotlib.pyplot`): slower pool refills, faster first cells.
     #[arg(long, value_delimiter = ',')]
     preload: Vec<String>,
 }
 
-/// The local backend's settings from the command line; `LocalBackend::new` validates them.
-fn local_config(args: &ServeArgs) -> LocalConfig {
+fn limits(args: &ServeArgs) -> Limits {
     const MIB: u64 = 1 << 20;
-    let limits = Limits::default()
+    Limits::default()
         .with_memory_bytes(args.memory_mib.saturating_mul(MIB))
         .with_cpus(args.cpus)
         .with_max_processes(args.max_processes)
         .with_scratch_bytes(args.scratch_mib.saturating_mul(MIB))
-        .with_max_file_bytes(args.max_file_mib.saturating_mul(MIB));
+        .with_max_file_bytes(args.max_file_mib.saturating_mul(MIB))
+}
+
+/// The local backend's settings from the command line; `LocalBackend::new` validates them.
+fn local_config(args: &ServeArgs) -> LocalConfig {
     LocalConfig::default()
-        .with_limits(limits)
+        .with_limits(limits(args))
         .with_pool_size(args.pool_size)
         .with_preload(args.preload.iter().cloned())
         .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)))
@@ -108,6 +122,33 @@ async fn main() {
     }
 }
 
+/// The backend `--backend` names, with the same limits, pool and timeouts.
+async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
+    match args.backend.as_str() {
+        #[cfg(feature = "container")]
+        "docker" => {
+            let mut config = waxell_sandbox::ContainerConfig::default()
+                .with_image(args.image.clone())
+                .with_limits(limits(args))
+                .with_pool_size(args.pool_size)
+                .with_preload(args.preload.iter().cloned())
+                .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)));
+            if let Some(runtime) = &args.container_runtime {
+                config = config.with_runtime(runtime.clone());
+            }
+            let backend = waxell_sandbox::ContainerBackend::new(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(backend))
+        }
+        #[cfg(not(feature = "container"))]
+        "docker" => Err("--backend docker needs waxell-sandbox built with the `container` feature".into()),
+        _ => Ok(Arc::new(
+            LocalBackend::new(local_config(args)).map_err(|e| e.to_string())?,
+        )),
+    }
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
     if args.api_key.is_none() && !args.listen.ip().is_loopback() {
         return Err(format!(
@@ -116,7 +157,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             args.listen
         ));
     }
-    let backend = LocalBackend::new(local_config(&args)).map_err(|e| e.to_string())?;
+    let backend = backend(&args).await?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
@@ -127,7 +168,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     if let Some(key) = args.api_key {
         config = config.with_api_key(key);
     }
-    let router = server::router(Arc::new(backend), config);
+    let router = server::router(backend, config);
     let mut addresses = vec![args.listen];
     if args.debug_ports {
         // The SDKs' debug mode dials localhost, which may resolve to either family.
