@@ -4,6 +4,10 @@
 #   * a Python venv with numpy, pandas and matplotlib, like E2B's default template.
 # Idempotent and quick when everything is already there. Runs unattended as root on a fresh machine.
 #
+# Per user: run it as the user who will run the sandbox. System packages need root (it uses sudo when
+# not root, and stops naming the packages when it cannot); the venv goes into that user's home. Run
+# through sudo, the venv still goes to the invoking user's home ($SUDO_USER), created as that user.
+#
 # Environment:
 #   WAXELL_SANDBOX_VENV        venv location (default: $HOME/.local/share/waxell/sandbox-venv)
 #   WAXELL_SANDBOX_BASE_PYTHON interpreter the venv is made from (default: python3 on PATH)
@@ -11,6 +15,12 @@
 #   WAXELL_SANDBOX_NO_PACKAGES=1  create the venv without packages (stdlib only)
 set -euo pipefail
 
+as_venv_owner=()
+if [ -z "${WAXELL_SANDBOX_VENV:-}" ] && [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+    # `sudo bash scripts/setup.sh`: the sandbox will run as $SUDO_USER, who cannot read root's home.
+    HOME="$(getent passwd "$SUDO_USER" | cut -d: -f6)"
+    as_venv_owner=(setpriv --reuid="$SUDO_USER" --regid="$SUDO_USER" --init-groups env HOME="$HOME")
+fi
 VENV="${WAXELL_SANDBOX_VENV:-${HOME:-/root}/.local/share/waxell/sandbox-venv}"
 BASE_PYTHON="${WAXELL_SANDBOX_BASE_PYTHON:-python3}"
 PACKAGES="${WAXELL_SANDBOX_PACKAGES:-numpy pandas matplotlib}"
@@ -18,8 +28,14 @@ PACKAGES="${WAXELL_SANDBOX_PACKAGES:-numpy pandas matplotlib}"
 log() { printf '[setup-sandbox] %s\n' "$*" >&2; }
 
 as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-        log "need root to run: $*"; return 1; fi
+    if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+        sudo "$@"
+    elif command -v sudo >/dev/null && [ -t 0 ]; then sudo "$@"; else
+        log "installing system packages needs root, and this user has no sudo: ask an administrator to run"
+        log "  $*"
+        log "then run this script again as $(id -un) (the venv needs no root)"
+        return 1
+    fi
 }
 
 apt_updated=0
@@ -51,12 +67,12 @@ log "bubblewrap $(bwrap --version | awk '{print $2}'), $(setpriv --version 2>&1 
 venv_python="$VENV/bin/python3"
 if [ ! -x "$venv_python" ]; then
     log "creating venv $VENV from $BASE_PYTHON"
-    mkdir -p "$(dirname "$VENV")"
-    if ! "$BASE_PYTHON" -m venv "$VENV" 2>/dev/null; then
+    "${as_venv_owner[@]}" mkdir -p "$(dirname "$VENV")"
+    if ! "${as_venv_owner[@]}" "$BASE_PYTHON" -m venv "$VENV" 2>/dev/null; then
         # Debian's python3 needs python3-venv for ensurepip.
         rm -rf "$VENV"
         apt_install python3-venv
-        "$BASE_PYTHON" -m venv "$VENV"
+        "${as_venv_owner[@]}" "$BASE_PYTHON" -m venv "$VENV"
     fi
 fi
 
@@ -67,7 +83,18 @@ if [ "${WAXELL_SANDBOX_NO_PACKAGES:-0}" != "1" ]; then
     if ! "$venv_python" -I -c "$check" $PACKAGES; then
         log "installing into the venv: $PACKAGES (about 20-40 s)"
         # shellcheck disable=SC2086
-        "$venv_python" -m pip install -q --disable-pip-version-check --no-cache-dir $PACKAGES
+        "${as_venv_owner[@]}" "$venv_python" -m pip install -q --disable-pip-version-check --no-cache-dir $PACKAGES
+    fi
+fi
+
+# Rootless mode needs user namespaces; say early (with the fix) when this host forbids them.
+if [ "$(id -u)" -ne 0 ] && ! bwrap --unshare-user --ro-bind / / true 2>/dev/null; then
+    if [ "$(cat /proc/sys/kernel/apparmor_restrict_unprivileged_userns 2>/dev/null)" = 1 ]; then
+        log "warning: AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1):"
+        log "  the rootless sandbox needs an AppArmor profile allowing bwrap userns (see docs/sandbox.md, Rootless mode)"
+    else
+        log "warning: bwrap cannot create a user namespace as $(id -un): the rootless sandbox will be unavailable"
+        log "  (user.max_user_namespaces=$(cat /proc/sys/user/max_user_namespaces 2>/dev/null); see docs/sandbox.md)"
     fi
 fi
 

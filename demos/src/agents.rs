@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::json;
-use waxell::llm::{ChatRequest, Client, Message, Tool};
+use waxell::llm::{ChatRequest, ChatResponse, Client, Message, Tool};
 use waxell::sandbox::{Execution, RunOptions, Sandbox, SandboxBackend, SandboxError, SandboxOptions};
 use waxell::{agent, decision, reasoning, tool, Decision, DecisionOptions, Reasoning};
 
@@ -16,12 +16,25 @@ use crate::script::{self, CHART_FILE};
 pub struct Env<'a> {
     pub llm: &'a Client,
     pub model: String,
+    /// Stream the LLM's answers instead of waiting for whole responses.
+    pub stream: bool,
     pub max_attempts: u32,
     pub progress: &'a Progress,
     pub output_dir: std::path::PathBuf,
 }
 
 pub type DemoResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Env<'_> {
+    /// One LLM call, streamed or not; either way the whole response.
+    async fn ask(&self, request: ChatRequest) -> Result<ChatResponse, waxell::llm::Error> {
+        if self.stream {
+            self.llm.chat_stream(request).await?.into_response().await
+        } else {
+            self.llm.chat(request).await
+        }
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BasicResult {
@@ -175,7 +188,7 @@ async fn analyze_sales(env: &Env<'_>, sandbox: &Sandbox, sales: &[f64]) -> DemoR
             .tools([run_code.clone()]);
         let response = env
             .progress
-            .spin("sandbox-runner ▸ waiting for the LLM", env.llm.chat(request))
+            .spin("sandbox-runner ▸ waiting for the LLM", env.ask(request))
             .await?;
         let calls = response.tool_calls().to_vec();
         if calls.is_empty() {
@@ -472,7 +485,7 @@ async fn sandbox_evaluator(env: &Env<'_>, report: &RunnerReport) -> DemoResult<E
         .progress
         .spin(
             "sandbox-evaluator ▸ asking the LLM to interpret",
-            env.llm.chat(request),
+            env.ask(request),
         )
         .await?;
     let interpretation = interpretation.text().unwrap_or_default().to_owned();

@@ -5,6 +5,7 @@
 //! ```text
 //! bash scripts/setup.sh && cargo run -p demos -- --dry-run          # no key needed; code really runs
 //! OPENAI_API_KEY=sk-... cargo run -p demos                          # live LLM (OPENAI_BASE_URL, --model)
+//! cargo run -p demos -- --base-url http://localhost:11434/v1 --model llama3.2  # any OpenAI-compatible server
 //! cargo run -p demos -- --dry-run --sandbox e2b                     # E2B's cloud (E2B_API_KEY)
 //! cargo run -p demos -- --dry-run --sandbox docker                  # a container (DOCKER_HOST)
 //! cargo run -p demos -- --dry-run --sandbox-url http://127.0.0.1:49982  # a `waxell-sandbox serve`
@@ -18,6 +19,7 @@
 )]
 
 mod agents;
+mod preflight;
 mod progress;
 mod script;
 
@@ -25,11 +27,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use waxell::llm::Client;
+use waxell::llm::{Client, ClientBuilder};
 use waxell::sandbox::SandboxBackend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum SandboxKind {
+    /// The best that works here: the local sandbox (root mode, else rootless), else E2B when
+    /// E2B_API_KEY is set.
+    Auto,
     /// The local isolated sandbox (waxell-sandbox).
     Local,
     /// E2B's cloud (needs E2B_API_KEY).
@@ -47,7 +52,7 @@ struct Args {
     #[arg(long)]
     dry_run: bool,
     /// Which sandbox to use.
-    #[arg(long, value_enum, default_value = "local")]
+    #[arg(long, value_enum, default_value = "auto")]
     sandbox: SandboxKind,
     /// OCI runtime for `--sandbox docker`, e.g. `runsc` (gVisor); default: the engine's.
     #[arg(long, value_name = "NAME")]
@@ -58,6 +63,13 @@ struct Args {
     /// Model for live runs.
     #[arg(long, default_value = "gpt-4o-mini", env = "WAXELL_DEMO_MODEL")]
     model: String,
+    /// OpenAI-compatible API root for live runs, e.g. `http://localhost:11434/v1` (Ollama); default:
+    /// `OPENAI_BASE_URL`, else OpenAI's. The key (`OPENAI_API_KEY`) is optional for such servers.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Stream the LLM's answers (server-sent events) instead of waiting for each whole response.
+    #[arg(long)]
+    stream: bool,
     /// How many scripts the code agent may run before giving up.
     #[arg(long, default_value_t = 3)]
     max_attempts: u32,
@@ -67,6 +79,9 @@ struct Args {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Do not check first that the sandbox's Python has pandas, numpy and matplotlib.
+    #[arg(long)]
+    skip_sandbox_check: bool,
 }
 
 type DemoResult<T> = agents::DemoResult<T>;
@@ -78,16 +93,29 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
             .with_model(args.model.clone())
             .build()?);
     }
-    if std::env::var("OPENAI_API_KEY").map_or(true, |k| k.trim().is_empty()) {
-        return Err(
-            "OPENAI_API_KEY is not set: export it for a live run, or pass --dry-run to script the LLM".into(),
-        );
+    // `from_env` reads OPENAI_API_KEY and OPENAI_BASE_URL; `--base-url` wins over the variable.
+    let mut builder = ClientBuilder::from_env().with_model(args.model.clone());
+    if let Some(url) = args.base_url.as_deref().filter(|u| !u.trim().is_empty()) {
+        builder = builder.with_base_url(url.trim());
     }
-    Ok(Client::builder().with_model(args.model.clone()).build()?)
+    let key_set = std::env::var("OPENAI_API_KEY").is_ok_and(|k| !k.trim().is_empty());
+    let custom_server =
+        args.base_url.is_some() || std::env::var("OPENAI_BASE_URL").is_ok_and(|u| !u.trim().is_empty());
+    // OpenAI itself needs a key; a local or self-hosted server may not.
+    if !key_set && !custom_server {
+        return Err("OPENAI_API_KEY is not set: export it for a live run against OpenAI, point --base-url (or \
+             OPENAI_BASE_URL) at an OpenAI-compatible server that needs no key, or pass --dry-run to script the LLM"
+            .into());
+    }
+    Ok(builder.build()?)
 }
 
-async fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
-    Ok(match (&args.sandbox_url, args.sandbox) {
+/// The backend and one line saying which it is and why.
+async fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+    if args.sandbox_url.is_none() && matches!(args.sandbox, SandboxKind::Auto | SandboxKind::Local) {
+        return local_or_fallback(args.sandbox);
+    }
+    let backend: Box<dyn SandboxBackend> = match (&args.sandbox_url, args.sandbox) {
         (Some(url), _) => {
             let config = waxell::e2b::E2bConfig::from_env()
                 .with_api_url(url.clone())
@@ -107,10 +135,37 @@ async fn sandbox_backend(args: &Args) -> DemoResult<Box<dyn SandboxBackend>> {
             }
             Box::new(waxell_sandbox::ContainerBackend::new(config).await?)
         }
-        (None, SandboxKind::Local) => Box::new(waxell_sandbox::LocalBackend::new(
-            waxell_sandbox::LocalConfig::default(),
-        )?),
-    })
+        (None, _) => unreachable!("handled above"),
+    };
+    let why = match &args.sandbox_url {
+        Some(url) => format!("a waxell-sandbox serve at {url} (--sandbox-url)"),
+        None if args.sandbox == SandboxKind::Docker => {
+            "a container of the engine at DOCKER_HOST (--sandbox docker)".to_owned()
+        }
+        None => "E2B's cloud (--sandbox e2b)".to_owned(),
+    };
+    Ok((backend, why))
+}
+
+/// The local sandbox (it runs in root mode when started by root, else rootless), with its host
+/// report's summary; when it cannot run here, E2B if a key is set (`auto` only), else the reason.
+fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+    match waxell_sandbox::LocalBackend::new(waxell_sandbox::LocalConfig::default()) {
+        Ok(local) => {
+            let why = local.capabilities().summary();
+            Ok((Box::new(local), why))
+        }
+        Err(e)
+            if kind == SandboxKind::Auto
+                && std::env::var("E2B_API_KEY").is_ok_and(|k| !k.trim().is_empty()) =>
+        {
+            let why = format!(
+                "E2B's cloud, because the local sandbox is unavailable here ({e}) and E2B_API_KEY is set"
+            );
+            Ok((Box::new(waxell::e2b::E2bBackend::from_env()?), why))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard) {
@@ -186,23 +241,45 @@ async fn run(args: Args) -> DemoResult<()> {
             args.model.clone()
         },
         args.sandbox_url.as_deref().unwrap_or(match args.sandbox {
+            SandboxKind::Auto => "auto",
             SandboxKind::Local => "local",
             SandboxKind::E2b => "e2b",
             SandboxKind::Docker => "docker",
         })
     ));
     let llm = llm_client(&args)?;
-    let backend = sandbox_backend(&args).await?;
+    let (backend, why) = sandbox_backend(&args).await?;
+    progress.note(&format!("sandbox ▸ {why}"));
+    if !args.skip_sandbox_check {
+        let target = match (&args.sandbox_url, args.sandbox) {
+            (Some(url), _) => preflight::Target::Server(url.clone()),
+            (None, SandboxKind::E2b) => preflight::Target::E2bCloud,
+            (None, _) => match backend.name() {
+                "e2b" => preflight::Target::E2bCloud,
+                _ => preflight::Target::Local,
+            },
+        };
+        progress
+            .spin(
+                "checking the sandbox's Python modules",
+                preflight::check_sandbox(backend.as_ref(), &target),
+            )
+            .await?;
+    }
     let env = agents::Env {
         llm: &llm,
         model: args.model.clone(),
+        stream: args.stream,
         max_attempts: args.max_attempts,
         progress: &progress,
         output_dir: args.output_dir.clone(),
     };
     let outcome = agents::orchestrator(&env, backend.as_ref()).await?;
-    // Flush before printing the summary, so the trace tree (embedded default) comes first.
-    let _ = guard.force_flush();
+    // Flush before printing the summary, so the trace tree (embedded default) comes first. A failed flush
+    // is only reported: the demo's result stands, and shutdown still exports what is queued.
+    if let Err(e) = guard.force_flush() {
+        eprintln!("waxell: {e}");
+    }
     print_summary(&outcome, &guard);
     drop(guard);
     if !outcome.report.analysis.succeeded {

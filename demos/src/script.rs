@@ -5,7 +5,10 @@
 //! and the second script works. Every line of these scripts really runs in the sandbox.
 
 use serde_json::json;
-use waxell::llm::{ScriptedReply, ScriptedTransport};
+use waxell::llm::{ChatRequest, DataStream, Error, ScriptedReply, ScriptedTransport, Transport};
+
+/// Modules the analysis imports (the scripted one and, as its prompt says, the live LLM's).
+pub const REQUIRED_MODULES: [&str; 3] = ["pandas", "numpy", "matplotlib"];
 
 /// Monthly sales the code agent analyses.
 pub const MONTHS: [&str; 12] = [
@@ -105,7 +108,11 @@ stats
 
 /// The scripted LLM for `--dry-run`: the code agent's two attempts and final answer, and the evaluator's
 /// interpretation. Replies are matched to requests, so the order of calls does not matter.
-pub fn dry_run_transport() -> ScriptedTransport {
+pub fn dry_run_transport() -> DryRunScript {
+    DryRunScript { replies: replies() }
+}
+
+fn replies() -> ScriptedTransport {
     let is_evaluator = |r: &waxell::llm::ChatRequest| r.system_text().contains("sandbox-evaluator");
     ScriptedTransport::new([
         ScriptedReply::text(
@@ -137,4 +144,65 @@ fn last_tool_result_succeeded(request: &waxell::llm::ChatRequest) -> bool {
         .filter(|m| m.role() == "tool")
         .and_then(|m| m.text())
         .is_some_and(|t| t.starts_with("OK"))
+}
+
+/// What the sandbox must answer to each of the script's `run_code` calls, in order, for the script to go on.
+const EXPECTED: [(&str, &str); 2] = [
+    ("first (buggy) analysis script", "ERROR KeyError"),
+    ("second (fixed) analysis script", "OK"),
+];
+
+/// The dry run's LLM: the scripted replies, plus a check that the sandbox answered the scripts the way the
+/// script expects. A script cannot adapt like a model, so when the sandbox answers otherwise (say, pandas is
+/// missing) the run stops with what the sandbox said, instead of a bare "no scripted reply".
+#[derive(Debug, Clone)]
+pub struct DryRunScript {
+    replies: ScriptedTransport,
+}
+
+impl DryRunScript {
+    fn check(request: &ChatRequest) -> Result<(), Error> {
+        let results = request.messages.iter().filter(|m| m.role() == "tool");
+        for (n, (result, (script, expected))) in results.zip(EXPECTED).enumerate() {
+            let answer = result.text().unwrap_or_default();
+            if answer.starts_with(expected) {
+                continue;
+            }
+            let first_line = answer.lines().next().unwrap_or_default();
+            let answered = match first_line.strip_prefix("ERROR ") {
+                Some(error) => format!("raised {error}"),
+                None if first_line == "OK" => "ran it without an error".to_owned(),
+                None => format!("answered {first_line:?}"),
+            };
+            let wanted = match expected.strip_prefix("ERROR ") {
+                Some(error) => format!("a {error} (the bug it fixes next)"),
+                None => "a clean run".to_owned(),
+            };
+            return Err(Error::Script(format!(
+                "the dry run stopped at run_code attempt {attempt}: the sandbox {answered} for the dry run's \
+                 {script}, but the dry run's script expected {wanted} and cannot adapt like a model would. \
+                 Check that the sandbox's Python has {modules} (docs/sandbox.md), or run live with a model",
+                attempt = n + 1,
+                modules = REQUIRED_MODULES.join(", "),
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for DryRunScript {
+    async fn send(&self, request: &ChatRequest) -> Result<String, Error> {
+        Self::check(request)?;
+        self.replies.send(request).await
+    }
+
+    async fn send_streaming(&self, request: &ChatRequest) -> Result<DataStream, Error> {
+        Self::check(request)?;
+        self.replies.send_streaming(request).await
+    }
+
+    fn is_dry_run(&self) -> bool {
+        true
+    }
 }

@@ -4,7 +4,15 @@
 //! Each receiver runs on its own thread with its own Tokio runtime, so a test may use a plain `main`, a
 //! current-thread runtime or a multi-thread one without the receiver depending on it.
 
+pub mod fake_llm;
+pub mod fake_model;
+pub mod own_process;
 pub mod waxell_api;
+
+/// `docs/testing.md`, whose examples run as doc tests here (`cargo test --doc -p waxell-tests`).
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/testing.md")]
+pub struct TestingGuide;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

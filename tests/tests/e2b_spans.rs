@@ -10,9 +10,9 @@ use axum::response::IntoResponse;
 use axum::routing::{delete, post};
 use axum::{Json, Router};
 use e2b_support::{client_config, serve, API_KEY};
-use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::trace::{TraceContextExt, Tracer};
 use opentelemetry::Value;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 use waxell::e2b::E2bBackend;
 use waxell::sandbox::{RunOptions, Sandbox, SandboxOptions};
 
@@ -25,11 +25,7 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
 
 #[tokio::test]
 async fn client_calls_are_spans_and_carry_traceparent() {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider.clone());
+    let capture = waxell::testing::capture();
 
     // (path, traceparent header) of each /execute request.
     type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
@@ -73,7 +69,7 @@ async fn client_calls_are_spans_and_carry_traceparent() {
     let backend = E2bBackend::new(client_config(&url)).unwrap();
     assert!(!format!("{backend:?}").contains(API_KEY), "{backend:?}");
 
-    let caller = provider.tracer("test");
+    let caller = capture.tracer();
     let parent = caller.start("agent tool");
     let cx = opentelemetry::Context::current_with_span(parent);
     let (sandbox, execution) = {
@@ -99,7 +95,7 @@ async fn client_calls_are_spans_and_carry_traceparent() {
         "{sandbox:?}"
     );
 
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans: Vec<SpanData> = capture.spans().iter().map(|s| s.data().clone()).collect();
     let by_name = |name: &str| {
         spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
             panic!(

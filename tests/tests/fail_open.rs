@@ -2,7 +2,7 @@
 //! connections reset, seconds per request, 500, 429, garbage. In every mode the instrumented code returns its
 //! own results, the calling thread is not held up, shutdown is bounded, every span that did not arrive is
 //! counted, and repeated failures open the circuit breaker (checked by counting the requests that reached the
-//! server). Each test runs in its own process (cargo-nextest), so the global pipeline is per test.
+//! server). Each test that installs the pipeline runs in a child process of its own (`own_process!`).
 
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,7 @@ fn peak_rss_kib() -> u64 {
 
 #[test]
 fn collector_down_a_million_spans_keep_memory_bounded_and_every_drop_is_counted() {
+    waxell_tests::own_process!();
     // A million spans in release; debug builds are ~10x slower per span, so they run a fifth of it.
     let runs: u64 = if cfg!(debug_assertions) { 2_000 } else { 10_000 };
     let spans = runs * SPANS_PER_RUN;
@@ -103,6 +104,7 @@ fn rounds(guard: &waxell::Guard, n: usize, runs_per_round: u64) -> Duration {
 
 #[test]
 fn server_errors_open_the_breaker_and_a_probe_closes_it_when_the_collector_recovers() {
+    waxell_tests::own_process!();
     let server = FaultServer::start(Fault::Status(500));
     let guard = pipeline(&server.traces_url())
         .with_circuit_breaker(3, Duration::from_secs(4))
@@ -170,26 +172,31 @@ fn check_fault(fault: Fault) {
 
 #[test]
 fn connections_reset_by_the_collector() {
+    waxell_tests::own_process!();
     check_fault(Fault::Reset);
 }
 
 #[test]
 fn collector_answering_garbage() {
+    waxell_tests::own_process!();
     check_fault(Fault::Garbage);
 }
 
 #[test]
 fn collector_answering_500() {
+    waxell_tests::own_process!();
     check_fault(Fault::Status(500));
 }
 
 #[test]
 fn collector_answering_429() {
+    waxell_tests::own_process!();
     check_fault(Fault::Status(429));
 }
 
 #[test]
 fn slow_collector_never_holds_up_the_agent_and_shutdown_stays_bounded() {
+    waxell_tests::own_process!();
     // Ten seconds per request, default export timeout (3 s) and shutdown timeout (5 s).
     let server = FaultServer::start(Fault::Slow(Duration::from_secs(10)));
     let guard = pipeline(&server.traces_url()).init().unwrap();
@@ -204,6 +211,7 @@ fn slow_collector_never_holds_up_the_agent_and_shutdown_stays_bounded() {
 
 #[test]
 fn grpc_collector_down() {
+    waxell_tests::own_process!();
     let url = nothing_listening_url().replace("/v1/traces", "");
     let guard = pipeline(&url)
         .with_protocol(waxell::Protocol::Grpc)
@@ -363,6 +371,7 @@ fn overhead_table() {
 
 #[test]
 fn the_export_timeout_comes_from_waxell_export_timeout_ms() {
+    waxell_tests::own_process!();
     // The default (3 s) would make each flush below take 3 s; the variable makes it 300 ms.
     std::env::set_var("WAXELL_EXPORT_TIMEOUT_MS", "300");
     let server = FaultServer::start(Fault::Slow(Duration::from_secs(5)));
@@ -402,6 +411,7 @@ fn spans_per_request(server: &FaultServer) -> Vec<usize> {
 
 #[test]
 fn the_batch_size_comes_from_otel_bsp_max_export_batch_size() {
+    waxell_tests::own_process!();
     std::env::set_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "7");
     let server = FaultServer::start(Fault::Healthy);
     let guard = pipeline(&server.traces_url()).init().unwrap();
@@ -416,6 +426,7 @@ fn the_batch_size_comes_from_otel_bsp_max_export_batch_size() {
 
 #[test]
 fn the_schedule_delay_comes_from_otel_bsp_schedule_delay() {
+    waxell_tests::own_process!();
     // With the default (1 s) the run would be exported during the wait below; with 60 s it waits for a flush.
     std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "60000");
     let server = FaultServer::start(Fault::Healthy);
@@ -437,6 +448,7 @@ fn the_schedule_delay_comes_from_otel_bsp_schedule_delay() {
 
 #[test]
 fn the_queue_bound_comes_from_otel_bsp_max_queue_size() {
+    waxell_tests::own_process!();
     // A batch of 30 leaves for a collector that takes 3 s; meanwhile at most 30 more may wait, and the rest
     // of the run's 101 spans are dropped and counted (41 when the first batch left at once, up to 71 when
     // the run ended before it left). The default queue (8,192) would drop none.
@@ -457,6 +469,7 @@ fn the_queue_bound_comes_from_otel_bsp_max_queue_size() {
 
 #[test]
 fn the_circuit_breaker_comes_from_waxell_export_breaker_variables() {
+    waxell_tests::own_process!();
     std::env::set_var("WAXELL_EXPORT_BREAKER_FAILURES", "1");
     std::env::set_var("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "60000");
     let server = FaultServer::start(Fault::Status(500));
@@ -472,6 +485,7 @@ fn the_circuit_breaker_comes_from_waxell_export_breaker_variables() {
 
 #[test]
 fn bad_limit_variables_are_clear_errors() {
+    waxell_tests::own_process!();
     for (name, value) in [
         ("WAXELL_EXPORT_TIMEOUT_MS", "3s"),
         ("WAXELL_MAX_SPANS_PER_RUN", "lots"),

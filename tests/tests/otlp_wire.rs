@@ -1,7 +1,7 @@
 //! Spans exported over real OTLP (HTTP/protobuf, HTTP/JSON, gRPC) to receivers on 127.0.0.1 that decode them
 //! with the OpenTelemetry protobuf definitions. Every assertion is on what arrived.
-//! Each test runs in its own process (cargo-nextest), so environment variables and the global pipeline are
-//! per test.
+//! Each test that installs the pipeline runs in a child process of its own (`own_process!`), so environment
+//! variables and the global pipeline are per test.
 
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,7 @@ fn assert_sync_agent_trace(rx: &OtlpReceiver) {
 
 #[test]
 fn http_protobuf_from_a_plain_main_with_headers_and_service_name() {
+    waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
     let guard = waxell::builder()
         .with_otlp_endpoint(rx.traces_url())
@@ -116,6 +117,7 @@ fn http_protobuf_from_a_plain_main_with_headers_and_service_name() {
 
 #[test]
 fn grpc_from_a_plain_main() {
+    waxell_tests::own_process!();
     let rx = OtlpReceiver::start_grpc();
     let guard = waxell::builder()
         .with_otlp_endpoint(rx.base_url())
@@ -145,6 +147,7 @@ fn assert_async_agent_trace(rx: &OtlpReceiver) {
 
 #[test]
 fn grpc_and_http_on_a_current_thread_runtime_shut_down_without_hanging() {
+    waxell_tests::own_process!();
     for grpc in [true, false] {
         let rx = if grpc {
             OtlpReceiver::start_grpc()
@@ -180,6 +183,7 @@ fn grpc_and_http_on_a_current_thread_runtime_shut_down_without_hanging() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_json_on_a_multi_thread_runtime() {
+    waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
     let guard = waxell::builder()
         .with_otlp_endpoint(rx.traces_url())
@@ -198,8 +202,9 @@ async fn http_json_on_a_multi_thread_runtime() {
 
 #[test]
 fn standard_environment_variables_configure_the_exporter() {
+    waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
-    // Safe here: nextest runs each test in its own process, and nothing else runs yet.
+    // Safe here: the test runs alone in a child process of its own, and nothing else runs yet.
     std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url()); // gets /v1/traces appended
     std::env::set_var(
         "OTEL_EXPORTER_OTLP_HEADERS",
@@ -231,6 +236,7 @@ fn standard_environment_variables_configure_the_exporter() {
 
 #[test]
 fn bad_configuration_is_a_clear_error() {
+    waxell_tests::own_process!();
     std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift");
     let err = waxell::init().unwrap_err().to_string();
     assert!(
@@ -248,6 +254,7 @@ fn bad_configuration_is_a_clear_error() {
 
 #[test]
 fn observe_false_sends_nothing_and_writes_nothing() {
+    waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
     std::env::set_var("WAXELL_OBSERVE", "false");
     let guard = waxell::builder()
@@ -263,6 +270,7 @@ fn observe_false_sends_nothing_and_writes_nothing() {
 
 #[test]
 fn embedded_default_writes_a_file_that_replays_with_the_same_spans_over_http_and_grpc() {
+    waxell_tests::own_process!();
     let dir = std::env::temp_dir().join(format!("waxell-embedded-{}", std::process::id()));
     let file = dir.join("trace.jsonl");
     let guard = waxell::builder()

@@ -1,7 +1,7 @@
 //! Sampling (`OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, read by the SDK) keeps or drops a whole agent
 //! run, and the per-run span cap (`WAXELL_MAX_SPANS_PER_RUN`) keeps the root, agent spans, errors and scores.
-//! Exported over OTLP/HTTP to a receiver on 127.0.0.1; every assertion is on what arrived. Each test runs in its
-//! own process (cargo-nextest), so environment variables are per test.
+//! Exported over OTLP/HTTP to a receiver on 127.0.0.1; every assertion is on what arrived. Each test runs in a
+//! child process of its own (`own_process!`), so environment variables are per test.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -65,6 +65,7 @@ fn assert_whole_runs(traces: &HashMap<Vec<u8>, Vec<Received>>) {
 
 #[test]
 fn always_on_keeps_every_run() {
+    waxell_tests::own_process!();
     let (_rx, traces) = run_with_sampler("always_on", None);
     assert_eq!(traces.len(), RUNS);
     assert_whole_runs(&traces);
@@ -72,6 +73,7 @@ fn always_on_keeps_every_run() {
 
 #[test]
 fn always_off_keeps_nothing() {
+    waxell_tests::own_process!();
     let (rx, traces) = run_with_sampler("always_off", None);
     std::thread::sleep(Duration::from_millis(100));
     assert!(
@@ -83,12 +85,14 @@ fn always_off_keeps_nothing() {
 
 #[test]
 fn parentbased_always_off_keeps_nothing() {
+    waxell_tests::own_process!();
     let (_rx, traces) = run_with_sampler("parentbased_always_off", None);
     assert!(traces.is_empty(), "{} traces arrived", traces.len());
 }
 
 #[test]
 fn traceidratio_keeps_or_drops_whole_runs() {
+    waxell_tests::own_process!();
     let (_rx, traces) = run_with_sampler("traceidratio", Some("0.5"));
     // Binomial(200, 0.5): 100 +- 7; the bounds are 7 standard deviations out.
     assert!(
@@ -101,6 +105,7 @@ fn traceidratio_keeps_or_drops_whole_runs() {
 
 #[test]
 fn parentbased_traceidratio_keeps_or_drops_whole_runs() {
+    waxell_tests::own_process!();
     let (_rx, traces) = run_with_sampler("parentbased_traceidratio", Some("0.25"));
     // Binomial(200, 0.25): 50 +- 6.1.
     assert!(
@@ -136,6 +141,7 @@ fn runaway() -> u32 {
 
 #[test]
 fn the_span_cap_keeps_the_root_agents_errors_and_scores() {
+    waxell_tests::own_process!();
     std::env::set_var("WAXELL_MAX_SPANS_PER_RUN", "50");
     let rx = OtlpReceiver::start_http();
     let guard = waxell::builder()

@@ -166,6 +166,7 @@ async fn secret_agent(brief: String) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_planted_secret_reaches_the_exported_bytes() {
+    waxell_tests::own_process!();
     let server = FaultServer::start(Fault::Healthy);
     let guard = waxell::builder()
         .with_otlp_endpoint(server.traces_url())

@@ -1,6 +1,6 @@
 //! Export to Waxell's cloud: `WAXELL_API_URL` + `WAXELL_API_KEY` discover the OTLP endpoint through the API and
 //! export OTLP/HTTP with `X-Wax-Key`; the standard endpoint variable overrides it (without the key).
-//! Each test is its own process (cargo-nextest), so environment variables are per test.
+//! Each test runs in a child process of its own (`own_process!`), so environment variables are per test.
 
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ const KEY: &str = "wax_sk_test_0123456789abcdefghij";
 
 #[test]
 fn discovered_endpoint_receives_spans_with_the_key_and_tenant() {
+    waxell_tests::own_process!();
     let collector = OtlpReceiver::start_http();
     let api = FakeWaxellApi::start(Some(
         serde_json::json!({"otel_endpoint": collector.base_url(), "tenant_id": "tenant-42"}),
@@ -63,6 +64,7 @@ fn discovered_endpoint_receives_spans_with_the_key_and_tenant() {
 
 #[test]
 fn without_discovery_the_api_url_itself_takes_the_spans() {
+    waxell_tests::own_process!();
     // The receiver doubles as the API: its config route answers 404, so spans go to {api}/v1/traces.
     let collector = OtlpReceiver::start_http();
     std::env::set_var("WAXELL_API_URL", collector.base_url());
@@ -83,6 +85,7 @@ fn without_discovery_the_api_url_itself_takes_the_spans() {
 
 #[test]
 fn the_standard_endpoint_overrides_and_never_receives_the_key() {
+    waxell_tests::own_process!();
     let api = FakeWaxellApi::start(Some(serde_json::json!({"otel_endpoint": "http://127.0.0.1:9"})));
     let other = OtlpReceiver::start_http();
     std::env::set_var("WAXELL_API_URL", api.url());
@@ -108,6 +111,7 @@ fn the_standard_endpoint_overrides_and_never_receives_the_key() {
 
 #[test]
 fn half_configured_cloud_export_is_a_clear_error() {
+    waxell_tests::own_process!();
     std::env::set_var("WAXELL_API_URL", "http://127.0.0.1:9");
     let err = waxell::init().unwrap_err().to_string();
     assert!(

@@ -3,6 +3,11 @@
 //! iteration it timed. Run with `cargo bench -p waxell-sandbox --bench sandbox` (as root, after
 //! `scripts/setup-sandbox.sh`).
 //!
+//! Then root mode against rootless mode, side by side in the same run: cold create and a warm
+//! `run_code("1+1")`, both with the system `/usr/bin/python3` so only the mode differs. Run as root
+//! with `WAXELL_BENCH_ROOTLESS_USER=<an unprivileged user>`: the rootless half is this binary
+//! re-run as that user (`setpriv`), reporting its figures back as JSON.
+//!
 //! With `--features container` it also measures, side by side in the same run, the container backend
 //! under runc (engine at `DOCKER_HOST`) and under gVisor's runsc (`WAXELL_RUNSC_DOCKER_HOST`, else
 //! `DOCKER_HOST` with runtime `runsc`): create to ready (cold) and the warm `run_code("1+1")`, then
@@ -11,7 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use waxell::sandbox::{RunOptions, SandboxOptions, SandboxSession};
 use waxell_sandbox::{LocalBackend, LocalConfig};
 
@@ -172,7 +177,7 @@ mod side_by_side {
         (median(create), median(run))
     }
 
-    pub fn backends(_c: &mut Criterion) {
+    pub(crate) fn backends(_c: &mut Criterion) {
         let rt = runtime();
         rt.block_on(async {
             let local = LocalBackend::new(LocalConfig::default()).expect("local sandbox");
@@ -213,4 +218,123 @@ criterion_group!(
 );
 #[cfg(not(feature = "container"))]
 criterion_group!(benches, create_cold, create_warm, run_code_round_trip);
-criterion_main!(benches);
+
+/// Set in the re-run child that measures rootless mode.
+const CHILD_ENV: &str = "WAXELL_BENCH_MODE_CHILD";
+const USER_ENV: &str = "WAXELL_BENCH_ROOTLESS_USER";
+const COLD_N: usize = 30;
+const WARM_N: usize = 300;
+
+fn median_p90(mut all: Vec<Duration>) -> [f64; 2] {
+    all.sort();
+    let at = |q: f64| all[((all.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e3;
+    [at(0.5), at(0.9)]
+}
+
+/// Cold creates and warm `1+1` runs in this process's mode: `[cold median, cold p90, warm
+/// median, warm p90]` in ms.
+fn measure_mode() -> [f64; 4] {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = LocalConfig::default().with_python("/usr/bin/python3");
+        let backend = LocalBackend::new(config).expect("sandbox available");
+        let mut cold = Vec::new();
+        for _ in 0..COLD_N {
+            let start = Instant::now();
+            let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+            cold.push(start.elapsed());
+            drop(sandbox);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+        let options = RunOptions::default();
+        let mut warm = Vec::new();
+        for i in 0..WARM_N + 20 {
+            let start = Instant::now();
+            let execution = sandbox.run_code("1+1", &options).await.unwrap();
+            if i >= 20 {
+                warm.push(start.elapsed());
+            }
+            assert_eq!(execution.text(), Some("2"));
+        }
+        let [cm, cp] = median_p90(cold);
+        let [wm, wp] = median_p90(warm);
+        [cm, cp, wm, wp]
+    })
+}
+
+/// Rootless figures from this binary re-run as `user`.
+fn measure_rootless_as(user: &str) -> Result<[f64; 4], String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // A copy the user can execute, wherever the build tree is.
+    let copy = std::env::temp_dir().join(format!("waxell-bench-{}", std::process::id()));
+    std::fs::copy(&exe, &copy).map_err(|e| format!("copying the bench binary: {e}"))?;
+    let output = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={user}"),
+            &format!("--regid={user}"),
+            "--init-groups",
+            "env",
+            "-i",
+        ])
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg("TMPDIR=/tmp")
+        .arg(format!("{CHILD_ENV}=1"))
+        .arg(&copy)
+        .output()
+        .map_err(|e| format!("running setpriv: {e}"));
+    let _ = std::fs::remove_file(&copy);
+    let output = output?;
+    if !output.status.success() {
+        return Err(format!(
+            "the rootless run failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("unexpected child output: {e}"))
+}
+
+fn compare_modes() {
+    let euid = rustix::process::geteuid();
+    if !euid.is_root() {
+        println!("mode comparison: skipped (run as root with {USER_ENV}=<user> to compare with rootless)");
+        return;
+    }
+    let Some(user) = std::env::var(USER_ENV).ok().filter(|u| !u.is_empty()) else {
+        println!("mode comparison: skipped (set {USER_ENV}=<an unprivileged user>)");
+        return;
+    };
+    let root = measure_mode();
+    let rootless = match measure_rootless_as(&user) {
+        Ok(figures) => figures,
+        Err(e) => {
+            println!("mode comparison: {e}");
+            return;
+        }
+    };
+    println!("mode comparison (python /usr/bin/python3; cold n = {COLD_N}, warm n = {WARM_N}; ms):");
+    println!(
+        "{:<16} {:>18} {:>18} {:>8}",
+        "", "root median/p90", "rootless median/p90", "ratio"
+    );
+    for (name, i) in [("create/cold", 0), ("run_code/1+1", 2)] {
+        println!(
+            "{name:<16} {:>9.3} / {:<7.3} {:>9.3} / {:<8.3} {:>7.2}x",
+            root[i],
+            root[i + 1],
+            rootless[i],
+            rootless[i + 1],
+            rootless[i] / root[i]
+        );
+    }
+}
+
+fn main() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        println!("{}", serde_json::to_string(&measure_mode()).unwrap());
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    compare_modes();
+}

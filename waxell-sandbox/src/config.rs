@@ -30,6 +30,11 @@ pub struct Limits {
     pub scratch_bytes: u64,
     /// Open files per process (RLIMIT_NOFILE).
     pub open_files: u64,
+    /// Files and directories each of the sandbox's tmpfs mounts (scratch, `/tmp`, `/dev/shm`) may
+    /// hold (`nr_inodes`): inodes and dentries are kernel memory, so they are capped like bytes.
+    pub tmpfs_inodes: u64,
+    /// Pending signals and POSIX timers of the sandbox uid (RLIMIT_SIGPENDING).
+    pub pending_signals: u64,
     /// Optional address-space cap (RLIMIT_AS): `MemoryError` instead of an OOM kill. Keep it at
     /// 2-4x `memory_bytes` if set: OpenBLAS fails below ~512 MiB.
     pub address_space_bytes: Option<u64>,
@@ -48,6 +53,8 @@ impl Default for Limits {
             tmp_bytes: 64 << 20,
             scratch_bytes: 256 << 20,
             open_files: 256,
+            tmpfs_inodes: 32_768,
+            pending_signals: 1024,
             address_space_bytes: None,
         }
     }
@@ -74,7 +81,11 @@ pub struct LocalConfig {
     pub lifetime: Duration,
     /// How long an interpreter may take to start and report ready.
     pub ready_timeout: Duration,
-    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0).
+    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0), leased uniquely across the
+    /// host's processes. The default, `0x7000_0000 ..+ 65536`, lies above shadow's subordinate-id
+    /// ranges (`SUB_UID_MAX` 600100000), LXD's and systemd-nspawn's (up to `0x6FFFFFFF`) and below
+    /// systemd's foreign range (`0x7FFE0000`); `LocalBackend::new` checks it against `/etc/subuid`,
+    /// `/etc/subgid` and `/etc/passwd`.
     pub uid_base: u32,
     pub uid_span: u32,
     /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
@@ -92,8 +103,8 @@ impl Default for LocalConfig {
             interrupt_grace: Duration::from_secs(2),
             lifetime: Duration::from_secs(300),
             ready_timeout: Duration::from_secs(30),
-            uid_base: 200_000,
-            uid_span: 60_000,
+            uid_base: 0x7000_0000,
+            uid_span: 65_536,
             scratch_root: None,
         }
     }
@@ -173,6 +184,10 @@ impl Limits {
         self.scratch_bytes = n;
         self
     }
+    pub fn with_tmpfs_inodes(mut self, n: u64) -> Self {
+        self.tmpfs_inodes = n;
+        self
+    }
     pub fn with_address_space_bytes(mut self, n: Option<u64>) -> Self {
         self.address_space_bytes = n;
         self
@@ -205,6 +220,18 @@ impl Limits {
             return Err(format!(
                 "limits.scratch_bytes = {} is below 1 MiB",
                 self.scratch_bytes
+            ));
+        }
+        if self.tmpfs_inodes < 256 {
+            return Err(format!(
+                "limits.tmpfs_inodes = {} is below 256 (the interpreter itself writes a few files)",
+                self.tmpfs_inodes
+            ));
+        }
+        if self.pending_signals < 64 {
+            return Err(format!(
+                "limits.pending_signals = {} is below 64",
+                self.pending_signals
             ));
         }
         if self.open_files < 64 {

@@ -162,6 +162,10 @@ impl ScratchFiles {
     }
 
     fn owner(&self) -> (Option<Uid>, Option<Gid>) {
+        if rustix::process::geteuid().as_raw() == self.uid {
+            // Rootless: the sandbox runs as this process's user, whose files these already are.
+            return (None, None);
+        }
         (Some(Uid::from_raw(self.uid)), Some(Gid::from_raw(self.uid)))
     }
 

@@ -1,5 +1,6 @@
-//! What the host must provide, checked once per backend: root, bubblewrap >= 0.8, setpriv, the cgroup
-//! v1 controllers, and a Python runtime. Each failure names the missing piece and how to get it.
+//! What the host must provide, checked once per backend: bubblewrap >= 0.8, and setpriv (root) or
+//! working user namespaces (rootless), and a Python runtime. Each failure names the missing piece
+//! and how to get it. Limits (cgroups or the watchdog) are chosen by `cgroup::Limiter`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,29 +14,36 @@ const SETUP_HINT: &str = "run scripts/setup-sandbox.sh";
 pub(crate) struct HostTools {
     pub(crate) bwrap: PathBuf,
     pub(crate) setpriv: PathBuf,
+    /// Not root: bubblewrap's user-namespace mode (see `rootless.rs`).
+    pub(crate) rootless: bool,
 }
 
 pub(crate) fn check_host() -> Result<HostTools, SandboxError> {
-    if !rustix::process::geteuid().is_root() {
-        return Err(SandboxError::Unavailable(
-            "the local sandbox launcher must run as root (it creates cgroups and drops each sandbox to its own \
-             non-root uid); a rootless user-namespace mode is not implemented"
-                .into(),
-        ));
-    }
+    let rootless = crate::rootless::is_rootless();
     let bwrap = find_in_path("bwrap").ok_or_else(|| {
         SandboxError::Unavailable(format!(
             "bubblewrap not found: {SETUP_HINT} or `apt-get install bubblewrap`"
         ))
     })?;
     check_bwrap_version(&bwrap)?;
+    if rootless {
+        crate::rootless::probe_userns(&bwrap).map_err(SandboxError::Unavailable)?;
+        return Ok(HostTools {
+            bwrap,
+            setpriv: PathBuf::new(),
+            rootless,
+        });
+    }
     let setpriv = find_in_path("setpriv").ok_or_else(|| {
         SandboxError::Unavailable(format!(
             "setpriv not found: {SETUP_HINT} or `apt-get install util-linux`"
         ))
     })?;
-    crate::cgroup::check_available().map_err(SandboxError::Unavailable)?;
-    Ok(HostTools { bwrap, setpriv })
+    Ok(HostTools {
+        bwrap,
+        setpriv,
+        rootless,
+    })
 }
 
 fn check_bwrap_version(bwrap: &Path) -> Result<(), SandboxError> {
@@ -80,6 +88,25 @@ pub struct PythonRuntime {
     pub base_prefix: PathBuf,
     /// `sys.version`, e.g. `3.11.7`.
     pub version: String,
+    /// The standard library directories (`sysconfig` `stdlib`, `platstdlib`).
+    stdlib: Vec<PathBuf>,
+    /// Package directories (`purelib`, `platlib`): needed only without a venv.
+    site: Vec<PathBuf>,
+    /// The shared libpython the binary links to, if built with `--enable-shared`.
+    libpython: Option<PathBuf>,
+}
+
+/// One piece of the interpreter made visible inside the sandbox, read-only at its host path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PythonMount {
+    Bind(PathBuf),
+    /// A symlink on the way from `sys.executable` to the real binary.
+    Symlink {
+        link: PathBuf,
+        target: PathBuf,
+    },
+    /// A directory inside a bound one that stays empty (the base installation's site-packages).
+    Hide(PathBuf),
 }
 
 /// Env var naming the sandbox's python binary.
@@ -119,9 +146,24 @@ impl PythonRuntime {
 
     /// Ask `python` for its prefixes (runs it once on the host, unsandboxed, with a fixed script).
     pub fn probe(python: &Path) -> Result<Self, String> {
-        const SCRIPT: &str =
-            "import sys, json; print(json.dumps([sys.executable, sys.prefix, sys.base_prefix, \
-                              sys.version.split()[0], sys.version_info[:2] >= (3, 8)]))";
+        const SCRIPT: &str = "import sys, json, os, sysconfig\n\
+            v = sysconfig.get_config_var\n\
+            lib = os.path.join(v('LIBDIR') or '', v('INSTSONAME') or '') if v('Py_ENABLE_SHARED') else None\n\
+            print(json.dumps({'executable': sys.executable, 'prefix': sys.prefix, 'base_prefix': sys.base_prefix, \
+            'version': sys.version.split()[0], 'recent': sys.version_info[:2] >= (3, 8), \
+            'stdlib': [sysconfig.get_path('stdlib'), sysconfig.get_path('platstdlib')], \
+            'site': [sysconfig.get_path('purelib'), sysconfig.get_path('platlib')], 'libpython': lib}))";
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            executable: String,
+            prefix: PathBuf,
+            base_prefix: PathBuf,
+            version: String,
+            recent: bool,
+            stdlib: Vec<PathBuf>,
+            site: Vec<PathBuf>,
+            libpython: Option<PathBuf>,
+        }
         let out = Command::new(python)
             .args(["-I", "-c", SCRIPT])
             .env_clear()
@@ -133,35 +175,117 @@ impl PythonRuntime {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        let (executable, prefix, base_prefix, version, recent): (String, String, String, String, bool) =
+        let probe: Probe =
             serde_json::from_slice(&out.stdout).map_err(|e| format!("unexpected probe output: {e}"))?;
-        if !recent {
+        if !probe.recent {
             return Err(format!(
-                "Python {version} is too old, the kernel needs 3.8 or later"
+                "Python {} is too old, the kernel needs 3.8 or later",
+                probe.version
             ));
         }
-        let executable = PathBuf::from(executable);
+        let executable = PathBuf::from(probe.executable);
         if !executable.is_absolute() {
             return Err("sys.executable is not an absolute path".into());
         }
+        for prefix in [&probe.prefix, &probe.base_prefix] {
+            if let Some(home) = exposes_home(prefix) {
+                return Err(format!(
+                    "its prefix {} is `/` or contains the home directory {}: the sandbox binds parts of the prefix, \
+                     so install the interpreter or a venv in a prefix of its own (scripts/setup-sandbox.sh makes one)",
+                    prefix.display(),
+                    home.display()
+                ));
+            }
+        }
+        let dedup = |paths: Vec<PathBuf>| {
+            let mut out: Vec<PathBuf> = Vec::new();
+            for p in paths.into_iter().filter(|p| p.is_absolute()) {
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+            out
+        };
         Ok(Self {
             executable,
-            prefix: prefix.into(),
-            base_prefix: base_prefix.into(),
-            version,
+            prefix: probe.prefix,
+            base_prefix: probe.base_prefix,
+            version: probe.version,
+            stdlib: dedup(probe.stdlib),
+            site: dedup(probe.site),
+            libpython: probe.libpython.filter(|p| p.is_absolute() && p.is_file()),
         })
     }
 
-    /// Directories to bind read-only at their real paths: the venv and its base installation, unless
-    /// they are under `/usr`, which is bound anyway.
-    pub(crate) fn bind_roots(&self) -> Vec<PathBuf> {
-        let mut roots: Vec<PathBuf> = Vec::new();
-        for dir in [&self.base_prefix, &self.prefix] {
-            if dir.starts_with("/usr") || roots.iter().any(|r| dir.starts_with(r)) {
-                continue;
-            }
-            roots.push(dir.clone());
+    /// What the interpreter needs inside the sandbox, nothing more: the venv (it is the sandbox's),
+    /// the chain of symlinks to the real binary and the binary, the standard library, libpython,
+    /// and (without a venv) the package directories. The rest of the base installation (its own
+    /// site-packages, other versions beside it, `bin/`, `include/`, `share/`) stays invisible.
+    /// Everything under `/usr` is skipped: `/usr` is bound whole.
+    pub(crate) fn mounts(&self) -> Vec<PythonMount> {
+        let venv = self.prefix != self.base_prefix;
+        let covered = |p: &Path| p.starts_with("/usr") || (venv && p.starts_with(&self.prefix));
+        let mut mounts = Vec::new();
+        if venv && !self.prefix.starts_with("/usr") {
+            mounts.push(PythonMount::Bind(self.prefix.clone()));
         }
-        roots
+        let mut path = self.executable.clone();
+        for _ in 0..16 {
+            let Ok(target) = std::fs::read_link(&path) else {
+                break;
+            };
+            let next = path.parent().unwrap_or(Path::new("/")).join(&target);
+            if !covered(&path) {
+                mounts.push(PythonMount::Symlink {
+                    link: path.clone(),
+                    target,
+                });
+            }
+            path = next;
+        }
+        let mut binds: Vec<PathBuf> = vec![path];
+        binds.extend(self.stdlib.iter().cloned());
+        if !venv {
+            binds.extend(self.site.iter().cloned());
+        }
+        binds.extend(self.libpython.iter().cloned());
+        for bind in binds {
+            let already = mounts
+                .iter()
+                .any(|m| matches!(m, PythonMount::Bind(b) if bind.starts_with(b)));
+            if !covered(&bind) && !already && bind.exists() {
+                mounts.push(PythonMount::Bind(bind));
+            }
+        }
+        if venv {
+            for dir in &self.stdlib {
+                let site = dir.join("site-packages");
+                if !covered(&site) && site.is_dir() {
+                    mounts.push(PythonMount::Hide(site));
+                }
+            }
+        }
+        mounts
     }
+}
+
+/// The home directory `prefix` equals or contains (`/` contains them all), if any: accounts with
+/// uid 0 or >= 1000 in /etc/passwd, `$HOME` and `/home`.
+fn exposes_home(prefix: &Path) -> Option<PathBuf> {
+    if prefix == Path::new("/") {
+        return Some(PathBuf::from("/"));
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let accounts = passwd.lines().filter_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        let uid: u32 = fields.get(2)?.parse().ok()?;
+        let home = fields.get(5)?;
+        (uid == 0 || (1000..60_000).contains(&uid)).then(|| PathBuf::from(home))
+    });
+    let env_home = std::env::var_os("HOME").map(PathBuf::from);
+    accounts
+        .chain(env_home)
+        .chain([PathBuf::from("/home")])
+        .filter(|home| home.is_absolute() && home != Path::new("/"))
+        .find(|home| home.starts_with(prefix))
 }

@@ -1,11 +1,13 @@
 """waxell sandbox kernel: one stateful Python interpreter speaking JSON lines.
 
-Host -> kernel (fd 0 at start):  execute {id, code, env}, interrupt, setenv {env}
+Host -> kernel (fd 0 at start):  execute {id, code, env}, setenv {env}; interrupts are SIGINT from the host
 Kernel -> host (fd 1 at start):   ready, stream {id, name, text}, result {id, is_main, data},
                                   error {id, name, value, traceback}, done {id, execution_count, truncated}
 The original fds 0/1 are moved to private protocol fds; fd 0 becomes /dev/null and fds 1/2 become
 pipes drained by pump threads, so C-level and subprocess output is captured too.
-The host treats everything here as untrusted: user code can write to the protocol fd.
+The host treats everything here as untrusted: user code can write to the protocol fd. It accepts
+`done` only while it sees this process's main thread blocked reading the request pipe (the fd
+`ready` names), which a frame written by cell code cannot fake; see docs/sandbox.md.
 """
 
 import builtins
@@ -13,7 +15,6 @@ import codecs
 import io
 import json
 import os
-import queue
 import signal
 import sys
 import threading
@@ -46,7 +47,8 @@ MIME_METHODS = [
 
 class Kernel:
     def __init__(self):
-        self.proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+        # Read by the main thread only: between cells it blocks here, which the host checks.
+        self.proto_in = os.fdopen(os.dup(0), "rb")
         self.proto_out = os.dup(1)
         os.set_inheritable(self.proto_out, False)
         devnull = os.open("/dev/null", os.O_RDONLY)
@@ -61,7 +63,6 @@ class Kernel:
         self.stream_truncated = False
         self.execution_count = 0
         self.pid = os.getpid()
-        self.queue = queue.Queue()
         self.synced = {1: threading.Event(), 2: threading.Event()}
         for fd, name in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
@@ -139,7 +140,7 @@ class Kernel:
                 continue
             self.synced[fd].wait(1.0)
 
-    def reader(self):
+    def next_request(self):
         while True:
             line = self.proto_in.readline()
             if not line:
@@ -148,12 +149,8 @@ class Kernel:
                 msg = json.loads(line)
             except ValueError:
                 continue
-            if msg.get("type") == "interrupt":
-                with self.state_lock:
-                    if self.executing:
-                        os.kill(os.getpid(), signal.SIGINT)
-            else:
-                self.queue.put(msg)
+            if isinstance(msg, dict):
+                return msg
 
     # ---- execution ------------------------------------------------------------------------------
     def serve(self):
@@ -171,16 +168,16 @@ class Kernel:
                 "prefix": sys.prefix,
                 "base_prefix": sys.base_prefix,
                 "version": sys.version.split()[0],
+                "request_fd": self.proto_in.fileno(),
             }
         )
-        # Threads start after `ready`: a second thread wanting the GIL would delay it by up to a
-        # switch interval. Host messages wait in the pipe meanwhile.
-        threading.Thread(target=self.reader, daemon=True).start()
+        # Started after `ready`: a second thread wanting the GIL would delay it by up to a switch
+        # interval.
         threading.Thread(target=lambda: [__import__(m) for m in DEFERRED_IMPORTS], daemon=True).start()
         pending_id = None
         while True:
             try:
-                msg = self.queue.get()
+                msg = self.next_request()
                 kind = msg.get("type")
                 if kind == "setenv":
                     for k, v in dict(msg.get("env") or {}).items():

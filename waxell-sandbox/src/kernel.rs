@@ -4,7 +4,8 @@
 //!
 //! The protocol is transport-neutral: the local backend talks to a bwrap child over pipes
 //! ([`KernelProcess::attach`]), the container backend to an exec'd process over the Engine API's
-//! attached streams ([`KernelProcess::from_parts`]); [`ProcessControl`] is what differs.
+//! attached streams ([`KernelProcess::from_parts`]); [`ProcessControl`] is what differs (how to
+//! interrupt, confirm `done`, learn how it ended and kill).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -25,6 +26,8 @@ use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage,
 const READY_LINE_LIMIT: usize = 64 << 10;
 /// Largest line read while draining an abandoned execution.
 const ABANDONED_LINE_LIMIT: usize = 64 << 20;
+/// How long the main thread may take to go idle after a real `done`.
+const DONE_CONFIRM_LIMIT: Duration = Duration::from_millis(250);
 /// bwrap's own stderr kept for error messages.
 const STDERR_TAIL_LIMIT: usize = 8 << 10;
 
@@ -34,6 +37,8 @@ pub(crate) struct ReadyInfo {
     pub(crate) uid: u32,
     pub(crate) gid: u32,
     pub(crate) prefix: String,
+    /// The kernel's fd of the request pipe. Trusted: `ready` comes before any cell code runs.
+    pub(crate) request_fd: i32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,15 +112,23 @@ pub(crate) struct ExitInfo {
 
 /// The process behind one kernel: a local bwrap child or an exec in a container.
 #[async_trait::async_trait]
-pub(crate) trait ProcessControl: Send {
+pub(crate) trait ProcessControl: Send + Sync {
     /// Whether it has exited (cheap, non-blocking; `false` when unknown).
     fn has_exited(&mut self) -> bool;
     /// Its protocol output closed: wait briefly for the exit and say how it ended.
     async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo;
-    /// Kill it and everything it started; idempotent. "Killed" means gone where the backend can
-    /// wait for it (locally), requested otherwise.
+    /// Interrupt the running cell (SIGINT: KeyboardInterrupt, the state survives).
+    fn interrupt(&self) -> io::Result<()>;
+    /// Whether the interpreter's main thread is idle between cells (a `done` is only believed
+    /// then); `true` when the backend cannot tell.
+    fn main_thread_idle(&self) -> bool {
+        true
+    }
+    /// Kill it and everything it started; idempotent.
     fn kill(&mut self);
-    /// Host pids of the interpreter and its init, waited for on kill (local backend only).
+    /// After `ready`: the kernel's pid inside its namespace and its request fd.
+    fn on_ready(&mut self, _ready: &ReadyInfo) {}
+    /// Host pids of the interpreter and its init (local backend only).
     fn set_inner_pids(&mut self, _pids: [u32; 2]) {}
 }
 
@@ -161,11 +174,12 @@ pub(crate) struct KernelProcess {
     to_kernel: KernelWriter,
     from_kernel: LineReader,
     stderr_tail: StderrTail,
-    next_id: u64,
     /// False once killed or dead: the context must start a new kernel.
     alive: bool,
     /// An execution whose `done` was never read (its caller's future was dropped).
     unfinished: Option<u64>,
+    /// `done` frames not followed by an idle main thread (written by cell code).
+    forged_done: u64,
 }
 
 impl std::fmt::Debug for KernelProcess {
@@ -195,15 +209,16 @@ impl KernelProcess {
                 scanned: 0,
             },
             stderr_tail,
-            next_id: 1,
             alive: true,
             unfinished: None,
+            forged_done: 0,
         }
     }
 
     /// A local launcher child with piped stdin, stdout and stderr.
     pub(crate) fn attach(mut child: Child) -> Result<Self, SandboxError> {
         let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
+        let request_ino = rustix::fs::fstat(&stdin).map_err(io::Error::from)?.st_ino;
         let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
         let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
         let stderr_tail: StderrTail = Arc::new(Mutex::new(String::new()));
@@ -213,17 +228,18 @@ impl KernelProcess {
             reaped: false,
             inner_pids: Vec::new(),
             exit_status: None,
+            request_ino,
+            request_fd: None,
+            interpreter: None,
         };
-        let (to_kernel, from_kernel) = match (
-            pipe::Sender::from_owned_fd(stdin),
-            pipe::Receiver::from_owned_fd(stdout),
-        ) {
-            (Ok(to), Ok(from)) => (to, from),
-            (Err(e), _) | (_, Err(e)) => {
-                process.kill();
-                return Err(e.into());
-            }
-        };
+        let (to_kernel, from_kernel) =
+            match (pipe::Sender::from_owned_fd(stdin), pipe::Receiver::from_owned_fd(stdout)) {
+                (Ok(to), Ok(from)) => (to, from),
+                (Err(e), _) | (_, Err(e)) => {
+                    process.kill();
+                    return Err(e.into());
+                }
+            };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
                 let tail = stderr_tail.clone();
@@ -297,7 +313,10 @@ impl KernelProcess {
             }
         };
         match serde_json::from_slice::<KernelMessage>(&line) {
-            Ok(KernelMessage::Ready(info)) => Ok(info),
+            Ok(KernelMessage::Ready(info)) => {
+                self.process.on_ready(&info);
+                Ok(info)
+            }
             _ => {
                 self.kill();
                 Err(SandboxError::Protocol {
@@ -305,6 +324,32 @@ impl KernelProcess {
                     received: String::from_utf8_lossy(&line).chars().take(200).collect(),
                 })
             }
+        }
+    }
+
+    fn interrupt(&self) -> io::Result<()> {
+        self.process.interrupt()
+    }
+
+    fn main_thread_idle(&self) -> bool {
+        self.process.main_thread_idle()
+    }
+
+    /// A `done` for the current run is real only if the main thread then goes idle (within
+    /// `DONE_CONFIRM_LIMIT`, the real kernel gets there in microseconds, and past `until` by at
+    /// most 50 ms, so a flood of forged frames cannot hold off the run's timeout while a real
+    /// `done` just at the deadline is still confirmed).
+    async fn confirm_done(&mut self, until: Instant) -> bool {
+        let now = Instant::now();
+        let deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
+        loop {
+            if self.main_thread_idle() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -330,7 +375,7 @@ impl KernelProcess {
     /// if it does not finish within `grace`.
     pub(crate) async fn settle_abandoned(&mut self, grace: Duration) {
         let Some(id) = self.unfinished.take() else { return };
-        if self.send(serde_json::json!({"type": "interrupt"})).await.is_err() {
+        if self.interrupt().is_err() {
             self.kill();
             return;
         }
@@ -343,7 +388,7 @@ impl KernelProcess {
             match line {
                 Ok(Some(line)) => {
                     if let Ok(KernelMessage::Done { id: Some(done), .. }) = serde_json::from_slice(&line) {
-                        if done == id {
+                        if done == id && self.confirm_done(deadline).await {
                             return;
                         }
                     }
@@ -363,8 +408,8 @@ impl KernelProcess {
         limits: &ExecLimits,
         cgroup: &dyn OomCounter,
     ) -> Result<Execution, SandboxError> {
-        let id = self.next_id;
-        self.next_id += 1;
+        // Unguessable: a frame cell code writes for a later run cannot name it.
+        let id = unguessable_id();
         let oom_before = cgroup.oom_kills();
         let mut execution = Execution::default();
         let mut truncated = false;
@@ -387,7 +432,7 @@ impl KernelProcess {
                     }
                     interrupted = true;
                     // Interrupt first: KeyboardInterrupt ends the cell and the state survives.
-                    let _ = self.send(serde_json::json!({"type": "interrupt"})).await;
+                    let _ = self.interrupt();
                     deadline = Instant::now() + limits.grace;
                     continue;
                 }
@@ -461,6 +506,14 @@ impl KernelProcess {
                     execution_count,
                     truncated: t,
                 } if mid == id => {
+                    if !self.confirm_done(deadline).await {
+                        self.forged_done += 1;
+                        tracing::warn!(
+                            forged = self.forged_done,
+                            "ignoring a forged `done` frame (the interpreter's main thread is still busy)"
+                        );
+                        continue;
+                    }
                     execution.execution_count = Some(execution_count);
                     truncated = t;
                     self.unfinished = None;
@@ -471,7 +524,7 @@ impl KernelProcess {
         };
         let mut oom = cgroup.oom_kills() > oom_before;
         if !finished {
-            let mut detail = String::new();
+            let mut detail = String::from("no exit status");
             if abort.is_none() {
                 // The kernel went away by itself: let it exit so its status is the real one.
                 let exit = self.process.exit_info(&self.stderr_tail()).await;
@@ -510,6 +563,7 @@ impl KernelProcess {
         }
         Ok(execution)
     }
+
 }
 
 fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: String) -> ExecutionError {
@@ -552,6 +606,7 @@ fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: St
             ),
         }
     }
+
 }
 
 impl KernelProcess {
@@ -585,6 +640,12 @@ struct LocalChild {
     inner_pids: Vec<(u32, u64)>,
     /// The launcher's exit status once reaped.
     exit_status: Option<std::process::ExitStatus>,
+    /// Inode of the request pipe (host -> kernel) and the kernel's fd for it (from `ready`).
+    request_ino: u64,
+    request_fd: Option<i32>,
+    /// The interpreter's host pid and a pidfd on it: interrupts are SIGINT through the pidfd (never
+    /// a recycled pid), and `done` is believed only while this process's main thread is idle.
+    interpreter: Option<(u32, OwnedFd)>,
 }
 
 #[async_trait::async_trait]
@@ -609,7 +670,41 @@ impl ProcessControl for LocalChild {
         }
     }
 
+    /// SIGINT to the interpreter (KeyboardInterrupt in the cell; the state survives).
+    fn interrupt(&self) -> io::Result<()> {
+        let Some((_, pidfd)) = &self.interpreter else {
+            return Err(io::Error::other("the interpreter's pid is unknown"));
+        };
+        rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::INT).map_err(io::Error::from)
+    }
+
+    /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
+    /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
+    /// frame written by cell code, from any thread, cannot fake it.
+    fn main_thread_idle(&self) -> bool {
+        let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
+            return true; // nothing to check against: fall back to believing `done`
+        };
+        let Ok(syscall) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) else {
+            return false;
+        };
+        let mut fields = syscall.split_whitespace();
+        let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
+        let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
+        let pipe = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .map(|target| target.as_os_str() == format!("pipe:[{}]", self.request_ino).as_str())
+            .unwrap_or(false);
+        in_read && on_fd && pipe
+    }
+
+    fn on_ready(&mut self, ready: &ReadyInfo) {
+        self.request_fd = Some(ready.request_fd);
+    }
+
     fn set_inner_pids(&mut self, pids: [u32; 2]) {
+        self.interpreter = rustix::process::Pid::from_raw(pids[0] as i32)
+            .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
+            .map(|fd| (pids[0], fd));
         self.inner_pids = pids
             .iter()
             .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
@@ -668,6 +763,17 @@ impl LocalChild {
             }
         }
     }
+}
+
+/// A fresh 63-bit run id nobody can predict: SipHash, keyed randomly per process, over a counter.
+/// Both ends parse JSON integers exactly, so the full width is safe.
+fn unguessable_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    hasher.finish() >> 1
 }
 
 /// Start time (clock ticks since boot) of a live, non-zombie process; `None` once it is gone.

@@ -15,7 +15,7 @@ use waxell::sandbox::SandboxError;
 
 use crate::cgroup::Cgroup;
 use crate::config::{Limits, LocalConfig};
-use crate::host::{HostTools, PythonRuntime};
+use crate::host::{HostTools, PythonMount, PythonRuntime};
 use crate::kernel::KernelProcess;
 use crate::spawn::{self, ChildSetup, Rlimit};
 
@@ -31,6 +31,7 @@ const FD_SECCOMP: [RawFd; 3] = [10, 11, 12];
 const FD_PASSWD: RawFd = 13;
 const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
+const FD_ARGS: RawFd = 16;
 
 /// Everything needed to start kernels; shared by all sandboxes of a backend.
 #[derive(Debug)]
@@ -45,6 +46,9 @@ pub(crate) struct Launcher {
 pub(crate) struct Slot<'a> {
     pub(crate) uid: u32,
     pub(crate) scratch: &'a Path,
+    /// Host tmpfs mounts bound at /tmp and /dev/shm (`None`: bwrap's own `--tmpfs`, rootless).
+    pub(crate) tmp: Option<&'a Path>,
+    pub(crate) shm: Option<&'a Path>,
     pub(crate) cgroup: &'a Cgroup,
 }
 
@@ -74,8 +78,8 @@ impl Launcher {
                 "refusing to run sandboxed code as uid 0".into(),
             ));
         }
-        let mut command = self.command(slot);
-        let setup = self.child_setup(slot)?;
+        let (mut command, options) = self.command(slot);
+        let setup = self.child_setup(slot, &options)?;
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -83,6 +87,7 @@ impl Launcher {
         let child = spawn::spawn(command, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
+        slot.cgroup.add_launcher(child.id());
         let mut kernel = KernelProcess::attach(child)?;
         let ready = kernel.wait_ready(self.config.ready_timeout).await?;
         if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
@@ -93,6 +98,9 @@ impl Launcher {
         }
         let host_pid = verify_host_identity(slot.cgroup, kernel.launcher_pid(), ready.pid)?;
         kernel.set_inner_pids(host_pid);
+        if self.tools.rootless {
+            crate::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
+        }
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::Other(format!(
                 "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
@@ -104,10 +112,13 @@ impl Launcher {
         Ok(kernel)
     }
 
-    /// The bwrap argv (see docs/sandbox.md for why each flag is there).
-    fn command(&self, slot: &Slot<'_>) -> Command {
+    /// The bwrap command and its options (see docs/sandbox.md for why each flag is there).
+    fn command(&self, slot: &Slot<'_>) -> (Command, Vec<u8>) {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
+        if self.tools.rootless {
+            args.extend(crate::rootless::userns_args(slot.uid).into_iter().map(OsString::from));
+        }
         for fd in FD_SECCOMP {
             add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
         }
@@ -132,31 +143,43 @@ impl Launcher {
         ] {
             add(&mut args, &["--symlink", link, target]);
         }
-        add(
-            &mut args,
-            &[
-                "--perms",
-                "1777",
-                "--size",
-                &limits.tmp_bytes.to_string(),
-                "--tmpfs",
-                "/tmp",
-            ],
-        );
+        // /tmp and /dev/shm are host-side tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap
+        // nr_inodes), shared by its contexts.
+        tmpfs_at(&mut args, slot.tmp, "/tmp", limits.tmp_bytes);
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
+        // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
         let mut made: Vec<PathBuf> = Vec::new();
-        for root in self.python.bind_roots() {
-            for ancestor in root.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
-                if ancestor == Path::new("/") || made.iter().any(|m| m == ancestor) {
+        let mut bound: Vec<PathBuf> = Vec::new();
+        for mount in self.python.mounts() {
+            let target = match &mount {
+                PythonMount::Bind(path) | PythonMount::Hide(path) => path.clone(),
+                PythonMount::Symlink { link, .. } => link.clone(),
+            };
+            for ancestor in target.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+                let inside_bind = bound.iter().any(|b| ancestor.starts_with(b));
+                if ancestor == Path::new("/") || inside_bind || made.iter().any(|m| m == ancestor) {
                     continue;
                 }
                 made.push(ancestor.to_path_buf());
-                let dir = ancestor.to_string_lossy();
-                add(&mut args, &["--perms", "0755", "--dir", &dir]);
+                add(&mut args, &["--perms", "0755", "--dir"]);
+                args.push(ancestor.into());
             }
-            let root = root.to_string_lossy();
-            add(&mut args, &["--ro-bind", &root, &root]);
+            match mount {
+                PythonMount::Bind(path) => {
+                    args.extend(["--ro-bind".into(), path.clone().into(), path.clone().into()]);
+                    bound.push(path);
+                }
+                PythonMount::Symlink { link, target } => {
+                    args.extend(["--symlink".into(), target.into(), link.into()]);
+                }
+                PythonMount::Hide(path) => {
+                    add(&mut args, &["--perms", "0755", "--size", "4096", "--tmpfs"]);
+                    args.push(path.clone().into());
+                    args.push("--remount-ro".into());
+                    args.push(path.into());
+                }
+            }
         }
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
         add(
@@ -199,21 +222,29 @@ impl Launcher {
             add(&mut args, &["--ro-bind-try", shared, shared]);
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
+        // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
+        // pool (kernel.pty.max): hide it under an empty read-only tmpfs, so /dev/ptmx is ENOENT.
         add(
             &mut args,
             &[
                 "--perms",
-                "1777",
+                "0755",
                 "--size",
-                &(16u64 << 20).to_string(),
+                "4096",
                 "--tmpfs",
-                "/dev/shm",
+                "/dev/pts",
+                "--remount-ro",
+                "/dev/pts",
             ],
         );
+        tmpfs_at(&mut args, slot.shm, "/dev/shm", crate::local::SHM_BYTES);
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
         add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        if self.tools.rootless {
+            add(&mut args, &crate::rootless::AFTER_MOUNTS);
+        }
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
         let path = format!("{}:/usr/bin:/bin", venv_bin.display());
@@ -239,28 +270,36 @@ impl Launcher {
             &mut args,
             &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
         );
+        // The options reach bwrap through a memfd (`--args`), not its argv: /proc/1/cmdline inside
+        // the sandbox is bwrap's argv and would show the host's scratch path and layout.
+        let mut options = Vec::new();
+        for arg in args {
+            options.extend_from_slice(arg.as_encoded_bytes());
+            options.push(0);
+        }
         let ids = slot.uid.to_string();
-        add(
-            &mut args,
-            &[
-                "--",
-                &self.tools.setpriv.to_string_lossy(),
+        let mut command = Command::new(&self.tools.bwrap);
+        command.args(["--args", &FD_ARGS.to_string(), "--"]);
+        if !self.tools.rootless {
+            // Rootless: already the sandbox's ids inside the user namespace, with no capabilities.
+            command.arg(&self.tools.setpriv).args([
                 &format!("--reuid={ids}"),
                 &format!("--regid={ids}"),
                 "--clear-groups",
                 "--inh-caps=-all",
                 "--bounding-set=-all",
                 "--no-new-privs",
-            ],
-        );
-        args.push(self.python.executable.clone().into());
-        add(&mut args, &["-I", KERNEL_PATH]);
-        let mut command = Command::new(&self.tools.bwrap);
-        command.args(args).env_clear().env("PATH", "/usr/bin:/bin");
+            ]);
+        }
         command
+            .arg(&self.python.executable)
+            .args(["-I", KERNEL_PATH])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+        (command, options)
     }
 
-    fn child_setup(&self, slot: &Slot<'_>) -> Result<ChildSetup, SandboxError> {
+    fn child_setup(&self, slot: &Slot<'_>, options: &[u8]) -> Result<ChildSetup, SandboxError> {
         let limits = self.limits();
         let mut inherit = Vec::new();
         for (program, fd) in self.seccomp_programs.iter().zip(FD_SECCOMP) {
@@ -274,23 +313,62 @@ impl Launcher {
         inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
-        let rlimit = |resource, soft: u64, hard: u64| Rlimit { resource, soft, hard };
-        let mut rlimits = vec![
-            rlimit(libc::RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 5),
-            rlimit(libc::RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes),
-            rlimit(libc::RLIMIT_NOFILE, limits.open_files, limits.open_files),
-            rlimit(libc::RLIMIT_CORE, 0, 0),
-            // Counted per real uid: bwrap (root) ignores it, the sandbox uid gets it after setpriv.
-            rlimit(libc::RLIMIT_NPROC, limits.max_processes, limits.max_processes),
-        ];
-        if let Some(bytes) = limits.address_space_bytes {
-            rlimits.push(rlimit(libc::RLIMIT_AS, bytes, bytes));
+        inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
+        let mut rlimits = sandbox_rlimits(limits);
+        if self.tools.rootless {
+            // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
+            rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
         }
         Ok(ChildSetup {
             inherit,
             cgroup_procs: slot.cgroup.open_procs_files()?,
             rlimits,
         })
+    }
+}
+
+/// Every rlimit, set explicitly: nothing is inherited from the host process (a server started with
+/// a raised RTPRIO or MEMLOCK must not hand it to sandboxes).
+pub(crate) fn sandbox_rlimits(limits: &Limits) -> Vec<Rlimit> {
+    const INFINITY: u64 = libc::RLIM_INFINITY;
+    let same = |resource, value: u64| Rlimit {
+        resource,
+        soft: value,
+        hard: value,
+    };
+    vec![
+        Rlimit {
+            resource: libc::RLIMIT_CPU,
+            soft: limits.cpu_seconds,
+            hard: limits.cpu_seconds + 5,
+        },
+        same(libc::RLIMIT_FSIZE, limits.max_file_bytes),
+        same(libc::RLIMIT_NOFILE, limits.open_files),
+        same(libc::RLIMIT_CORE, 0),
+        // Counted per real uid: bwrap (root) ignores it, the sandbox uid gets it after setpriv.
+        same(libc::RLIMIT_NPROC, limits.max_processes),
+        // Locked memory, message queues, realtime scheduling and raised priority: none.
+        same(libc::RLIMIT_MEMLOCK, 0),
+        same(libc::RLIMIT_MSGQUEUE, 0),
+        same(libc::RLIMIT_RTPRIO, 0),
+        same(libc::RLIMIT_RTTIME, 0),
+        same(libc::RLIMIT_NICE, 0),
+        same(libc::RLIMIT_SIGPENDING, limits.pending_signals),
+        same(libc::RLIMIT_STACK, 8 << 20),
+        same(libc::RLIMIT_LOCKS, limits.open_files),
+        // Memory is capped by the memory cgroup; AS only when configured.
+        same(libc::RLIMIT_AS, limits.address_space_bytes.unwrap_or(INFINITY)),
+        same(libc::RLIMIT_DATA, INFINITY),
+        same(libc::RLIMIT_RSS, INFINITY),
+    ]
+}
+
+/// Bind the sandbox's host tmpfs at `target`, or (rootless, no host mount) let bwrap mount a
+/// size-capped one there.
+fn tmpfs_at(args: &mut Vec<OsString>, host: Option<&Path>, target: &str, size: u64) {
+    match host {
+        Some(host) => args.extend(["--bind".into(), host.into(), target.into()]),
+        None => add(args, &["--perms", "1777", "--size", &size.to_string(), "--tmpfs", target]),
     }
 }
 

@@ -17,13 +17,17 @@
 //! ```
 //!
 //! ## Isolation (see `docs/sandbox.md` for the full security model)
-//! Each sandbox is a bubblewrap instance started by a root launcher *without* a user namespace, then
-//! dropped by `setpriv` to a per-sandbox non-zero uid with no capabilities and no-new-privs (code
-//! never runs as host uid 0, not even through a mapping). It has private pid/net/ipc/uts/cgroup
+//! Each sandbox is a bubblewrap instance. Started by root, it has no user namespace and `setpriv`
+//! drops it to a per-sandbox non-zero uid; started by any other user (rootless mode), bubblewrap
+//! makes a user namespace in which the sandbox is that user (never host uid 0, not even through a
+//! mapping). Either way it has no capabilities and no-new-privs. It has private pid/net/ipc/uts/cgroup
 //! namespaces (no network at all, loopback included), a read-only `/usr` and Python installation, a
-//! private size-capped `/tmp`, its own size-capped tmpfs as scratch at `/home/user`, a cleared
-//! environment, three seccomp programs (deny list, `clone3` -> ENOSYS, x32 guard), cgroup v1
-//! memory/pids/cpu limits and rlimits. Host-side file access uses `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`.
+//! private size-capped `/tmp`, scratch at `/home/user` (as root its own size-capped tmpfs), a cleared
+//! environment, three seccomp programs (deny list, `clone3` -> ENOSYS, x32 guard), cgroup v1 or v2
+//! memory/pids/cpu limits (or, without a usable cgroup, rlimits and a host-side memory watchdog)
+//! and rlimits. [`LocalBackend::capabilities`] reports what is in force on this host and why the
+//! rest is not (`waxell-sandbox doctor` prints it). Linux only: elsewhere [`LocalBackend::new`]
+//! fails with `Unavailable`. Host-side file access uses `openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)`.
 //!
 //! ## Execution
 //! A JSON-lines kernel (`src/kernel.py`) keeps the interpreter state between runs, returns the last
@@ -38,25 +42,50 @@
 
 #![deny(unsafe_code)]
 
-mod cgroup;
+// Used only by the Linux modules (and the stub's constructor) elsewhere.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+mod capabilities;
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 mod config;
-#[cfg(feature = "container")]
-pub mod container;
-mod files;
-mod host;
-mod kernel;
-mod launcher;
-mod local;
-mod naming;
-mod seccomp;
+#[cfg(feature = "server")]
 pub mod server;
-// The only module with `unsafe`: fork/exec set-up in the child (see its docs).
-#[allow(unsafe_code)]
-mod spawn;
 
-pub use cgroup::subtree_dir as cgroup_subtree_dir;
+/// Declares the Linux-only items: the one place the platform is decided. Elsewhere
+/// `unsupported.rs` stands in, and [`LocalBackend::new`] reports `Unavailable`.
+macro_rules! linux_only {
+    ($($item:item)*) => { $( #[cfg(target_os = "linux")] $item )* };
+}
+
+linux_only! {
+    mod cgroup;
+    mod cgroup_v2;
+    mod files;
+    mod host;
+    mod kernel;
+    mod launcher;
+    mod local;
+    mod naming;
+    mod rootless;
+    mod seccomp;
+    // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
+    #[allow(unsafe_code)]
+    mod spawn;
+    mod watchdog;
+    // Containers reuse the kernel protocol (kernel.rs), hence Linux-only for now.
+    #[cfg(feature = "container")]
+    pub mod container;
+    #[cfg(feature = "container")]
+    pub use container::{ContainerBackend, ContainerConfig, ContainerSandbox};
+
+    pub use cgroup::subtree_dir as cgroup_subtree_dir;
+    pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
+    pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
+}
+
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+#[cfg(not(target_os = "linux"))]
+pub use unsupported::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
+
+pub use capabilities::{Check, Feature, HostReport, IsolationMode, Status};
 pub use config::{Limits, LocalConfig};
-#[cfg(feature = "container")]
-pub use container::{ContainerBackend, ContainerConfig, ContainerSandbox};
-pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
-pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};

@@ -21,13 +21,14 @@ use waxell::sandbox::{
     SandboxSession,
 };
 
-use crate::cgroup::{self, Cgroup, CgroupLimits};
+use crate::capabilities::{HostReport, IsolationMode};
+use crate::cgroup::{Cgroup, CgroupLimits, Limiter};
 use crate::config::LocalConfig;
 use crate::files::ScratchFiles;
 use crate::host::{self, PythonRuntime};
 use crate::kernel::{ExecLimits, KernelProcess};
 use crate::launcher::{Launcher, Slot, HOME_DIR};
-use crate::naming;
+use crate::naming::{self, UidLease};
 
 /// Id of the context every sandbox starts with.
 pub const DEFAULT_CONTEXT_ID: &str = "default";
@@ -41,6 +42,8 @@ pub struct LocalBackend {
 
 struct BackendInner {
     launcher: Arc<Launcher>,
+    limiter: Limiter,
+    report: HostReport,
     scratch_root: PathBuf,
     pool: Mutex<VecDeque<Prepared>>,
     /// Wakes the refill task; also notified when the backend is dropped so the task exits.
@@ -72,27 +75,45 @@ struct Prepared {
     uid: u32,
     kernel: KernelProcess,
     cgroup: Cgroup,
-    scratch: ScratchDir,
+    mounts: SandboxMounts,
+    /// Last: the uid is free again only once nothing of the sandbox is left (`None` rootless).
+    lease: Option<UidLease>,
 }
 
-/// A per-sandbox scratch directory (host side of `/home/user`): a size-capped tmpfs mounted on a
-/// 0700 directory, so the sandbox's files can never fill the host's disk. Unmounted and removed on
-/// drop.
+/// A per-sandbox tmpfs on the host: the scratch directory (host side of `/home/user`), `/tmp` and
+/// `/dev/shm`. Size- and inode-capped (`size=`, `nr_inodes=`), so no sandbox can fill the host's
+/// disk or pin unbounded kernel memory in inodes and dentries. Unmounted and removed on drop.
 #[derive(Debug)]
-struct ScratchDir {
+struct TmpfsMount {
     path: PathBuf,
 }
 
-impl ScratchDir {
-    fn create(root: &Path, id: &str, uid: u32, size_bytes: u64) -> Result<Self, SandboxError> {
-        let path = root.join(id);
+/// What one [`TmpfsMount`] is for.
+struct TmpfsSpec<'a> {
+    name: &'a str,
+    size_bytes: u64,
+    inodes: u64,
+    /// `0700` owned by the sandbox uid (scratch) or `1777` owned by root (`/tmp`, `/dev/shm`).
+    private_to: Option<u32>,
+}
+
+impl TmpfsMount {
+    fn create(root: &Path, spec: TmpfsSpec<'_>) -> Result<Self, SandboxError> {
+        let path = root.join(spec.name);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
-        let dir = ScratchDir { path };
+        let dir = TmpfsMount { path };
+        let owner = match spec.private_to {
+            Some(uid) => format!("mode=0700,uid={uid},gid={uid}"),
+            None => "mode=1777,uid=0,gid=0".to_owned(),
+        };
         // nosuid/nodev: nothing the sandbox writes there can gain privileges on the host.
-        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0700,uid={uid},gid={uid}"))
-            .expect("mount options have no NUL");
+        let options = std::ffi::CString::new(format!(
+            "size={},nr_inodes={},{owner}",
+            spec.size_bytes, spec.inodes
+        ))
+        .expect("mount options have no NUL");
         rustix::mount::mount(
-            "waxell-scratch",
+            "waxell-sandbox",
             &dir.path,
             "tmpfs",
             rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
@@ -100,17 +121,100 @@ impl ScratchDir {
         )
         .map_err(|e| {
             SandboxError::Unavailable(format!(
-                "cannot mount the scratch tmpfs at {} ({e}): the sandbox needs CAP_SYS_ADMIN, as bubblewrap does",
+                "cannot mount a sandbox tmpfs at {} ({e}): the sandbox needs CAP_SYS_ADMIN, as bubblewrap does",
                 dir.path.display()
             ))
         })?;
         Ok(dir)
     }
 
+    /// Rootless: a plain 0700 directory of this user (see rootless.rs for why no tmpfs).
+    fn create_unmounted(root: &Path, id: &str) -> Result<Self, SandboxError> {
+        let path = root.join(id);
+        fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(TmpfsMount { path })
+    }
+
     fn remove(&self) {
         unmount_and_remove(&self.path);
     }
 }
+
+/// The host tmpfs mounts of one sandbox. Their names start with the sandbox id (host pid first), so
+/// the start-up sweep finds leftovers. Nothing is mounted beneath the writable scratch mount.
+#[derive(Debug)]
+struct SandboxMounts {
+    scratch: TmpfsMount,
+    /// `None` when rootless: the host cannot mount, bwrap's own size-capped `--tmpfs` is used.
+    tmp: Option<TmpfsMount>,
+    shm: Option<TmpfsMount>,
+}
+
+impl SandboxMounts {
+    fn create(
+        root: &Path,
+        id: &str,
+        uid: u32,
+        limits: &crate::config::Limits,
+        rootless: bool,
+    ) -> Result<Self, SandboxError> {
+        if rootless {
+            return Ok(Self {
+                scratch: TmpfsMount::create_unmounted(root, id)?,
+                tmp: None,
+                shm: None,
+            });
+        }
+        let inodes = limits.tmpfs_inodes;
+        Ok(Self {
+            scratch: TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: id,
+                    size_bytes: limits.scratch_bytes,
+                    inodes,
+                    private_to: Some(uid),
+                },
+            )?,
+            tmp: Some(TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: &format!("{id}.tmp"),
+                    size_bytes: limits.tmp_bytes,
+                    inodes,
+                    private_to: None,
+                },
+            )?),
+            shm: Some(TmpfsMount::create(
+                root,
+                TmpfsSpec {
+                    name: &format!("{id}.shm"),
+                    size_bytes: SHM_BYTES,
+                    inodes,
+                    private_to: None,
+                },
+            )?),
+        })
+    }
+
+    fn slot<'a>(&'a self, uid: u32, cgroup: &'a Cgroup) -> Slot<'a> {
+        Slot {
+            uid,
+            scratch: &self.scratch.path,
+            tmp: self.tmp.as_ref().map(|m| m.path.as_path()),
+            shm: self.shm.as_ref().map(|m| m.path.as_path()),
+            cgroup,
+        }
+    }
+
+    fn remove(&self) {
+        self.scratch.remove();
+        self.tmp.iter().chain(&self.shm).for_each(TmpfsMount::remove);
+    }
+}
+
+/// Size of `/dev/shm` (POSIX shared memory and semaphores, e.g. `multiprocessing` locks).
+pub(crate) const SHM_BYTES: u64 = 16 << 20;
 
 /// Detach the scratch tmpfs (frees its pages) and remove the directory it sat on. Never follows
 /// a symlink: `remove_dir_all` does not (CVE-2022-21658 was fixed in Rust 1.58.1).
@@ -120,7 +224,8 @@ fn unmount_and_remove(path: &Path) {
         path,
         rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
     ) {
-        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+        // EPERM: rootless, nothing was mounted.
+        Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::PERM) => {}
         Err(e) => tracing::warn!(path = %path.display(), "could not unmount sandbox scratch: {e}"),
     }
     if let Err(e) = fs::remove_dir_all(path) {
@@ -130,7 +235,7 @@ fn unmount_and_remove(path: &Path) {
     }
 }
 
-impl Drop for ScratchDir {
+impl Drop for TmpfsMount {
     fn drop(&mut self) {
         self.remove();
     }
@@ -151,19 +256,28 @@ impl LocalBackend {
                 config.uid_base, config.uid_span
             )));
         }
+        naming::check_uid_range(config.uid_base, config.uid_span).map_err(SandboxError::InvalidArgument)?;
         let tools = host::check_host()?;
         let python = match &config.python {
             Some(path) => PythonRuntime::probe(path)
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
-        let scratch_root = prepare_scratch_root(config.scratch_root.as_deref())?;
-        cgroup::sweep_stale();
+        let scratch_root = if tools.rootless {
+            crate::rootless::scratch_root(config.scratch_root.as_deref())?
+        } else {
+            prepare_scratch_root(config.scratch_root.as_deref())?
+        };
+        let limiter = Limiter::detect(tools.rootless);
+        let report = host_report_for(&tools, &limiter, &config);
+        limiter.sweep_stale();
         sweep_stale_scratch(&scratch_root);
         let launcher = Arc::new(Launcher::new(tools, python, config)?);
         let backend = Self {
             inner: Arc::new(BackendInner {
                 launcher,
+                limiter,
+                report,
                 scratch_root,
                 pool: Mutex::new(VecDeque::new()),
                 refill: Arc::new(Notify::new()),
@@ -175,6 +289,27 @@ impl LocalBackend {
             backend.start_refill();
         }
         Ok(backend)
+    }
+
+    /// Which isolation layers and limits are in force on this host, and why others are not.
+    pub fn capabilities(&self) -> &HostReport {
+        &self.inner.report
+    }
+
+    /// Probe the host as [`LocalBackend::new`] would, without making a backend: the report says
+    /// why the local sandbox is unavailable (with the fix) or what it would enforce.
+    pub fn host_report(config: &LocalConfig) -> HostReport {
+        let tools = match host::check_host() {
+            Ok(tools) => tools,
+            Err(e) => return HostReport::unavailable(e.to_string()),
+        };
+        if let Err(e) = match &config.python {
+            Some(path) => PythonRuntime::probe(path).map(|_| ()).map_err(|e| format!("python {}: {e}", path.display())),
+            None => PythonRuntime::detect().map(|_| ()).map_err(|e| e.to_string()),
+        } {
+            return HostReport::unavailable(e);
+        }
+        host_report_for(&tools, &Limiter::detect(tools.rootless), config)
     }
 
     /// The interpreter sandboxes run.
@@ -262,14 +397,33 @@ impl LocalBackend {
     }
 }
 
+fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalConfig) -> HostReport {
+    let (mode, uid) = if tools.rootless {
+        (IsolationMode::Rootless, crate::rootless::sandbox_uid())
+    } else {
+        (IsolationMode::Rootful, 0)
+    };
+    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits)
+}
+
 /// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).
 async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
     let launcher = &inner.launcher;
     let config = &launcher.config;
     let id = naming::new_sandbox_id();
-    let uid = naming::slot_uid(config.uid_base, config.uid_span, &id);
+    // Rootless, the sandbox runs as this user (rootless.rs); root, each gets a leased uid of its own.
+    let lease = if launcher.tools.rootless {
+        None
+    } else {
+        Some(UidLease::acquire(config.uid_base, config.uid_span).map_err(SandboxError::Unavailable)?)
+    };
+    let uid = match &lease {
+        Some(lease) => lease.uid(),
+        None => crate::rootless::sandbox_uid(),
+    };
     // Guards exist before the spawn, so a failed spawn leaks nothing.
     let cgroup = Cgroup::create(
+        &inner.limiter,
         &id,
         CgroupLimits {
             memory_bytes: config.limits.memory_bytes,
@@ -278,20 +432,21 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         },
     )
     .map_err(|e| SandboxError::Unavailable(format!("cannot create the sandbox's cgroups: {e}")))?;
-    let scratch = ScratchDir::create(&inner.scratch_root, &id, uid, config.limits.scratch_bytes)?;
-    let kernel = launcher
-        .start_kernel(&Slot {
-            uid,
-            scratch: &scratch.path,
-            cgroup: &cgroup,
-        })
-        .await?;
+    let mounts = SandboxMounts::create(
+        &inner.scratch_root,
+        &id,
+        uid,
+        &config.limits,
+        launcher.tools.rootless,
+    )?;
+    let kernel = launcher.start_kernel(&mounts.slot(uid, &cgroup)).await?;
     Ok(Prepared {
         id,
         uid,
         kernel,
         cgroup,
-        scratch,
+        mounts,
+        lease,
     })
 }
 
@@ -364,7 +519,7 @@ pub struct LocalSandbox {
 struct SandboxInner {
     contexts: Mutex<BTreeMap<String, Arc<Context>>>,
     cgroup: Cgroup,
-    scratch: ScratchDir,
+    mounts: SandboxMounts,
     id: String,
     uid: u32,
     launcher: Arc<Launcher>,
@@ -374,6 +529,8 @@ struct SandboxInner {
     /// Lifetime deadline; the watchdog re-reads it when notified.
     deadline: Mutex<Instant>,
     lifetime_changed: Arc<Notify>,
+    /// Dropped last (field order): the uid is released after every process and file of it is gone.
+    _lease: Option<UidLease>,
 }
 
 struct Context {
@@ -392,7 +549,8 @@ impl LocalSandbox {
             uid,
             mut kernel,
             cgroup,
-            scratch,
+            mounts,
+            lease,
         } = prepared;
         if !options.env_vars.is_empty() {
             kernel.configure(&options.env_vars, None).await?;
@@ -409,7 +567,7 @@ impl LocalSandbox {
         let inner = Arc::new(SandboxInner {
             contexts: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
             cgroup,
-            scratch,
+            mounts,
             id,
             uid,
             launcher,
@@ -418,6 +576,7 @@ impl LocalSandbox {
             next_context: AtomicU64::new(1),
             deadline: Mutex::new(Instant::now() + lifetime),
             lifetime_changed: Arc::new(Notify::new()),
+            _lease: lease,
         });
         spawn_lifetime_watchdog(Arc::downgrade(&inner));
         Ok(Self { inner })
@@ -426,7 +585,7 @@ impl LocalSandbox {
     /// Host path of the scratch directory (bound at `/home/user` inside). Read it only through the
     /// file API: the sandbox controls what is in it.
     pub fn scratch_dir(&self) -> &Path {
-        &self.inner.scratch.path
+        &self.inner.mounts.scratch.path
     }
 
     /// The uid the sandboxed code runs as on the host.
@@ -446,7 +605,7 @@ impl LocalSandbox {
 
     fn files(&self) -> ScratchFiles {
         ScratchFiles {
-            root: self.inner.scratch.path.clone(),
+            root: self.inner.mounts.scratch.path.clone(),
             uid: self.inner.uid,
             max_file_bytes: self.inner.launcher.limits().max_file_bytes,
         }
@@ -475,11 +634,7 @@ impl LocalSandbox {
 
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
         let inner = &self.inner;
-        let slot = Slot {
-            uid: inner.uid,
-            scratch: &inner.scratch.path,
-            cgroup: &inner.cgroup,
-        };
+        let slot = inner.mounts.slot(inner.uid, &inner.cgroup);
         let mut kernel = inner.launcher.start_kernel(&slot).await?;
         if !inner.env.is_empty() || cwd.is_some() {
             kernel.configure(&inner.env, cwd).await?;
@@ -516,7 +671,7 @@ impl SandboxInner {
             }
         }
         self.cgroup.remove();
-        self.scratch.remove();
+        self.mounts.remove();
     }
 }
 

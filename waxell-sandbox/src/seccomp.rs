@@ -3,8 +3,9 @@
 //! seccompiler allows one match action per filter, so there are three programs:
 //! * deny list -> EPERM: dangerous syscalls, non-`AF_UNIX` sockets, namespace-creating `clone` flags,
 //!   `TIOCSTI`;
-//! * `clone3` -> ENOSYS: its flags live in user memory where seccomp cannot see them, so glibc falls
-//!   back to `clone`, which the first program inspects;
+//! * ENOSYS list: `clone3` (its flags live in user memory where seccomp cannot see them, so glibc
+//!   falls back to `clone`, which the first program inspects) and the Linux AIO calls (`io_setup`
+//!   draws on the host-wide `fs.aio-max-nr` pool; ENOSYS makes libraries fall back to plain I/O);
 //! * x32 guard: seccompiler's programs match exact x86_64 numbers, and x32 numbers
 //!   (`nr | 0x40000000`) would bypass the deny list on kernels with x32 enabled.
 //!
@@ -65,6 +66,25 @@ const DENIED_SYSCALLS: &[libc::c_long] = &[
     libc::SYS_quotactl,
     libc::SYS_vhangup,
     libc::SYS_fanotify_init,
+    // POSIX message queues: kernel memory outside the memory cgroup's view; RLIMIT_MSGQUEUE is 0 too.
+    libc::SYS_mq_open,
+    libc::SYS_mq_unlink,
+];
+
+/// `io_pgetevents`, missing from the libc crate: x86_64's number, else the generic table's.
+const SYS_IO_PGETEVENTS: libc::c_long = if cfg!(target_arch = "x86_64") { 333 } else { 292 };
+
+/// Answered with ENOSYS ("not implemented"), so callers take their fallback path.
+const ENOSYS_SYSCALLS: &[libc::c_long] = &[
+    libc::SYS_clone3,
+    // Host-wide AIO contexts (`fs.aio-nr` / `fs.aio-max-nr`): one sandbox could drain the pool and
+    // make the host's databases fail with EAGAIN.
+    libc::SYS_io_setup,
+    libc::SYS_io_destroy,
+    libc::SYS_io_submit,
+    libc::SYS_io_cancel,
+    libc::SYS_io_getevents,
+    SYS_IO_PGETEVENTS,
 ];
 
 const NAMESPACE_CLONE_FLAGS: &[libc::c_int] = &[
@@ -84,7 +104,7 @@ const TIOCSTI: u64 = 0x5412;
 pub(crate) fn programs() -> Result<Vec<Vec<u8>>, String> {
     Ok(vec![
         to_bytes(&deny_list()?),
-        to_bytes(&clone3_enosys()?),
+        to_bytes(&enosys_list()?),
         x32_guard(),
     ])
 }
@@ -146,18 +166,18 @@ fn deny_list() -> Result<BpfProgram, String> {
     filter.try_into().map_err(|e| format!("seccomp deny list: {e}"))
 }
 
-fn clone3_enosys() -> Result<BpfProgram, String> {
-    let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+fn enosys_list() -> Result<BpfProgram, String> {
+    let rules = ENOSYS_SYSCALLS.iter().map(|&nr| (nr, Vec::new())).collect();
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch()?,
     )
-    .map_err(|e| format!("seccomp clone3 filter: {e}"))?;
+    .map_err(|e| format!("seccomp ENOSYS filter: {e}"))?;
     filter
         .try_into()
-        .map_err(|e| format!("seccomp clone3 filter: {e}"))
+        .map_err(|e| format!("seccomp ENOSYS filter: {e}"))
 }
 
 /// Native-endian `struct sock_filter` entries, no header: the format bwrap reads.

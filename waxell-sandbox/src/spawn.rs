@@ -66,9 +66,20 @@ impl ChildSetup {
             }
         }
         for limit in &self.rlimits {
+            // Never above the launcher's own hard limit (raising needs CAP_SYS_RESOURCE, which a
+            // rootless launcher, or a root one in a container, lacks); lowering always works.
+            let mut current = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            // SAFETY: getrlimit writes into a valid, initialised struct.
+            if unsafe { libc::getrlimit(limit.resource, &mut current) } < 0 {
+                current.rlim_max = libc::RLIM_INFINITY;
+            }
+            let hard = limit.hard.min(current.rlim_max);
             let value = libc::rlimit {
-                rlim_cur: limit.soft,
-                rlim_max: limit.hard,
+                rlim_cur: limit.soft.min(hard),
+                rlim_max: hard,
             };
             // SAFETY: setrlimit reads a valid, initialised struct.
             if unsafe { libc::setrlimit(limit.resource, &value) } < 0 {

@@ -1,4 +1,5 @@
 //! Functional behaviour with real Python in the real sandbox.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -433,9 +434,11 @@ async fn kill_and_drop_leave_nothing_behind() {
     )
     .await;
     let before = footprint(&killed);
-    assert!(
+    // Rootless, the scratch dir is a plain directory (the host report says its size is not capped).
+    assert_eq!(
         is_mount_point(&before.scratch),
-        "the scratch dir is its own tmpfs"
+        !rootless(&backend),
+        "the scratch dir is its own tmpfs exactly when running as root"
     );
     assert!(
         before.pids.len() >= 3,
@@ -606,9 +609,10 @@ fn sandboxes_outlive_the_thread_that_created_them() {
 fn a_shared_or_foreign_scratch_root_is_refused() {
     let mut shared = config();
     shared.scratch_root = Some("/tmp".into());
-    let error = waxell_sandbox::LocalBackend::new(shared).unwrap_err();
+    let error = waxell_sandbox::LocalBackend::new(shared).unwrap_err().to_string();
+    // Root is refused for the sticky world-writable mode, a rootless user first for the owner.
     assert!(
-        error.to_string().contains("writable by group or others"),
+        error.contains("writable by group or others") || error.contains("is not owned by uid"),
         "{error}"
     );
     let tmp_mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata("/tmp").unwrap().permissions());
@@ -638,4 +642,70 @@ async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     assert_eq!(eval(&sandbox, "6 * 7").await, "42");
+}
+
+/// The host report matches how this process runs: root mode as root, rootless otherwise, with the
+/// limits this host can enforce and a fix for each that it cannot; the sandbox really runs as the
+/// identity the report names (rootless: the invoking user's uid, never 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_report_matches_the_mode_and_the_sandbox() {
+    use waxell_sandbox::{Feature, IsolationMode, Status};
+    let backend = backend();
+    let report = backend.capabilities();
+    let euid = own_euid();
+    let expected = if euid == 0 {
+        IsolationMode::Rootful
+    } else {
+        IsolationMode::Rootless
+    };
+    assert_eq!(report.mode, Some(expected));
+    for feature in [
+        Feature::User,
+        Feature::Namespaces,
+        Feature::Seccomp,
+        Feature::Network,
+        Feature::ReadOnlyRuntime,
+        Feature::PrivateTmp,
+        Feature::NoNewPrivileges,
+        Feature::CpuTime,
+        Feature::FileSize,
+    ] {
+        assert!(report.enforces(feature), "{feature:?} in every mode: {report}");
+    }
+    for check in &report.checks {
+        if check.status != Status::Enforced {
+            assert!(check.fix.is_some(), "{:?} without a fix: {report}", check.feature);
+        }
+    }
+    let sandbox = sandbox(&backend).await;
+    let uid: u32 = eval(&sandbox, "__import__('os').getuid()").await.parse().unwrap();
+    assert_ne!(uid, 0);
+    if expected == IsolationMode::Rootless {
+        assert_eq!(uid, euid, "rootless: the sandbox is the invoking user");
+        assert_eq!(
+            report.check(Feature::ScratchSize).unwrap().status,
+            Status::Partial
+        );
+        assert!(report.summary().contains("rootless"), "{}", report.summary());
+    } else {
+        assert!(report.enforces(Feature::ScratchSize));
+    }
+    // The host-side view of every sandbox process: no uid 0 outside the root launchers.
+    for pid in sandbox.host_pids() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+        let launcher = status.lines().next().unwrap_or("").contains("bwrap") && euid == 0;
+        assert!(
+            launcher || !uids.split_whitespace().skip(1).any(|id| id == "0"),
+            "host pid {pid}: {uids}"
+        );
+    }
+}
+
+fn own_euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    uids.split_whitespace().nth(2).unwrap().parse().unwrap()
 }

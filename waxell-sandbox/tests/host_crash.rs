@@ -1,6 +1,7 @@
 //! A host process that panics (unwinding) or aborts (no destructors at all) leaves nothing behind:
 //! `--die-with-parent` kills the sandbox with the host, and the next backend sweeps the dead host's
 //! cgroups and scratch directories.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -28,7 +29,7 @@ async fn crash_helper() {
     .await;
     let footprint = footprint(&sandbox);
     let record = serde_json::json!({
-        "scratch": footprint.scratch, "cgroups": footprint.cgroups, "pids": footprint.pids,
+        "scratch": footprint.scratch, "mounts": footprint.mounts, "cgroups": footprint.cgroups, "pids": footprint.pids,
     });
     std::fs::write(&out, record.to_string()).unwrap();
     match mode.as_str() {
@@ -57,6 +58,7 @@ fn crash(mode: &str) -> Footprint {
     };
     Footprint {
         scratch: record["scratch"].as_str().unwrap().into(),
+        mounts: paths(&record["mounts"]),
         cgroups: paths(&record["cgroups"]),
         pids: record["pids"]
             .as_array()

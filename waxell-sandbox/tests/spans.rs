@@ -1,11 +1,12 @@
 //! The `Sandbox` wrapper emits spans at the boundary, nested under the caller's span.
-//! nextest runs each test in its own process, so the global tracer provider is ours alone.
+//! Each test captures its own spans with `waxell::testing`, so the tests share one process.
+#![cfg(target_os = "linux")]
 
 mod common;
 
-use opentelemetry::trace::{FutureExt, Status, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::trace::{FutureExt, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, Value};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 use waxell::sandbox::{RunOptions, Sandbox, SandboxOptions};
 
 fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
@@ -13,6 +14,10 @@ fn attribute<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
         .iter()
         .find(|kv| kv.key.as_str() == key)
         .map(|kv| &kv.value)
+}
+
+fn captured(capture: &waxell::testing::Capture) -> Vec<SpanData> {
+    capture.spans().iter().map(|s| s.data().clone()).collect()
 }
 
 fn string(span: &SpanData, key: &str) -> String {
@@ -23,15 +28,10 @@ fn string(span: &SpanData, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandbox_calls_emit_nested_spans() {
-    std::env::set_var("WAXELL_CAPTURE_CONTENT", "true");
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider.clone());
+    let capture = waxell::testing::builder().capture_content(true).start();
 
     let backend = common::backend();
-    let caller = provider.tracer("test");
+    let caller = capture.tracer();
     let parent = caller.start("execute_tool analyse");
     let parent_cx = Context::current_with_span(parent);
     let parent_span_id = parent_cx.span().span_context().span_id();
@@ -64,9 +64,7 @@ async fn sandbox_calls_emit_nested_spans() {
     .with_context(parent_cx.clone())
     .await;
     parent_cx.span().end();
-    let _ = provider.force_flush();
-
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = captured(&capture);
     let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
     for span in spans.iter().filter(|s| s.name != "execute_tool analyse") {
         assert_eq!(
@@ -141,12 +139,7 @@ async fn sandbox_calls_emit_nested_spans() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_is_not_captured_when_capture_is_off() {
-    std::env::set_var("WAXELL_CAPTURE_CONTENT", "false");
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    opentelemetry::global::set_tracer_provider(provider.clone());
+    let capture = waxell::testing::builder().capture_content(false).start();
     let backend = common::backend();
     let sandbox = Sandbox::create(&backend, &SandboxOptions::default())
         .await
@@ -155,8 +148,7 @@ async fn content_is_not_captured_when_capture_is_off() {
         .run_code("secret = 'sk-123'\nsecret", &RunOptions::default())
         .await
         .unwrap();
-    let _ = provider.force_flush();
-    let spans = exporter.get_finished_spans().unwrap();
+    let spans = captured(&capture);
     let run = spans
         .iter()
         .find(|s| s.name == "execute_tool local.run_code")

@@ -58,16 +58,27 @@ impl Captured {
 /// Wraps a reference so the capture traits can be selected by auto-reference.
 pub struct Probe<'a, T: ?Sized>(pub &'a T);
 
+/// The capture and outcome traits are public only so that the macros' expansions can name them; a
+/// supertrait nobody outside this crate can name keeps anyone from implementing them.
+mod sealed {
+    pub trait Sealed {}
+    impl<T: ?Sized> Sealed for super::Probe<'_, T> {}
+    impl<T: Sealed + ?Sized> Sealed for &T {}
+}
+
 /// Highest priority: the type is `Serialize`.
-pub trait CaptureViaSerialize {
+pub trait CaptureViaSerialize: sealed::Sealed {
+    /// Capture the probed value.
     fn __waxell_capture(&self) -> Captured;
 }
 /// Middle priority: the type is `Debug`.
-pub trait CaptureViaDebug {
+pub trait CaptureViaDebug: sealed::Sealed {
+    /// Capture the probed value.
     fn __waxell_capture(&self) -> Captured;
 }
 /// Fallback: only the type name is known.
-pub trait CaptureViaTypeName {
+pub trait CaptureViaTypeName: sealed::Sealed {
+    /// Capture the probed value.
     fn __waxell_capture(&self) -> Captured;
 }
 
@@ -129,35 +140,43 @@ pub(crate) mod outcome {
 
     // Tiers, highest priority first; `capture` says whether the successful value is wanted.
     /// `Result<T: Serialize, E: Display>`.
-    pub trait ResultSerDisplay {
+    pub trait ResultSerDisplay: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// `Result<T: Debug, E: Display>`.
-    pub trait ResultDebugDisplay {
+    pub trait ResultDebugDisplay: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// `Result<T, E: Display>`.
-    pub trait ResultAnyDisplay {
+    pub trait ResultAnyDisplay: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// `Result<T, E: Debug>`.
-    pub trait ResultAnyDebug {
+    pub trait ResultAnyDebug: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// `Result<T, E>`.
-    pub trait ResultAnyAny {
+    pub trait ResultAnyAny: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// Not a `Result`, `Serialize`.
-    pub trait PlainSer {
+    pub trait PlainSer: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// Not a `Result`, `Debug`.
-    pub trait PlainDebug {
+    pub trait PlainDebug: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
     /// Anything else.
-    pub trait PlainAny {
+    pub trait PlainAny: super::sealed::Sealed {
+        /// The probed value's outcome; the successful value only when `capture`.
         fn __waxell_outcome(&self, capture: bool) -> Outcome;
     }
 

@@ -20,6 +20,7 @@ pub(crate) struct CloudExport {
 }
 
 /// The discovery call may not hold up start-up for long (a mistyped URL once cost the Python SDK 12 s a run).
+#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn var(names: &[&str]) -> Option<(String, String)> {
@@ -95,8 +96,16 @@ pub(crate) fn from_env() -> Result<Option<CloudExport>, InitError> {
     }))
 }
 
+/// Without HTTP export there is nothing to discover for: `init()` reports the missing feature when it builds the
+/// exporter.
+#[cfg(not(feature = "otlp-http"))]
+fn discover(_api_url: &str, _key: &str) -> Result<(Option<String>, Option<String>), String> {
+    Err("waxell was built without its `otlp-http` feature".to_owned())
+}
+
 /// `GET {api}/api/v1/observe/config/` with the key; returns the OTLP endpoint and tenant it names.
 /// Runs on its own thread: `init()` may be called inside an async runtime, where a blocking client panics.
+#[cfg(feature = "otlp-http")]
 fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>), String> {
     let url = format!("{}/api/v1/observe/config/", api_url.trim_end_matches('/'));
     let key = key.to_owned();
@@ -105,11 +114,9 @@ fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>)
         .name("waxell-discovery".into())
         .spawn(move || {
             let result = (|| {
-                let client = reqwest::blocking::Client::builder()
-                    .connect_timeout(DISCOVERY_TIMEOUT)
-                    .timeout(DISCOVERY_TIMEOUT)
-                    .build()
-                    .map_err(|e| e.to_string())?;
+                let client = crate::http::blocking_client(|b| {
+                    b.connect_timeout(DISCOVERY_TIMEOUT).timeout(DISCOVERY_TIMEOUT)
+                })?;
                 let response = client
                     .get(&url)
                     .header("X-Wax-Key", key)
@@ -118,7 +125,9 @@ fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>)
                 if !response.status().is_success() {
                     return Err(format!("HTTP {}", response.status()));
                 }
-                let body: serde_json::Value = response.json().map_err(|e| format!("not JSON: {e}"))?;
+                let body = response.bytes().map_err(|e| e.to_string())?;
+                let body: serde_json::Value =
+                    serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
                 Ok(parse_config(&body))
             })();
             let _ = tx.send(result);
@@ -130,6 +139,7 @@ fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>)
 
 /// The config route's answer: the endpoint under `otel_endpoint` / `otlp_endpoint` / `otel.endpoint`, the tenant
 /// under `tenant_id` / `tenant.id`.
+#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 fn parse_config(body: &serde_json::Value) -> (Option<String>, Option<String>) {
     let text = |v: Option<&serde_json::Value>| {
         v.and_then(|v| v.as_str())

@@ -5,9 +5,9 @@ use opentelemetry::{Context, KeyValue, Value};
 use serde::{Serialize, Serializer};
 
 use crate::capture::Captured;
-use crate::run::{string_array, Inner as RunInner};
 use crate::semconv::*;
-use crate::telemetry;
+use crate::spans::string_array;
+use crate::telemetry::{self, State};
 
 /// A reasoning step's record, as `#[reasoning]` reads it from the function's return value.
 ///
@@ -142,19 +142,19 @@ fn decision_fields(value: &Captured) -> Fields {
     }
 }
 
-pub(crate) fn record_decision_outcome(run: &RunInner, value: &Captured) {
+/// Record a `#[decision]` function's return value on its span (the context `cx` holds).
+pub(crate) fn record_decision_outcome(
+    cx: &Context,
+    state: &State,
+    name: &str,
+    options: &[&str],
+    value: &Captured,
+) {
     let f = decision_fields(value);
-    let meta = run.meta();
-    apply_decision(run.cx(), run.state(), meta.name, meta.options, &f);
+    apply_decision(cx, state, name, options, &f);
 }
 
-fn apply_decision(
-    cx: &Context,
-    state: &telemetry::State,
-    name: &str,
-    options: &[impl AsRef<str>],
-    f: &Fields,
-) {
+fn apply_decision(cx: &Context, state: &State, name: &str, options: &[impl AsRef<str>], f: &Fields) {
     let span = cx.span();
     span.set_attribute(KeyValue::new(WAXELL_DECISION_CHOSEN, f.chosen.clone()));
     span.set_attribute(KeyValue::new(OI_OUTPUT_VALUE, f.chosen.clone()));
@@ -212,11 +212,10 @@ pub(crate) fn record(
     reasoning: Option<&str>,
     confidence: Option<f64>,
 ) {
-    if !telemetry::is_enabled() {
-        return;
-    }
-    let state = telemetry::state();
     let parent = Context::current();
+    let Some(state) = telemetry::state_for(&parent) else {
+        return;
+    };
     let builder = SpanBuilder::from_name(format!("decide {name}"))
         .with_kind(SpanKind::Internal)
         .with_attributes([
@@ -226,7 +225,7 @@ pub(crate) fn record(
             KeyValue::new(WAXELL_DECISION_NAME, name.to_owned()),
             KeyValue::new(WAXELL_DECISION_OPTIONS, string_array(options)),
         ]);
-    let cx = state.tracer.start(builder, &parent);
+    let cx = state.start(builder, &parent);
     if cx.span().is_recording() {
         let fields = Fields {
             chosen: chosen.to_owned(),
@@ -238,8 +237,8 @@ pub(crate) fn record(
     cx.span().end();
 }
 
-pub(crate) fn record_reasoning(run: &RunInner, value: &Captured) {
-    let state = run.state();
+/// Record a `#[reasoning]` function's return value on its span (the context `cx` holds).
+pub(crate) fn record_reasoning(cx: &Context, state: &State, value: &Captured) {
     if !state.capture.content {
         return;
     }
@@ -265,7 +264,7 @@ pub(crate) fn record_reasoning(run: &RunInner, value: &Captured) {
         }
         other => (other.to_text(), Vec::new(), None),
     };
-    let span = run.span();
+    let span = cx.span();
     let thought = state.content(&thought);
     span.set_attribute(KeyValue::new(WAXELL_REASONING_THOUGHT, thought.clone()));
     if !evidence.is_empty() {

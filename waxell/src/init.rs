@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
+use opentelemetry_otlp::WithExportConfig as _;
+#[cfg(feature = "grpc")]
+use opentelemetry_otlp::WithTonicConfig as _;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanProcessor};
 use opentelemetry_sdk::Resource;
@@ -26,23 +29,115 @@ pub enum InitError {
     /// An environment variable has a value we cannot use.
     #[error("environment variable {name}={value:?} is invalid: expected {expected}")]
     InvalidVariable {
+        /// The variable.
         name: String,
+        /// Its value (hidden for secrets).
         value: String,
+        /// What would have been valid.
         expected: String,
     },
     /// A builder setting is invalid.
     #[error("invalid setting {setting}: {message}")]
-    InvalidSetting { setting: &'static str, message: String },
+    InvalidSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The OTLP exporter could not be built.
     #[error("could not build the OTLP {protocol} exporter for {endpoint}: {message}")]
     Exporter {
+        /// `http/protobuf`, `http/json` or `grpc`.
         protocol: &'static str,
+        /// The endpoint it was for.
         endpoint: String,
+        /// Why it could not be built.
         message: String,
     },
     /// The trace file could not be opened.
     #[error("could not open the trace file {path}: {source}")]
-    TraceFile { path: String, source: std::io::Error },
+    TraceFile {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The configuration asks for something this build of waxell left out.
+    #[error("{needed_for} needs waxell's cargo feature `{feature}`: enable it in Cargo.toml (waxell = {{ features = [\"{feature}\"] }})")]
+    FeatureMissing {
+        /// The cargo feature to enable.
+        feature: &'static str,
+        /// What the configuration asked for that needs it.
+        needed_for: String,
+    },
+}
+
+/// Why [`Guard::force_flush`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FlushError {
+    /// The flush did not finish in time (the guard's shutdown timeout); spans still queued may be lost.
+    #[error("telemetry flush did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry flush failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry flush: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// Why [`Guard::shutdown`] failed. Spans the exporter had not sent by then were dropped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShutdownError {
+    /// Shutdown did not finish in time (the guard's shutdown timeout); unsent spans were dropped.
+    #[error("telemetry shutdown did not finish within {0:?}; unsent spans were dropped")]
+    Timeout(Duration),
+    /// The exporter or a span processor reported a failure.
+    #[error("telemetry shutdown failed: {0}")]
+    Export(String),
+    /// The pipeline was already shut down.
+    #[error("telemetry shutdown: the pipeline was already shut down")]
+    AlreadyShutDown,
+}
+
+/// What went wrong in a bounded flush or shutdown, before it is typed for the caller.
+enum Bounded {
+    Timeout(Duration),
+    Export(String),
+    AlreadyShutDown,
+}
+
+impl From<opentelemetry_sdk::error::OTelSdkError> for Bounded {
+    fn from(e: opentelemetry_sdk::error::OTelSdkError) -> Self {
+        use opentelemetry_sdk::error::OTelSdkError;
+        match e {
+            OTelSdkError::AlreadyShutdown => Self::AlreadyShutDown,
+            OTelSdkError::Timeout(t) => Self::Timeout(t),
+            other => Self::Export(other.to_string()),
+        }
+    }
+}
+
+impl From<Bounded> for FlushError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
+}
+
+impl From<Bounded> for ShutdownError {
+    fn from(b: Bounded) -> Self {
+        match b {
+            Bounded::Timeout(t) => Self::Timeout(t),
+            Bounded::Export(m) => Self::Export(m),
+            Bounded::AlreadyShutDown => Self::AlreadyShutDown,
+        }
+    }
 }
 
 /// Set up telemetry from the environment (see the configuration reference in `docs/configuration.md`).
@@ -118,6 +213,7 @@ impl Builder {
         self.endpoint = Some(url.into());
         self
     }
+    /// The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); its cargo feature must be on.
     pub fn with_protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = Some(protocol);
         self
@@ -246,7 +342,8 @@ impl Builder {
             headers.push(("X-Wax-Key".to_owned(), cloud.key.clone()));
         }
         let mut runtime = None;
-        let mut meter_provider = None;
+        #[allow(unused_mut)] // assigned only when an OTLP feature is on
+        let mut meter_provider: Option<SdkMeterProvider> = None;
         let mut target = Target::None;
         let export_timeout = self.export_timeout.unwrap_or(env.export_timeout);
         let limits = Limits {
@@ -273,14 +370,17 @@ impl Builder {
                     let (exporter, rt) = otlp_exporter(url, protocol, &headers, export_timeout)?;
                     runtime = rt;
                     provider = provider.with_span_processor(limits.pipeline(exporter)?);
-                    meter_provider = Some(otlp_meter_provider(
-                        url,
-                        protocol,
-                        &headers,
-                        export_timeout,
-                        resource,
-                        runtime.as_ref(),
-                    )?);
+                    #[cfg(any(feature = "otlp-http", feature = "grpc"))]
+                    {
+                        meter_provider = Some(otlp_meter_provider(
+                            url,
+                            protocol,
+                            &headers,
+                            export_timeout,
+                            resource,
+                            runtime.as_ref(),
+                        )?);
+                    }
                     target = Target::Otlp(url.clone());
                 }
                 None => {
@@ -404,8 +504,27 @@ fn protocol_name(p: Protocol) -> &'static str {
     }
 }
 
+/// The private Tokio runtime gRPC export runs on; uninhabited when the `grpc` feature is off.
+#[cfg(feature = "grpc")]
+type GrpcRuntime = tokio::runtime::Runtime;
+#[cfg(not(feature = "grpc"))]
+type GrpcRuntime = std::convert::Infallible;
+
+/// The error for a protocol whose cargo feature this build lacks.
+#[allow(dead_code)] // unused when every export feature is on
+fn feature_missing(protocol: Protocol, endpoint: &str, feature: &'static str) -> InitError {
+    InitError::FeatureMissing {
+        feature,
+        needed_for: format!(
+            "OTLP {} export to {endpoint} (OTEL_EXPORTER_OTLP_PROTOCOL or the builder's protocol)",
+            protocol_name(protocol)
+        ),
+    }
+}
+
 /// A private Tokio runtime for tonic: gRPC export then works from a plain `main`, a current-thread
 /// runtime or a multi-thread one alike, and shutdown never waits on the user's runtime.
+#[cfg(feature = "grpc")]
 fn grpc_runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -414,18 +533,42 @@ fn grpc_runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
         .build()
 }
 
+#[cfg(feature = "otlp-http")]
+use opentelemetry_otlp::WithHttpConfig as _;
+
+#[cfg(feature = "otlp-http")]
+fn http_protocol(protocol: Protocol) -> opentelemetry_otlp::Protocol {
+    if protocol == Protocol::HttpJson {
+        opentelemetry_otlp::Protocol::HttpJson
+    } else {
+        opentelemetry_otlp::Protocol::HttpBinary
+    }
+}
+
+#[cfg(feature = "otlp-http")]
+fn http_client(timeout: Duration) -> Result<reqwest::blocking::Client, String> {
+    crate::http::blocking_client(move |b| b.timeout(timeout))
+}
+
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
+type SpanExporter = opentelemetry_otlp::SpanExporter;
+#[cfg(not(any(feature = "otlp-http", feature = "grpc")))]
+type SpanExporter = EmbeddedExporter;
+
 fn otlp_exporter(
     url: &str,
     protocol: Protocol,
     headers: &[(String, String)],
     timeout: Duration,
-) -> Result<(opentelemetry_otlp::SpanExporter, Option<tokio::runtime::Runtime>), InitError> {
+) -> Result<(SpanExporter, Option<GrpcRuntime>), InitError> {
     let fail = |message: String| InitError::Exporter {
         protocol: protocol_name(protocol),
         endpoint: url.to_owned(),
         message,
     };
+    let _ = (&fail, headers, timeout);
     match protocol {
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let runtime = grpc_runtime().map_err(|e| fail(e.to_string()))?;
             let _entered = runtime.enter();
@@ -438,24 +581,27 @@ fn otlp_exporter(
                 .map_err(|e| fail(e.to_string()))?;
             Ok((exporter, Some(runtime)))
         }
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => Err(feature_missing(protocol, url, "grpc")),
+        #[cfg(feature = "otlp-http")]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
             let exporter = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
-                .with_protocol(if protocol == Protocol::HttpJson {
-                    opentelemetry_otlp::Protocol::HttpJson
-                } else {
-                    opentelemetry_otlp::Protocol::HttpBinary
-                })
+                .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
                 .with_headers(headers.iter().cloned().collect())
+                .with_http_client(http_client(timeout).map_err(fail)?)
                 .build()
                 .map_err(|e| fail(e.to_string()))?;
             Ok((exporter, None))
         }
+        #[cfg(not(feature = "otlp-http"))]
+        Protocol::HttpProtobuf | Protocol::HttpJson => Err(feature_missing(protocol, url, "otlp-http")),
     }
 }
 
+#[cfg(feature = "grpc")]
 fn metadata(headers: &[(String, String)]) -> Result<tonic::metadata::MetadataMap, String> {
     let mut map = tonic::metadata::MetadataMap::new();
     for (k, v) in headers {
@@ -470,20 +616,23 @@ fn metadata(headers: &[(String, String)]) -> Result<tonic::metadata::MetadataMap
 }
 
 /// Metrics go next to the traces: `/v1/metrics` beside `/v1/traces` for HTTP, the same address for gRPC.
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 fn otlp_meter_provider(
     traces_url: &str,
     protocol: Protocol,
     headers: &[(String, String)],
     timeout: Duration,
     resource: Resource,
-    runtime: Option<&tokio::runtime::Runtime>,
+    runtime: Option<&GrpcRuntime>,
 ) -> Result<SdkMeterProvider, InitError> {
     let fail = |message: String| InitError::Exporter {
         protocol: protocol_name(protocol),
         endpoint: traces_url.to_owned(),
         message,
     };
+    let _ = runtime;
     let exporter = match protocol {
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let _entered = runtime.map(|rt| rt.enter());
             opentelemetry_otlp::MetricExporter::builder()
@@ -493,7 +642,8 @@ fn otlp_meter_provider(
                 .with_metadata(metadata(headers).map_err(fail)?)
                 .build()
         }
-        _ => {
+        #[cfg(feature = "otlp-http")]
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
             let url = std::env::var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
                 .ok()
                 .filter(|s| !s.is_empty())
@@ -503,11 +653,15 @@ fn otlp_meter_provider(
                 });
             opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
+                .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
                 .with_headers(headers.iter().cloned().collect())
+                .with_http_client(http_client(timeout).map_err(fail)?)
                 .build()
         }
+        #[allow(unreachable_patterns)] // reachable only when a protocol's feature is off
+        _ => return Err(fail("no exporter for this protocol in this build".into())),
     }
     .map_err(|e| fail(e.to_string()))?;
     Ok(SdkMeterProvider::builder()
@@ -529,7 +683,8 @@ enum Target {
 pub struct Guard {
     provider: Option<SdkTracerProvider>,
     meter_provider: Option<SdkMeterProvider>,
-    runtime: Option<tokio::runtime::Runtime>,
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    runtime: Option<GrpcRuntime>,
     target: Target,
     shutdown_timeout: Duration,
     /// Drop tallies of the default export pipeline (all zero when telemetry is off).
@@ -591,26 +746,27 @@ impl Guard {
 
     /// Export everything ended so far. Runs off the calling thread, so it cannot deadlock a
     /// current-thread Tokio runtime; bounded by the shutdown timeout.
-    pub fn force_flush(&self) -> Result<(), String> {
+    pub fn force_flush(&self) -> Result<(), FlushError> {
         let Some(provider) = self.provider.clone() else {
             return Ok(());
         };
         let meter = self.meter_provider.clone();
         run_bounded("flush", self.shutdown_timeout, move || {
-            let traces = provider.force_flush().map_err(|e| e.to_string());
+            let traces = provider.force_flush().map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.force_flush();
             }
             traces
         })
+        .map_err(FlushError::from)
     }
 
     /// Flush and shut down now, reporting what went wrong.
-    pub fn shutdown(mut self) -> Result<(), String> {
+    pub fn shutdown(mut self) -> Result<(), ShutdownError> {
         self.shutdown_inner()
     }
 
-    fn shutdown_inner(&mut self) -> Result<(), String> {
+    fn shutdown_inner(&mut self) -> Result<(), ShutdownError> {
         let Some(provider) = self.provider.take() else {
             return Ok(());
         };
@@ -619,12 +775,14 @@ impl Guard {
         telemetry::uninstall();
         self.counters.0.begin_shutdown();
         let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
-            let traces = provider.shutdown_with_timeout(timeout).map_err(|e| e.to_string());
+            let traces = provider.shutdown_with_timeout(timeout).map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.shutdown_with_timeout(timeout);
             }
             traces
-        });
+        })
+        .map_err(ShutdownError::from);
+        #[cfg(feature = "grpc")]
         if let Some(rt) = self.runtime.take() {
             // Never blocks, so the guard may be dropped inside async code.
             rt.shutdown_background();
@@ -643,8 +801,8 @@ impl Guard {
 fn run_bounded(
     what: &str,
     timeout: Duration,
-    work: impl FnOnce() -> Result<(), String> + Send + 'static,
-) -> Result<(), String> {
+    work: impl FnOnce() -> Result<(), Bounded> + Send + 'static,
+) -> Result<(), Bounded> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("waxell-{what}"))
@@ -652,13 +810,11 @@ fn run_bounded(
             let _ = tx.send(work());
         });
     if let Err(e) = spawned {
-        return Err(format!("could not start the {what} thread: {e}"));
+        return Err(Bounded::Export(format!("could not start the {what} thread: {e}")));
     }
     match rx.recv_timeout(timeout) {
         Ok(result) => result,
-        Err(_) => Err(format!(
-            "telemetry {what} did not finish within {timeout:?}; unsent spans were dropped"
-        )),
+        Err(_) => Err(Bounded::Timeout(timeout)),
     }
 }
 

@@ -38,23 +38,35 @@ mod capture;
 mod cloud;
 mod config;
 mod decision;
+#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
+#[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
+mod http;
 mod init;
+#[cfg(feature = "llm")]
+pub mod integrations;
 mod limits;
+#[cfg(feature = "llm")]
 pub mod llm;
+#[cfg(any(feature = "llm", feature = "e2b"))]
 mod retry_after;
 mod run;
 pub mod sandbox;
 mod score;
 mod scrub;
+mod secret;
 pub mod semconv;
+mod spans;
 pub(crate) mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, Guard, InitError};
+pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
+pub use secret::Secret;
 
 /// A `tracing` layer that puts `tracing` spans in the same traces as waxell's, nesting both ways (sync and
 /// async): a `#[tool]` called inside a `tracing` span is its child, and a `tracing` span entered inside an
@@ -72,11 +84,11 @@ pub use score::{current_trace_id, metadata, score, score_with_comment, tag, Scor
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.
 #[cfg(feature = "tracing")]
-pub fn tracing_layer<S>() -> tracing_opentelemetry::OpenTelemetryLayer<S, opentelemetry::global::BoxedTracer>
+pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer().with_tracer(telemetry::tracer())
+    tracing_opentelemetry::layer().with_tracer(telemetry::bridge::BridgeTracer)
 }
 
 #[cfg(feature = "macros")]
@@ -86,7 +98,10 @@ pub use waxell_macros::{agent, decision, reasoning, retrieval, step, tool, Decis
 /// Support for the macros' expansions. Not public API: may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::capture::outcome::*;
+    pub use crate::capture::outcome::{
+        PlainAny, PlainDebug, PlainSer, ResultAnyAny, ResultAnyDebug, ResultAnyDisplay, ResultDebugDisplay,
+        ResultSerDisplay,
+    };
     pub use crate::capture::{CaptureViaDebug, CaptureViaSerialize, CaptureViaTypeName, Captured, Probe};
     pub use crate::run::{Args, Instrumented, Kind, Meta, Run};
 }

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
-use opentelemetry::{Context, KeyValue, StringValue, Value};
+use opentelemetry::{Context, KeyValue, Value};
 
 use crate::capture::{Captured, Outcome};
 use crate::semconv::*;
+use crate::spans::{shared, string_array, AgentRun};
 use crate::telemetry::{self, State};
 
 /// Which attribute produced the span.
@@ -49,19 +50,12 @@ pub struct Meta {
     pub capture: bool,
 }
 
-/// Marks the context of an agent run, so `score()`, `tag()` and `metadata()` find the innermost one.
-#[derive(Clone)]
-pub(crate) struct AgentRun {
-    /// A context whose active span is the agent's span.
-    pub(crate) cx: Context,
-}
-
 /// One instrumented call. Created by the macros; not public API.
 pub struct Run {
     inner: Option<Box<Inner>>,
 }
 
-pub(crate) struct Inner {
+struct Inner {
     cx: Context,
     meta: &'static Meta,
     state: Arc<State>,
@@ -84,11 +78,13 @@ fn gen_ai_tool_type(tool_type: &str) -> &'static str {
 impl Run {
     /// Start the span of one call. `args` runs only when the span records and content capture is on.
     pub fn start(meta: &'static Meta, args: impl FnOnce() -> Args) -> Run {
-        if !telemetry::is_enabled() {
+        if !telemetry::maybe_active() {
             return Run { inner: None };
         }
-        let state = telemetry::state();
         let parent = Context::current();
+        let Some(state) = telemetry::state_for(&parent) else {
+            return Run { inner: None };
+        };
         let (op, oi_kind, span_kind) = match meta.kind {
             Kind::Agent => (OP_INVOKE_AGENT, OI_KIND_AGENT, "agent_execution"),
             Kind::Tool => (OP_EXECUTE_TOOL, OI_KIND_TOOL, "tool"),
@@ -147,7 +143,7 @@ impl Run {
         let builder = SpanBuilder::from_name(meta.span_name)
             .with_kind(SpanKind::Internal)
             .with_attributes(attrs);
-        let mut cx = state.tracer.start(builder, &parent);
+        let mut cx = state.start(builder, &parent);
         let recording = cx.span().is_recording();
         if meta.kind == Kind::Agent {
             cx = cx.with_value(AgentRun { cx: cx.clone() });
@@ -267,8 +263,14 @@ impl Inner {
         }
         let Some(value) = outcome.value else { return };
         match self.meta.kind {
-            Kind::Reasoning => crate::decision::record_reasoning(self, &value),
-            Kind::Decision => crate::decision::record_decision_outcome(self, &value),
+            Kind::Reasoning => crate::decision::record_reasoning(&self.cx, &self.state, &value),
+            Kind::Decision => crate::decision::record_decision_outcome(
+                &self.cx,
+                &self.state,
+                self.meta.name,
+                self.meta.options,
+                &value,
+            ),
             Kind::Retrieval => self.record_retrieval(&value),
             _ => {}
         }
@@ -336,19 +338,6 @@ impl Inner {
         )));
         span.end();
     }
-
-    pub(crate) fn cx(&self) -> &Context {
-        &self.cx
-    }
-    pub(crate) fn span(&self) -> opentelemetry::trace::SpanRef<'_> {
-        self.cx.span()
-    }
-    pub(crate) fn meta(&self) -> &'static Meta {
-        self.meta
-    }
-    pub(crate) fn state(&self) -> &State {
-        &self.state
-    }
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -387,21 +376,6 @@ fn args_attributes(meta: &Meta, state: &State, args: Args, attrs: &mut Vec<KeyVa
     }
     attrs.push(KeyValue::new(OI_INPUT_VALUE, json));
     attrs.push(KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON));
-}
-
-/// A string attribute value that clones by reference count (the same content goes into two keys).
-fn shared(text: String) -> Value {
-    Value::String(StringValue::from(std::sync::Arc::<str>::from(text)))
-}
-
-pub(crate) fn string_array(items: &[impl AsRef<str>]) -> Value {
-    Value::Array(
-        items
-            .iter()
-            .map(|s| StringValue::from(s.as_ref().to_owned()))
-            .collect::<Vec<_>>()
-            .into(),
-    )
 }
 
 pin_project_lite::pin_project! {

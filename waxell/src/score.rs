@@ -7,8 +7,8 @@
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::{Context, KeyValue, Value};
 
-use crate::run::AgentRun;
 use crate::semconv::*;
+use crate::spans::AgentRun;
 use crate::telemetry;
 
 /// A score's value: numeric, boolean or categorical.
@@ -56,7 +56,7 @@ impl From<String> for ScoreValue {
 
 /// The agent run's own context (its span is the agent span), if one is open.
 fn current_agent() -> Option<Context> {
-    if !telemetry::is_enabled() {
+    if !telemetry::maybe_active() {
         return None;
     }
     Context::current().get::<AgentRun>().map(|run| run.cx.clone())
@@ -64,7 +64,7 @@ fn current_agent() -> Option<Context> {
 
 /// The current context, if an agent run is open in it.
 fn current_with_agent() -> Option<Context> {
-    if !telemetry::is_enabled() {
+    if !telemetry::maybe_active() {
         return None;
     }
     let cx = Context::current();
@@ -103,10 +103,9 @@ pub(crate) fn record_in(cx: &Context, name: &str, value: ScoreValue, comment: Op
         return false;
     };
     let span = run.cx.span();
-    if !span.is_recording() {
+    let Some(state) = telemetry::state_for(&run.cx).filter(|_| span.is_recording()) else {
         return true;
-    }
-    let state = telemetry::state();
+    };
     let mut attrs = vec![
         KeyValue::new(GEN_AI_EVALUATION_NAME, name.to_owned()),
         KeyValue::new(WAXELL_SCORE_DATA_TYPE, value.data_type()),
@@ -149,7 +148,10 @@ pub(crate) fn record_in(cx: &Context, name: &str, value: ScoreValue, comment: Op
 /// Set the tag `waxell.tag.{key}` on the innermost open agent run. Returns whether there was one.
 pub fn tag(key: impl AsRef<str>, value: impl Into<String>) -> bool {
     let Some(cx) = current_agent() else { return false };
-    let value = telemetry::state().preview(&value.into(), 1000);
+    let Some(state) = telemetry::state_for(&cx) else {
+        return true;
+    };
+    let value = state.preview(&value.into(), 1000);
     cx.span().set_attribute(KeyValue::new(
         format!("{WAXELL_TAG_PREFIX}{}", key.as_ref()),
         value,
@@ -161,7 +163,9 @@ pub fn tag(key: impl AsRef<str>, value: impl Into<String>) -> bool {
 /// type, anything else is recorded as JSON. Returns whether there was a run.
 pub fn metadata(key: impl AsRef<str>, value: impl serde::Serialize) -> bool {
     let Some(cx) = current_agent() else { return false };
-    let state = telemetry::state();
+    let Some(state) = telemetry::state_for(&cx) else {
+        return true;
+    };
     let value: Value = match serde_json::to_value(&value) {
         Ok(serde_json::Value::Bool(b)) => b.into(),
         Ok(serde_json::Value::Number(n)) => match n.as_i64() {

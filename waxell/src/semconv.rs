@@ -4,6 +4,10 @@
 //! deprecated and experimental, so we keep our own). Each span also carries the OpenInference equivalents
 //! (`openinference.span.kind`, `input.value`, ...) so Phoenix, Langfuse, MLflow and Jaeger all render it.
 //! Keys that have no convention use the `waxell.` namespace, matching the Python SDK where it has a name.
+//!
+//! Each constant is named after the key it holds, so the key is its documentation; docs/attributes.md says what
+//! each records on which span.
+#![allow(missing_docs)]
 
 // ---- OpenTelemetry GenAI (v1.41.1) ----
 pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";

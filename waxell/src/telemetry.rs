@@ -1,37 +1,22 @@
 //! Process-wide telemetry state, and the crate-internal handles the instrumented clients (sandbox, LLM,
 //! E2B) and the macros' runtime use to emit spans.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::InstrumentationScope;
+use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, InstrumentationScope};
 
 use crate::capture::truncate_owned;
 use crate::config::{self, Capture};
 use crate::scrub::{self, Scrubber};
 
-/// Where spans are started. The SDK tracer `init()` built is used directly (no boxed span per call);
-/// without `init()`, the global provider's boxed tracer.
+/// Where spans are started. The SDK tracer `init()` built (or a test capture's) is used directly (no boxed
+/// span per call); without `init()`, the global provider's boxed tracer.
 pub(crate) enum SpanSource {
     Sdk(opentelemetry_sdk::trace::SdkTracer),
     Global(BoxedTracer),
-}
-
-impl SpanSource {
-    /// Start a span under `parent` and return the context holding it.
-    pub(crate) fn start(
-        &self,
-        builder: opentelemetry::trace::SpanBuilder,
-        parent: &opentelemetry::Context,
-    ) -> opentelemetry::Context {
-        use opentelemetry::trace::{TraceContextExt as _, Tracer as _};
-        match self {
-            Self::Sdk(t) => parent.with_span(t.build_with_context(builder, parent)),
-            Self::Global(t) => parent.with_span(t.build_with_context(builder, parent)),
-        }
-    }
 }
 
 /// What every instrumented call reads: the tracer and the capture policy.
@@ -47,6 +32,44 @@ pub(crate) struct State {
 static OBSERVE: LazyLock<AtomicBool> = LazyLock::new(|| AtomicBool::new(config::observe_from_env()));
 
 static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
+
+/// How many scoped states (test captures) are alive. While none is, resolving a state never looks into
+/// the context, so the production path pays one atomic load for the feature.
+static SCOPED: AtomicUsize = AtomicUsize::new(0);
+
+/// A state carried in an OpenTelemetry [`Context`] instead of installed globally: every span started
+/// under a context holding it, in whatever thread or task, uses it. `waxell::testing` captures are built
+/// on this; it is generic so that this module knows nothing of what sits above it.
+#[derive(Clone)]
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(dead_code, reason = "built by `waxell::testing` only")
+)]
+pub(crate) struct Scoped(pub(crate) Arc<State>);
+
+/// Keeps the count of live scoped states; created with the scoped state, dropped when it ends.
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(dead_code, reason = "built by `waxell::testing` only")
+)]
+pub(crate) struct ScopedToken(());
+
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(dead_code, reason = "built by `waxell::testing` only")
+)]
+impl ScopedToken {
+    pub(crate) fn new() -> Self {
+        SCOPED.fetch_add(1, Ordering::AcqRel);
+        Self(())
+    }
+}
+
+impl Drop for ScopedToken {
+    fn drop(&mut self) {
+        SCOPED.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 pub(crate) fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("waxell")
@@ -76,9 +99,33 @@ pub(crate) fn uninstall() {
     *slot = None;
 }
 
-/// The current state. Without `init()`, spans go to whatever global tracer provider is set (so a user
+/// Whether any span may be recorded at all: instrumentation is on or a test capture is alive. Checked
+/// before reading the current context, so that a disabled SDK costs two atomic loads per instrumented call.
+#[inline]
+pub(crate) fn maybe_active() -> bool {
+    is_enabled() || SCOPED.load(Ordering::Acquire) != 0
+}
+
+/// The state for spans started under `parent`: a scoped state `parent` carries (a test capture), else the
+/// process-wide one. `None` when instrumentation is off (`WAXELL_OBSERVE=false`) and no scoped state applies.
+#[inline]
+pub(crate) fn state_for(parent: &Context) -> Option<Arc<State>> {
+    if SCOPED.load(Ordering::Acquire) != 0 {
+        if let Some(scoped) = parent.get::<Scoped>() {
+            return Some(Arc::clone(&scoped.0));
+        }
+    }
+    is_enabled().then(global_state)
+}
+
+/// [`state_for`] the current context.
+pub(crate) fn current() -> Option<Arc<State>> {
+    state_for(&Context::current())
+}
+
+/// The process-wide state. Without `init()`, spans go to whatever global tracer provider is set (so a user
 /// with their own OpenTelemetry setup gets waxell spans there), with the capture policy from the environment.
-pub(crate) fn state() -> Arc<State> {
+fn global_state() -> Arc<State> {
     if let Some(state) = STATE.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Arc::clone(state);
     }
@@ -96,6 +143,25 @@ pub(crate) fn state() -> Arc<State> {
 }
 
 impl State {
+    /// Start a span under `parent` and return the context holding it. The one way waxell starts a span:
+    /// callers get the `State` that applies to `parent` from [`state_for`] first.
+    pub(crate) fn start(&self, builder: SpanBuilder, parent: &Context) -> Context {
+        match &self.tracer {
+            SpanSource::Sdk(t) => parent.with_span(t.build_with_context(builder, parent)),
+            SpanSource::Global(t) => parent.with_span(t.build_with_context(builder, parent)),
+        }
+    }
+
+    /// The span [`State::start`] would start, not yet in a context: for the `tracing` bridge, whose layer
+    /// keeps spans itself.
+    #[cfg(feature = "tracing")]
+    fn build(&self, builder: SpanBuilder, parent: &Context) -> bridge::BridgeSpan {
+        match &self.tracer {
+            SpanSource::Sdk(t) => bridge::BridgeSpan::Sdk(t.build_with_context(builder, parent)),
+            SpanSource::Global(t) => bridge::BridgeSpan::Global(t.build_with_context(builder, parent)),
+        }
+    }
+
     /// Scrub and truncate one captured string.
     pub(crate) fn content(&self, text: &str) -> String {
         self.preview(text, self.capture.max_chars)
@@ -121,36 +187,122 @@ impl State {
     }
 }
 
-/// The tracer every waxell span is started from.
-pub(crate) fn tracer() -> BoxedTracer {
-    opentelemetry::global::tracer_provider().tracer_with_scope(scope())
+/// Start a span under the current context with the state that applies there, for callers that do not need
+/// the state before building the span. When instrumentation is off, the span is a non-recording one that
+/// keeps the parent's span context (so propagation still works and nothing is recorded on the parent).
+pub(crate) fn start_current(builder: SpanBuilder) -> Context {
+    let parent = Context::current();
+    match current() {
+        Some(state) => state.start(builder, &parent),
+        None => parent
+            .with_span(opentelemetry::trace::noop::NoopTracer::new().build_with_context(builder, &parent)),
+    }
 }
 
-/// Whether content (arguments, results, code, messages) may be captured on spans.
+/// The tracer of the `tracing` bridge (`tracing_layer()`): it starts each span from the state that applies
+/// to its parent context, like waxell's own spans, so `tracing` spans land in a test capture too.
+#[cfg(feature = "tracing")]
+pub(crate) mod bridge {
+    use std::borrow::Cow;
+    use std::time::SystemTime;
+
+    use opentelemetry::trace::{Span, SpanBuilder, SpanContext, Status, TracerProvider as _};
+    use opentelemetry::{Context, KeyValue};
+
+    use super::{scope, state_for};
+
+    /// Routes each span by its parent context; see the module docs.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct BridgeTracer;
+
+    /// A span from whichever tracer applied.
+    #[derive(Debug)]
+    #[allow(
+        clippy::large_enum_variant,
+        reason = "the SDK variant is the common one; boxing it would cost an allocation per span"
+    )]
+    pub(crate) enum BridgeSpan {
+        /// From `init()`'s pipeline or a test capture.
+        Sdk(opentelemetry_sdk::trace::Span),
+        /// From the global provider.
+        Global(opentelemetry::global::BoxedSpan),
+    }
+
+    impl opentelemetry::trace::Tracer for BridgeTracer {
+        type Span = BridgeSpan;
+
+        fn build_with_context(&self, builder: SpanBuilder, parent_cx: &Context) -> BridgeSpan {
+            match state_for(parent_cx) {
+                Some(state) => state.build(builder, parent_cx),
+                // Instrumentation off: `tracing` spans still go to the global provider, as before.
+                None => BridgeSpan::Global(
+                    opentelemetry::global::tracer_provider()
+                        .tracer_with_scope(scope())
+                        .build_with_context(builder, parent_cx),
+                ),
+            }
+        }
+    }
+
+    macro_rules! delegate {
+        ($self:ident, $s:ident => $e:expr) => {
+            match $self {
+                BridgeSpan::Sdk($s) => $e,
+                BridgeSpan::Global($s) => $e,
+            }
+        };
+    }
+
+    impl Span for BridgeSpan {
+        fn add_event_with_timestamp<T>(&mut self, name: T, timestamp: SystemTime, attributes: Vec<KeyValue>)
+        where
+            T: Into<Cow<'static, str>>,
+        {
+            delegate!(self, s => s.add_event_with_timestamp(name, timestamp, attributes))
+        }
+        fn span_context(&self) -> &SpanContext {
+            delegate!(self, s => s.span_context())
+        }
+        fn is_recording(&self) -> bool {
+            delegate!(self, s => s.is_recording())
+        }
+        fn set_attribute(&mut self, attribute: KeyValue) {
+            delegate!(self, s => s.set_attribute(attribute))
+        }
+        fn set_status(&mut self, status: Status) {
+            delegate!(self, s => s.set_status(status))
+        }
+        fn update_name<T>(&mut self, new_name: T)
+        where
+            T: Into<Cow<'static, str>>,
+        {
+            delegate!(self, s => s.update_name(new_name))
+        }
+        fn add_link(&mut self, span_context: SpanContext, attributes: Vec<KeyValue>) {
+            delegate!(self, s => s.add_link(span_context, attributes))
+        }
+        fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+            delegate!(self, s => s.end_with_timestamp(timestamp))
+        }
+    }
+}
+
+/// Whether content (arguments, results, code, messages) may be captured on spans started here.
 pub(crate) fn capture_content() -> bool {
-    state().capture.content
+    current().is_some_and(|state| state.capture.content)
 }
 
 /// Scrub secrets from `text` and truncate it to `max_chars` characters for a span attribute.
 pub(crate) fn content_preview(text: &str, max_chars: usize) -> String {
-    state().preview(text, max_chars)
+    match current() {
+        Some(state) => state.preview(text, max_chars),
+        None => global_state().preview(text, max_chars),
+    }
 }
 
 /// The meter for waxell's metrics (`gen_ai.client.*`). A no-op meter unless `init()` configured an
 /// OTLP endpoint.
+#[cfg_attr(not(feature = "llm"), allow(dead_code))]
 pub(crate) fn meter() -> opentelemetry::metrics::Meter {
     opentelemetry::global::meter_with_scope(scope())
-}
-
-/// Record a decision (a `decide {name}` span under the current context, plus the
-/// `decision_confidence:{name}` score when a confidence is given). Used by the LLM client for
-/// `tool_call:{name}` decisions.
-pub(crate) fn record_decision(
-    name: &str,
-    options: &[String],
-    chosen: &str,
-    reasoning: Option<&str>,
-    confidence: Option<f64>,
-) {
-    crate::decision::record(name, options, chosen, reasoning, confidence);
 }

@@ -552,7 +552,7 @@ fn opaque(o: Opaque, api_key: &str, note: String) -> Opaque {
 
 #[test]
 fn capture_options_fallbacks_truncation_and_scrubbing() {
-    let cap = install_with(|b| b.with_max_content_chars(60));
+    let cap = install_with(|b| b.max_content_chars(60));
     skipping(1, "handle-123");
     skipping_all(2);
     no_capture(3);
@@ -586,7 +586,7 @@ fn capture_options_fallbacks_truncation_and_scrubbing() {
 
 #[test]
 fn content_capture_off_keeps_structure_but_no_content() {
-    let cap = install_with(|b| b.with_capture_content(false));
+    let cap = install_with(|b| b.capture_content(false));
     runner("s");
     let tool = cap
         .spans()

@@ -33,7 +33,7 @@ async fn plain_reply_is_traced_with_request_response_usage_cost_and_content() {
     let server = FakeServer::start(vec![FakeReply::ok(body)]).await;
     let client = client_for(&server).build().unwrap();
 
-    let tracer = opentelemetry::global::tracer("test");
+    let tracer = spans.tracer();
     let parent = Context::current_with_span(tracer.start("invoke_agent analyst"));
     let request = question()
         .temperature(0.2)
@@ -570,13 +570,16 @@ async fn metrics_record_duration_and_token_usage() {
     client.chat(question()).await.unwrap_err();
     provider.force_flush().unwrap();
 
-    let durations = histogram_points_f64(&metrics, METRIC_OPERATION_DURATION);
-    assert_eq!(durations.len(), 2, "{durations:?}");
     let has = |attributes: &[opentelemetry::KeyValue], key: &str, value: &str| {
         attributes
             .iter()
             .any(|kv| kv.key.as_str() == key && kv.value.as_str() == value)
     };
+    // The meter provider is process-wide: other tests' calls are recorded too, against their own servers.
+    let port = server.addr.port().to_string();
+    let mut durations = histogram_points_f64(&metrics, METRIC_OPERATION_DURATION);
+    durations.retain(|(attributes, ..)| has(attributes, SERVER_PORT, &port));
+    assert_eq!(durations.len(), 2, "{durations:?}");
     let failed = durations
         .iter()
         .find(|(attributes, ..)| has(attributes, ERROR_TYPE, "invalid_request_error"));
@@ -590,7 +593,8 @@ async fn metrics_record_duration_and_token_usage() {
         assert!(has(attributes, SERVER_ADDRESS, "127.0.0.1"));
     }
 
-    let tokens = histogram_points_u64(&metrics, METRIC_TOKEN_USAGE);
+    let mut tokens = histogram_points_u64(&metrics, METRIC_TOKEN_USAGE);
+    tokens.retain(|(attributes, ..)| has(attributes, SERVER_PORT, &port));
     let input = tokens
         .iter()
         .find(|(attributes, ..)| has(attributes, GEN_AI_TOKEN_TYPE, "input"))

@@ -1,6 +1,12 @@
 //! How the chat span follows the SDK's policies: tool-call decisions, content capture switched off,
 //! secrets scrubbed from captured messages.
 
+#[allow(
+    unreachable_pub,
+    reason = "shared with the waxell-tests crate, where it is public"
+)]
+#[path = "../../tests/src/own_process.rs"]
+mod own_process;
 mod support;
 
 use serde_json::json;
@@ -80,8 +86,7 @@ async fn a_tool_call_records_a_decision_under_the_chat_span() {
 
 #[tokio::test]
 async fn content_capture_off_keeps_messages_out_of_the_span() {
-    std::env::set_var("WAXELL_CAPTURE_CONTENT", "false");
-    let spans = capture_spans();
+    let spans = waxell::testing::builder().capture_content(false).start();
     let server = FakeServer::start(vec![FakeReply::ok(completion(
         "c",
         "gpt-4o-mini",
@@ -159,8 +164,10 @@ async fn secrets_in_captured_messages_are_scrubbed() {
 
 #[tokio::test]
 async fn observation_switched_off_records_nothing_but_the_call_works() {
-    std::env::set_var("WAXELL_OBSERVE", "false");
-    let spans = capture_spans();
+    // `WAXELL_OBSERVE` is read once per process, and a test capture records regardless of it: this test
+    // runs alone in a child process, with spans going to the global provider as without a capture.
+    crate::own_process!("WAXELL_OBSERVE" => "false");
+    let spans = capture_spans_globally();
     let (provider, metrics) = capture_metrics();
     let client = scripted(vec![ScriptedReply::tool_call("run_python", json!({"code": "1"}))]);
     let response = client
@@ -169,6 +176,6 @@ async fn observation_switched_off_records_nothing_but_the_call_works() {
         .unwrap();
     assert_eq!(response.tool_calls()[0].function.name, "run_python");
     provider.force_flush().unwrap();
-    assert!(finished_spans(&spans).is_empty(), "{:?}", finished_spans(&spans));
+    assert!(spans.get_finished_spans().unwrap().is_empty());
     assert!(histogram_points_f64(&metrics, METRIC_OPERATION_DURATION).is_empty());
 }

@@ -20,6 +20,9 @@ struct Cli {
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
     Serve(ServeArgs),
+    /// Report which isolation layers and limits the local sandbox has on this host, and the fix
+    /// for each missing piece (exit status 1 when it cannot run here at all).
+    Doctor,
 }
 
 #[derive(clap::Args)]
@@ -115,7 +118,14 @@ async fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve(args) = Cli::parse().command;
+    let args = match Cli::parse().command {
+        Command::Serve(args) => args,
+        Command::Doctor => {
+            let report = LocalBackend::host_report(&LocalConfig::default());
+            print!("{report}");
+            std::process::exit(if report.mode.is_some() { 0 } else { 1 });
+        }
+    };
     if let Err(message) = serve(args).await {
         eprintln!("waxell-sandbox serve: {message}");
         std::process::exit(1);
@@ -218,14 +228,18 @@ mod tests {
     #[tokio::test]
     async fn refuses_a_non_loopback_address_without_an_api_key() {
         let cli = Cli::try_parse_from(["waxell-sandbox", "serve", "--listen", "0.0.0.0:0"]).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            unreachable!()
+        };
         let error = serve(args).await.unwrap_err();
         assert!(error.contains("without an API key"), "{error}");
     }
 
     fn serve_args(flags: &[&str]) -> ServeArgs {
         let cli = Cli::try_parse_from(["waxell-sandbox", "serve"].iter().chain(flags)).unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            unreachable!()
+        };
         args
     }
 

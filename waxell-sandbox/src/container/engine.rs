@@ -17,7 +17,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use waxell::sandbox::SandboxError;
 
-use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, StderrTail};
+use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, ReadyInfo, StderrTail};
 
 /// Sockets tried, in order, when `DOCKER_HOST` is unset.
 const DEFAULT_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/podman/podman.sock"];
@@ -183,39 +183,55 @@ impl ProcessControl for ContainerExec {
         ExitInfo { oom_killed, detail }
     }
 
+    fn interrupt(&self) -> io::Result<()> {
+        self.signal(2)
+    }
+
+    fn on_ready(&mut self, ready: &ReadyInfo) {
+        self.pid = Some(ready.pid);
+    }
+
     fn kill(&mut self) {
         if self.killed {
             return;
         }
         self.killed = true;
-        let Some(pid) = self.pid else { return };
-        if self.ended.load(Ordering::SeqCst) {
-            return;
+        if !self.ended.load(Ordering::SeqCst) {
+            let _ = self.signal(9);
         }
+    }
+}
+
+impl ContainerExec {
+    /// The Engine API cannot signal an exec: a helper exec, run as the sandbox user, sends `signal`
+    /// to the kernel (SIGKILL: to the kernel and all its descendants). Fire and forget.
+    fn signal(&self, signal: i32) -> io::Result<()> {
+        let pid = self.pid.ok_or_else(|| io::Error::other("the kernel's pid is unknown"))?;
         let (docker, container, user) = (self.docker.clone(), self.container.clone(), self.user.clone());
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        // The Engine API cannot signal an exec; a helper exec kills the kernel and its descendants.
+        let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         handle.spawn(async move {
             let cmd = vec![
                 "python3".to_owned(),
                 "-I".to_owned(),
                 "-c".to_owned(),
-                KILL_TREE.to_owned(),
+                SIGNAL_TREE.to_owned(),
                 pid.to_string(),
+                signal.to_string(),
             ];
             if let Err(e) = run_helper(&docker, &container, &user, cmd, None).await {
-                tracing::debug!("killing kernel {pid} in container {container}: {e}");
+                tracing::debug!("signalling kernel {pid} in container {container}: {e}");
             }
         });
+        Ok(())
     }
 }
 
-/// Kill a process and all its descendants (run inside the container as the sandbox user).
-const KILL_TREE: &str = r#"
+/// Signal a process (SIGKILL: and all its descendants), run inside the container as the sandbox user.
+const SIGNAL_TREE: &str = r#"
 import os, sys
-root = int(sys.argv[1]); children = {}
+root, sig = int(sys.argv[1]), int(sys.argv[2]); children = {}
+if sig != 9:
+    os.kill(root, sig); sys.exit(0)
 for p in os.listdir("/proc"):
     if p.isdigit():
         try:
@@ -228,7 +244,7 @@ while todo:
     p = todo.pop()
     todo.extend(children.get(p, []))
     try:
-        os.kill(p, 9)
+        os.kill(p, sig)
     except OSError:
         pass
 "#;
@@ -242,7 +258,7 @@ pub(crate) async fn start_kernel_exec(
     cmd: Vec<String>,
     env: Vec<String>,
     working_dir: &str,
-) -> Result<(KernelProcess, Arc<Mutex2>), SandboxError> {
+) -> Result<KernelProcess, SandboxError> {
     let exec = docker
         .create_exec(
             container,
@@ -288,42 +304,7 @@ pub(crate) async fn start_kernel_exec(
         ended,
         killed: false,
     };
-    let pid_slot = Arc::new(Mutex2::default());
-    let kernel = KernelProcess::from_parts(
-        Box::new(PidAware {
-            inner: control,
-            pid: pid_slot.clone(),
-        }),
-        input,
-        Box::pin(reader),
-        tail,
-    );
-    Ok((kernel, pid_slot))
-}
-
-/// Holds the kernel's in-container pid, set after `ready` (the kill helper needs it).
-pub(crate) type Mutex2 = std::sync::Mutex<Option<u32>>;
-
-/// [`ContainerExec`] that learns its pid after the kernel's `ready`.
-struct PidAware {
-    inner: ContainerExec,
-    pid: Arc<Mutex2>,
-}
-
-#[async_trait::async_trait]
-impl ProcessControl for PidAware {
-    fn has_exited(&mut self) -> bool {
-        self.inner.has_exited()
-    }
-    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
-        self.inner.exit_info(stderr_tail).await
-    }
-    fn kill(&mut self) {
-        if self.inner.pid.is_none() {
-            self.inner.pid = *self.pid.lock().unwrap_or_else(|e| e.into_inner());
-        }
-        self.inner.kill();
-    }
+    Ok(KernelProcess::from_parts(Box::new(control), input, Box::pin(reader), tail))
 }
 
 type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;

@@ -586,7 +586,7 @@ async fn start_kernel(
         format!("SBX_RESULT_LIMIT={}", config.limits.output_hard_bytes / 2),
         format!("SBX_PRELOAD={}", config.preload.join(",")),
     ];
-    let (mut kernel, pid) =
+    let mut kernel =
         engine::start_kernel_exec(&inner.docker, container, USER, cmd, exec_env, HOME_DIR).await?;
     let ready = kernel.wait_ready(config.ready_timeout).await?;
     if ready.uid == 0 || ready.gid == 0 {
@@ -595,7 +595,6 @@ async fn start_kernel(
             ready.uid, ready.gid
         )));
     }
-    *pid.lock().unwrap_or_else(|e| e.into_inner()) = Some(ready.pid);
     if !env.is_empty() || cwd.is_some() {
         kernel.configure(env, cwd).await?;
     }

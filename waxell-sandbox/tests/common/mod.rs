@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use waxell::sandbox::{Execution, RunOptions, SandboxOptions, SandboxSession};
-use waxell_sandbox::{LocalBackend, LocalConfig, LocalSandbox};
+use waxell_sandbox::{Feature, IsolationMode, LocalBackend, LocalConfig, LocalSandbox};
 
 pub fn config() -> LocalConfig {
     LocalConfig::default()
@@ -21,6 +21,31 @@ pub fn backend() -> LocalBackend {
 
 pub fn backend_with(config: LocalConfig) -> LocalBackend {
     LocalBackend::new(config).expect("the sandbox must be available: run scripts/setup-sandbox.sh")
+}
+
+/// Whether the backend runs rootless (a user namespace; see docs/sandbox.md for what differs).
+pub fn rootless(backend: &LocalBackend) -> bool {
+    backend.capabilities().mode == Some(IsolationMode::Rootless)
+}
+
+/// Whether `backend` fully enforces `feature` on this host. When it does not, the test log states
+/// which limit this host cannot enforce, quoting the host report (which the caller then relies on).
+pub fn enforced(backend: &LocalBackend, feature: Feature) -> bool {
+    let report = backend.capabilities();
+    if report.enforces(feature) {
+        return true;
+    }
+    let check = report
+        .check(feature)
+        .unwrap_or_else(|| panic!("the host report has no line for {feature:?}"));
+    eprintln!(
+        "NOT ENFORCED on this host ({feature:?}, {:?}): {}; fix: {}",
+        check.status,
+        check.detail,
+        check.fix.as_deref().unwrap_or("none given")
+    );
+    assert!(check.fix.is_some(), "the report gives no fix for {feature:?}");
+    false
 }
 
 pub async fn sandbox(backend: &LocalBackend) -> LocalSandbox {
@@ -58,14 +83,21 @@ pub async fn eval(sandbox: &LocalSandbox, code: &str) -> String {
 /// Everything a sandbox owns on the host.
 pub struct Footprint {
     pub scratch: PathBuf,
+    /// The host tmpfs mounts bound at /tmp and /dev/shm.
+    pub mounts: Vec<PathBuf>,
     pub cgroups: Vec<PathBuf>,
     pub pids: Vec<u32>,
 }
 
 pub fn footprint(sandbox: &LocalSandbox) -> Footprint {
     let id = sandbox.sandbox_id().to_owned();
+    let scratch = sandbox.scratch_dir().to_owned();
     Footprint {
-        scratch: sandbox.scratch_dir().to_owned(),
+        mounts: ["tmp", "shm"]
+            .iter()
+            .map(|m| scratch.with_file_name(format!("{id}.{m}")))
+            .collect(),
+        scratch,
         cgroups: ["memory", "pids", "cpu"]
             .iter()
             .map(|c| waxell_sandbox::cgroup_subtree_dir(c).join(&id))
@@ -85,6 +117,10 @@ pub fn assert_gone(footprint: &Footprint) {
         "scratch tmpfs {} left mounted",
         footprint.scratch.display()
     );
+    for mount in &footprint.mounts {
+        assert!(!mount.exists(), "tmpfs {} left behind", mount.display());
+        assert!(!is_mount_point(mount), "tmpfs {} left mounted", mount.display());
+    }
     for cgroup in &footprint.cgroups {
         assert!(!cgroup.exists(), "cgroup {} left behind", cgroup.display());
     }

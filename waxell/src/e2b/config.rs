@@ -1,6 +1,5 @@
 //! Client configuration, read from the environment like E2B's own SDKs.
 
-use std::fmt;
 use std::time::Duration;
 
 /// Default domain of E2B's cloud (`e2b.dev` before March 2025).
@@ -16,26 +15,7 @@ const SHARED_HOST_DOMAINS: &[&str] = &[
     "foxtrot-2.e2b.dev",
 ];
 
-/// A secret (API key, access token) that never shows in `Debug` output or spans.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wrap a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    /// The secret itself, for putting it in a header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+pub use crate::secret::Secret;
 
 /// How to reach E2B (or an E2B-compatible server such as `waxell-sandbox serve`).
 ///

@@ -3,9 +3,6 @@
 
 use std::time::Duration;
 
-use opentelemetry::propagation::{Injector, TextMapPropagator};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{RequestBuilder, Response, StatusCode};
 
 use super::config::E2bConfig;
@@ -27,32 +24,11 @@ pub(crate) enum Endpoint {
     Files,
 }
 
+pub(crate) use crate::http::trace_headers;
+
 /// `s` cut to `max` characters, marked when cut.
 pub(crate) fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((end, _)) => format!("{}... ({} bytes in all)", &s[..end], s.len()),
-        None => s.to_owned(),
-    }
-}
-
-struct HeaderInjector<'a>(&'a mut HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (HeaderName::try_from(key), HeaderValue::from_str(&value)) {
-            self.0.insert(name, value);
-        }
-    }
-}
-
-/// W3C `traceparent`/`tracestate` of the current OpenTelemetry context (empty without a span).
-pub(crate) fn trace_headers() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    TraceContextPropagator::new().inject_context(
-        &opentelemetry::Context::current(),
-        &mut HeaderInjector(&mut headers),
-    );
-    headers
+    crate::capture::truncate_owned(std::borrow::Cow::Borrowed(s), max)
 }
 
 /// Send `build()` (rebuilt for every attempt), retrying what E2B says may be retried. Returns a

@@ -87,7 +87,8 @@ impl E2bBackend {
                 "no E2B API key: set E2B_API_KEY or E2bConfig::with_api_key".into(),
             ));
         }
-        let client = Client::builder()
+        let client = crate::http::async_client()
+            .map_err(SandboxError::Other)?
             .user_agent(USER_AGENT)
             .connect_timeout(config.request_timeout)
             .timeout(config.request_timeout)
@@ -95,7 +96,8 @@ impl E2bBackend {
             .map_err(|e| SandboxError::Other(format!("building the HTTP client: {e}")))?;
         // One fresh HTTP/1.1 connection per execution, never pooled: dropping it on timeout is
         // what tells the server to interrupt the code (HTTP/2 would hide the disconnect).
-        let execute_client = Client::builder()
+        let execute_client = crate::http::async_client()
+            .map_err(SandboxError::Other)?
             .user_agent(USER_AGENT)
             .http1_only()
             .pool_max_idle_per_host(0)

@@ -4,9 +4,11 @@
 
 mod console;
 pub(crate) mod fail_open;
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 mod replay;
 
 pub use fail_open::{DropCounter, DroppedSpans};
+#[cfg(any(feature = "otlp-http", feature = "grpc"))]
 pub use replay::{replay, ReplayError, ReplaySummary};
 
 use std::collections::HashMap;

@@ -2,10 +2,8 @@
 
 use std::io::BufRead;
 use std::path::Path;
-use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message;
 
 use crate::config::Protocol;
 
@@ -78,6 +76,14 @@ pub fn replay(
         message,
     };
     match protocol {
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => {
+            return Err(send_error(
+                0,
+                "replay over gRPC needs waxell's cargo feature `grpc`".into(),
+            ));
+        }
+        #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -101,11 +107,18 @@ pub fn replay(
                 Ok::<(), ReplayError>(())
             })?;
         }
+        #[cfg(not(feature = "otlp-http"))]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
-            let client = reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .map_err(|e| send_error(0, e.to_string()))?;
+            return Err(send_error(
+                0,
+                "replay over HTTP needs waxell's cargo feature `otlp-http`".into(),
+            ));
+        }
+        #[cfg(feature = "otlp-http")]
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
+            use prost::Message as _;
+            let client = crate::http::blocking_client(|b| b.timeout(std::time::Duration::from_secs(10)))
+                .map_err(|e| send_error(0, e))?;
             for (line, request) in &requests {
                 let (body, content_type) = match protocol {
                     Protocol::HttpJson => (

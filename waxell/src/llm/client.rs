@@ -2,15 +2,15 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::trace::FutureExt as _;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::error::malformed;
 use super::error::Error;
-use super::instrument::{CallTarget, CallTelemetry};
 use super::pricing::PriceTable;
+use super::record::{LlmCall, Provider};
 use super::stream::ChatStream;
 use super::transport::{ApiKey, HttpSettings, HttpTransport, RetryPolicy, Transport};
 use super::types::{ChatRequest, ChatResponse, StreamOptions};
@@ -50,7 +50,7 @@ pub struct Client {
 struct Inner {
     transport: Arc<dyn Transport>,
     default_model: Option<String>,
-    target: CallTarget,
+    target: Provider,
     stream_usage: bool,
 }
 
@@ -59,7 +59,7 @@ impl fmt::Debug for Client {
         f.debug_struct("Client")
             .field("transport", &self.inner.transport)
             .field("default_model", &self.inner.default_model)
-            .field("provider", &self.inner.target.provider)
+            .field("provider", &self.inner.target.name)
             .finish_non_exhaustive()
     }
 }
@@ -102,16 +102,16 @@ impl Client {
     /// ```
     pub async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, Error> {
         let request = self.resolve(request, false)?;
-        let mut telemetry = CallTelemetry::start(&self.inner.target, &request);
+        let mut call = LlmCall::start(&self.inner.target, &request);
         let result = async {
             let body = self.inner.transport.send(&request).await?;
             parse_response(&body)
         }
-        .with_context(telemetry.context().clone())
+        .with_context(call.context().clone())
         .await;
         match &result {
-            Ok(response) => telemetry.succeeded(response, None),
-            Err(error) => telemetry.failed(error, None),
+            Ok(response) => call.finish(response),
+            Err(error) => call.fail_with(error),
         }
         result
     }
@@ -122,18 +122,17 @@ impl Client {
     /// during the stream come as its items. See [`ChatStream`].
     pub async fn chat_stream(&self, request: ChatRequest) -> Result<ChatStream, Error> {
         let request = self.resolve(request, true)?;
-        let mut telemetry = CallTelemetry::start(&self.inner.target, &request);
-        let sent_at = Instant::now();
+        let mut call = LlmCall::start(&self.inner.target, &request);
         let payloads = self
             .inner
             .transport
             .send_streaming(&request)
-            .with_context(telemetry.context().clone())
+            .with_context(call.context().clone())
             .await;
         match payloads {
-            Ok(payloads) => Ok(ChatStream::new(payloads, telemetry, sent_at)),
+            Ok(payloads) => Ok(ChatStream::new(payloads, call)),
             Err(error) => {
-                telemetry.failed(&error, None);
+                call.fail_with(&error);
                 Err(error)
             }
         }
@@ -220,7 +219,7 @@ impl Default for ClientBuilder {
             headers: HeaderMap::new(),
             header_error: None,
             provider: None,
-            prices: PriceTable::openai_defaults(),
+            prices: PriceTable::defaults(),
             transport: None,
             stream_usage: true,
         }
@@ -309,7 +308,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Prices used for `waxell.llm.cost` (default: [`PriceTable::openai_defaults`]).
+    /// Prices used for `waxell.llm.cost` (default: [`PriceTable::defaults`]).
     pub fn with_price_table(mut self, prices: PriceTable) -> Self {
         self.prices = prices;
         self
@@ -355,8 +354,8 @@ impl ClientBuilder {
         });
         Ok(Client {
             inner: Arc::new(Inner {
-                target: CallTarget {
-                    provider,
+                target: Provider {
+                    name: provider,
                     server,
                     dry_run: transport.is_dry_run(),
                     prices: Arc::new(self.prices),
@@ -370,7 +369,7 @@ impl ClientBuilder {
 }
 
 /// The `gen_ai.provider.name` of well-known OpenAI-compatible endpoints; `openai` otherwise.
-fn provider_for_host(host: &str) -> &'static str {
+pub(crate) fn provider_for_host(host: &str) -> &'static str {
     const KNOWN: &[(&str, &str)] = &[
         ("openai.azure.com", "azure.ai.openai"),
         ("services.ai.azure.com", "azure.ai.inference"),

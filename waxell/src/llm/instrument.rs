@@ -7,13 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use serde_json::json;
 
-use super::error::Error;
 use super::pricing::PriceTable;
-use super::transport::ServerAddress;
+use super::record::Provider;
 use super::types::{ChatRequest, ChatResponse, Message, ToolCall, Usage};
 use crate::semconv::*;
 use crate::telemetry;
@@ -38,14 +37,34 @@ const DURATION_BUCKETS: [f64; 14] = [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 ];
 
-/// What the client knows about where a call goes, independent of the request.
-#[derive(Debug, Clone)]
-pub(crate) struct CallTarget {
-    pub(crate) provider: String,
-    pub(crate) server: Option<ServerAddress>,
-    pub(crate) dry_run: bool,
-    pub(crate) prices: Arc<PriceTable>,
+/// `gen_ai.operation.name` values a recorded call can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operation {
+    Chat,
+    Embeddings,
 }
+
+impl Operation {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Chat => OP_CHAT,
+            Self::Embeddings => OP_EMBEDDINGS,
+        }
+    }
+
+    fn openinference_kind(self) -> &'static str {
+        match self {
+            Self::Chat => OI_KIND_LLM,
+            Self::Embeddings => OI_KIND_EMBEDDING,
+        }
+    }
+}
+
+/// Keys not (yet) in `semconv`: embeddings are only recorded here.
+const OP_EMBEDDINGS: &str = "embeddings";
+const OI_KIND_EMBEDDING: &str = "EMBEDDING";
+const OI_EMBEDDING_MODEL_NAME: &str = "embedding.model_name";
+const GEN_AI_EMBEDDINGS_DIMENSION_COUNT: &str = "gen_ai.embeddings.dimension.count";
 
 /// Timing of a streamed response.
 #[derive(Debug, Clone, Copy, Default)]
@@ -67,71 +86,118 @@ pub(crate) struct CallTelemetry {
     offered_tools: Vec<String>,
     prices: Arc<PriceTable>,
     capture: bool,
+    /// Usage reported outside the response (see `LlmCall::set_usage`); wins over the response's.
+    usage_override: Option<Usage>,
     ended: bool,
 }
 
 impl CallTelemetry {
     /// Start the span as a child of the caller's current context. `request.model` is already resolved.
-    pub(crate) fn start(target: &CallTarget, request: &ChatRequest) -> Self {
-        let model = request.model_name().unwrap_or_default().to_owned();
-        if !telemetry::is_enabled() {
-            // `WAXELL_OBSERVE=false`: the call runs in the caller's context and records nothing.
-            return Self {
-                cx: Context::current(),
-                started: Instant::now(),
-                request_model: model,
-                metric_attributes: Vec::new(),
-                offered_tools: Vec::new(),
-                prices: Arc::clone(&target.prices),
-                capture: false,
-                ended: true,
-            };
+    pub(crate) fn start(provider: &Provider, operation: Operation, request: &ChatRequest) -> Self {
+        let model = request.model_name().unwrap_or_default();
+        let Some(capture) = Self::capture_if_enabled() else {
+            return Self::disabled(provider, model);
+        };
+        let mut attributes = Vec::with_capacity(24);
+        attributes.push(KeyValue::new(GEN_AI_REQUEST_STREAM, request.stream));
+        attributes.extend(request_parameters(request));
+        if capture {
+            attributes.extend(input_content(request));
         }
-        let capture = telemetry::capture_content();
+        let mut call = Self::open(provider, operation, model, attributes, capture);
+        call.offered_tools = request.tool_names();
+        call
+    }
 
+    /// Start an `embeddings {model}` span for these inputs.
+    pub(crate) fn start_embeddings(provider: &Provider, model: &str, inputs: &[String]) -> Self {
+        let Some(capture) = Self::capture_if_enabled() else {
+            return Self::disabled(provider, model);
+        };
+        let mut attributes = vec![KeyValue::new(OI_EMBEDDING_MODEL_NAME, model.to_owned())];
+        if capture {
+            let inputs: Vec<_> = inputs.iter().map(|text| preview(text)).collect();
+            attributes.push(KeyValue::new(
+                OI_INPUT_VALUE,
+                serde_json::Value::from(inputs).to_string(),
+            ));
+            attributes.push(KeyValue::new(OI_INPUT_MIME_TYPE, MIME_JSON));
+        }
+        Self::open(provider, Operation::Embeddings, model, attributes, capture)
+    }
+
+    /// `None` when observation is off (`WAXELL_OBSERVE=false`), else whether content may be captured.
+    fn capture_if_enabled() -> Option<bool> {
+        telemetry::current().map(|state| state.capture.content)
+    }
+
+    /// A call that runs in the caller's context and records nothing.
+    fn disabled(provider: &Provider, model: &str) -> Self {
+        Self {
+            cx: Context::current(),
+            started: Instant::now(),
+            request_model: model.to_owned(),
+            metric_attributes: Vec::new(),
+            offered_tools: Vec::new(),
+            prices: Arc::clone(&provider.prices),
+            capture: false,
+            usage_override: None,
+            ended: true,
+        }
+    }
+
+    /// Start the span with the attributes every operation shares plus `extra`.
+    fn open(
+        provider: &Provider,
+        operation: Operation,
+        model: &str,
+        extra: Vec<KeyValue>,
+        capture: bool,
+    ) -> Self {
         // Sampling-relevant attributes go into the builder, so a sampler can see them.
         let mut identity = vec![
-            KeyValue::new(GEN_AI_OPERATION_NAME, OP_CHAT),
-            KeyValue::new(GEN_AI_PROVIDER_NAME, target.provider.clone()),
-            KeyValue::new(GEN_AI_REQUEST_MODEL, model.clone()),
+            KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
         ];
-        if let Some(server) = &target.server {
+        if let Some(server) = &provider.server {
             identity.push(KeyValue::new(SERVER_ADDRESS, server.host.clone()));
             identity.push(KeyValue::new(SERVER_PORT, i64::from(server.port)));
         }
         let mut attributes = identity.clone();
         attributes.extend([
-            KeyValue::new(OI_SPAN_KIND, OI_KIND_LLM),
+            KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
             KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
-            KeyValue::new(OI_LLM_MODEL_NAME, model.clone()),
-            KeyValue::new(OI_LLM_SYSTEM, target.provider.clone()),
-            KeyValue::new(OI_LLM_PROVIDER, target.provider.clone()),
-            KeyValue::new(GEN_AI_REQUEST_STREAM, request.stream),
+            KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
+            KeyValue::new(OI_LLM_SYSTEM, provider.name.clone()),
+            KeyValue::new(OI_LLM_PROVIDER, provider.name.clone()),
         ]);
-        if target.dry_run {
+        if provider.dry_run {
             attributes.push(KeyValue::new(WAXELL_DRY_RUN, true));
         }
-        attributes.extend(request_parameters(request));
-        if capture {
-            attributes.extend(input_content(request));
-        }
+        attributes.extend(extra);
 
-        let tracer = telemetry::tracer();
-        let span = tracer
-            .span_builder(format!("{OP_CHAT} {model}"))
-            .with_kind(SpanKind::Client)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &Context::current());
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{} {model}", operation.name()))
+                .with_kind(SpanKind::Client)
+                .with_attributes(attributes),
+        );
         Self {
-            cx: Context::current().with_span(span),
+            cx,
             started: Instant::now(),
-            request_model: model,
+            request_model: model.to_owned(),
             metric_attributes: identity,
-            offered_tools: request.tool_names(),
-            prices: Arc::clone(&target.prices),
+            offered_tools: Vec::new(),
+            prices: Arc::clone(&provider.prices),
             capture,
+            usage_override: None,
             ended: false,
         }
+    }
+
+    /// Usage reported outside the response; used instead of the response's.
+    pub(crate) fn set_usage(&mut self, usage: Usage) {
+        self.usage_override = Some(usage);
     }
 
     /// The context to run the call in: the span is current there, and the transport propagates it.
@@ -156,51 +222,9 @@ impl CallTelemetry {
             self.metric_attributes
                 .push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response.model.clone()));
         }
-        if let Some(usage) = &response.usage {
-            attributes.extend([
-                KeyValue::new(GEN_AI_USAGE_INPUT_TOKENS, saturating_i64(usage.prompt_tokens)),
-                KeyValue::new(
-                    GEN_AI_USAGE_OUTPUT_TOKENS,
-                    saturating_i64(usage.completion_tokens),
-                ),
-                KeyValue::new(OI_LLM_TOKEN_COUNT_PROMPT, saturating_i64(usage.prompt_tokens)),
-                KeyValue::new(
-                    OI_LLM_TOKEN_COUNT_COMPLETION,
-                    saturating_i64(usage.completion_tokens),
-                ),
-                KeyValue::new(
-                    OI_LLM_TOKEN_COUNT_TOTAL,
-                    saturating_i64(usage.prompt_tokens.saturating_add(usage.completion_tokens)),
-                ),
-            ]);
-            if let Some(cached) = usage.cached_tokens() {
-                attributes.push(KeyValue::new(
-                    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
-                    saturating_i64(cached),
-                ));
-                attributes.push(KeyValue::new(
-                    OI_LLM_TOKEN_COUNT_PROMPT_CACHE_READ,
-                    saturating_i64(cached),
-                ));
-            }
-            if let Some(reasoning) = usage.reasoning_tokens() {
-                attributes.push(KeyValue::new(
-                    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-                    saturating_i64(reasoning),
-                ));
-                attributes.push(KeyValue::new(
-                    OI_LLM_TOKEN_COUNT_COMPLETION_REASONING,
-                    saturating_i64(reasoning),
-                ));
-            }
-            // The answering model's price, else the requested one's (a router may not echo the name).
-            let priced_model = [response.model.as_str(), self.request_model.as_str()]
-                .into_iter()
-                .find(|model| !model.is_empty() && self.prices.price(model).is_some());
-            if let Some(cost) = priced_model.and_then(|model| self.prices.cost(model, usage)) {
-                attributes.push(KeyValue::new(WAXELL_LLM_COST, cost));
-                attributes.push(KeyValue::new(OI_LLM_COST_TOTAL, cost));
-            }
+        let usage = self.usage_override.or(response.usage);
+        if let Some(usage) = &usage {
+            attributes.extend(self.usage_attributes(usage, &response.model));
         }
         if let Some(stats) = stream {
             attributes.push(KeyValue::new(
@@ -220,19 +244,51 @@ impl CallTelemetry {
         span.set_attributes(attributes);
 
         self.record_tool_call_decision(response);
-        self.record_metrics(response.usage.as_ref(), stream, None);
+        self.record_metrics(usage.as_ref(), stream, None);
         span.end();
     }
 
-    /// Record a failure and end the span.
-    pub(crate) fn failed(&mut self, error: &Error, stream: Option<StreamStats>) {
+    /// Record an embeddings response and end the span.
+    pub(crate) fn succeeded_embeddings(
+        &mut self,
+        response_model: &str,
+        usage: Option<&Usage>,
+        dimensions: Option<usize>,
+    ) {
         if self.ended {
             return;
         }
         self.ended = true;
         let span = self.cx.span();
-        let error_type = error.error_type();
-        span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.clone()));
+        let usage = self.usage_override.or(usage.copied());
+        let mut attributes = Vec::new();
+        if !response_model.is_empty() {
+            attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response_model.to_owned()));
+            self.metric_attributes
+                .push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response_model.to_owned()));
+        }
+        if let Some(usage) = &usage {
+            attributes.extend(self.usage_attributes(usage, response_model));
+        }
+        if let Some(dimensions) = dimensions {
+            attributes.push(KeyValue::new(
+                GEN_AI_EMBEDDINGS_DIMENSION_COUNT,
+                saturating_i64(dimensions as u64),
+            ));
+        }
+        span.set_attributes(attributes);
+        self.record_metrics(usage.as_ref(), None, None);
+        span.end();
+    }
+
+    /// Record a failure and end the span.
+    pub(crate) fn failed(&mut self, error_type: &str, message: &str, stream: Option<StreamStats>) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
         if let Some(stats) = stream {
             span.set_attribute(KeyValue::new(
                 WAXELL_LLM_CHUNK_COUNT,
@@ -240,12 +296,59 @@ impl CallTelemetry {
             ));
         }
         // The server's message can quote the prompt back, so it goes through the scrubber too.
-        span.set_status(Status::error(telemetry::content_preview(
-            &error.to_string(),
-            MAX_PART_CHARS,
-        )));
-        self.record_metrics(None, stream, Some(error_type));
+        span.set_status(Status::error(telemetry::content_preview(message, MAX_PART_CHARS)));
+        self.record_metrics(None, stream, Some(error_type.to_owned()));
         span.end();
+    }
+
+    /// Token counts (GenAI and OpenInference) and the cost of `usage`.
+    fn usage_attributes(&self, usage: &Usage, response_model: &str) -> Vec<KeyValue> {
+        let mut attributes = Vec::with_capacity(9);
+        attributes.extend([
+            KeyValue::new(GEN_AI_USAGE_INPUT_TOKENS, saturating_i64(usage.prompt_tokens)),
+            KeyValue::new(
+                GEN_AI_USAGE_OUTPUT_TOKENS,
+                saturating_i64(usage.completion_tokens),
+            ),
+            KeyValue::new(OI_LLM_TOKEN_COUNT_PROMPT, saturating_i64(usage.prompt_tokens)),
+            KeyValue::new(
+                OI_LLM_TOKEN_COUNT_COMPLETION,
+                saturating_i64(usage.completion_tokens),
+            ),
+            KeyValue::new(
+                OI_LLM_TOKEN_COUNT_TOTAL,
+                saturating_i64(usage.prompt_tokens.saturating_add(usage.completion_tokens)),
+            ),
+        ]);
+        if let Some(cached) = usage.cached_tokens() {
+            attributes.push(KeyValue::new(
+                GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+                saturating_i64(cached),
+            ));
+            attributes.push(KeyValue::new(
+                OI_LLM_TOKEN_COUNT_PROMPT_CACHE_READ,
+                saturating_i64(cached),
+            ));
+        }
+        if let Some(reasoning) = usage.reasoning_tokens() {
+            attributes.push(KeyValue::new(
+                GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+                saturating_i64(reasoning),
+            ));
+            attributes.push(KeyValue::new(
+                OI_LLM_TOKEN_COUNT_COMPLETION_REASONING,
+                saturating_i64(reasoning),
+            ));
+        }
+        // The answering model's price, else the requested one's (a router may not echo the name).
+        let priced_model = [response_model, self.request_model.as_str()]
+            .into_iter()
+            .find(|model| !model.is_empty() && self.prices.price(model).is_some());
+        if let Some(cost) = priced_model.and_then(|model| self.prices.cost(model, usage)) {
+            attributes.push(KeyValue::new(WAXELL_LLM_COST, cost));
+            attributes.push(KeyValue::new(OI_LLM_COST_TOTAL, cost));
+        }
+        attributes
     }
 
     /// `tool_call:{name}` for one call, `tool_calls` for parallel calls, with the offered tools as
@@ -269,7 +372,7 @@ impl CallTelemetry {
         };
         // A synchronous call: the guard is dropped before any await.
         let _guard = self.cx.clone().attach();
-        telemetry::record_decision(&name, &self.offered_tools, &chosen, None, None);
+        crate::decision::record(&name, &self.offered_tools, &chosen, None, None);
     }
 
     fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {

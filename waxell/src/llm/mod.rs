@@ -29,14 +29,17 @@ mod client;
 mod error;
 mod instrument;
 mod pricing;
+pub mod record;
 mod scripted;
 mod stream;
 mod transport;
 mod types;
 
+#[cfg(feature = "async-openai")]
+pub(crate) use client::provider_for_host;
 pub use client::{Client, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use error::Error;
-pub use pricing::{ModelPrice, PriceTable};
+pub use pricing::{ModelPrice, PriceTable, PRICES_AS_OF};
 pub use scripted::{ScriptedReply, ScriptedTransport};
 pub use stream::ChatStream;
 pub use transport::{DataStream, HttpTransport, ServerAddress, Transport};

@@ -1,9 +1,10 @@
 //! What a call cost, from a table of per-model token prices.
 //!
-//! The built-in table holds OpenAI list prices in USD per million tokens at the time of writing; prices
-//! change, so override or extend it with [`PriceTable::with_price`] and
-//! [`ClientBuilder::with_price_table`](super::ClientBuilder::with_price_table). A model the table does not
-//! know gets **no cost attribute at all**: a made-up zero would pollute cost dashboards.
+//! The built-in table ([`PriceTable::defaults`]) holds list prices in USD per million tokens of OpenAI,
+//! Anthropic, Google Gemini, Mistral and DeepSeek models, as the providers published them on
+//! [`PRICES_AS_OF`]. Prices change: override or extend the table with [`PriceTable::with_price`]. A model
+//! the table does not know gets **no cost attribute at all** (a made-up zero or a neighbour's price would
+//! pollute cost dashboards), and so does a prompt beyond a price's long-context tier.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,8 @@ pub struct ModelPrice {
     pub cached_input_per_million: Option<f64>,
     /// Output tokens (reasoning tokens included, as OpenAI bills them).
     pub output_per_million: f64,
+    /// Prompts longer than this are billed at another tier the table does not hold: no cost is given.
+    pub max_input_tokens: Option<u64>,
 }
 
 impl ModelPrice {
@@ -26,7 +29,14 @@ impl ModelPrice {
             input_per_million,
             cached_input_per_million: None,
             output_per_million,
+            max_input_tokens: None,
         }
+    }
+
+    /// This price holds for prompts of at most `tokens` input tokens (Gemini's and others' tiers).
+    pub const fn up_to_input_tokens(mut self, tokens: u64) -> Self {
+        self.max_input_tokens = Some(tokens);
+        self
     }
 
     pub const fn with_cached_input(mut self, cached_input_per_million: f64) -> Self {
@@ -34,7 +44,15 @@ impl ModelPrice {
         self
     }
 
-    /// The cost in USD of this usage.
+    /// The cost in USD of this usage, `None` beyond the price's input tier.
+    pub fn cost_of(&self, usage: &Usage) -> Option<f64> {
+        if self.max_input_tokens.is_some_and(|max| usage.prompt_tokens > max) {
+            return None;
+        }
+        Some(self.cost(usage))
+    }
+
+    /// The cost in USD of this usage at this price (tiers ignored; see [`ModelPrice::cost_of`]).
     pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cached_tokens().unwrap_or(0).min(usage.prompt_tokens);
         let uncached = usage.prompt_tokens - cached;
@@ -46,16 +64,21 @@ impl ModelPrice {
     }
 }
 
+/// The day the built-in prices were taken from the providers' pricing pages.
+pub const PRICES_AS_OF: &str = "2025-11-20";
+
 /// Per-model prices, looked up by model name.
 ///
-/// Lookup order: the exact name; then the name without a dated or numbered version suffix
-/// (`gpt-4o-2024-08-06` → `gpt-4o`, but never `gpt-4o-mini` → `gpt-4o`); then both again without a
-/// router prefix (`openai/gpt-4o` → `gpt-4o`).
+/// Lookup order: the exact name; then the name without a date or release suffix (`gpt-4o-2024-08-06`,
+/// `claude-sonnet-4-5-20250929`, `mistral-large-2411`, `gemini-2.0-flash-001`, `claude-3-5-haiku-latest`
+/// → the undated name), but never another product (`gpt-4o-mini` is not `gpt-4o`, `claude-opus-4-1` is
+/// not `claude-opus-4`); then both again without a router or provider prefix (`openai/gpt-4o`,
+/// `models/gemini-2.5-pro` → the bare name).
 ///
 /// ```
 /// use waxell::llm::{ModelPrice, PriceTable, Usage};
 ///
-/// let table = PriceTable::openai_defaults()
+/// let table = PriceTable::defaults()
 ///     .with_price("my-finetune", ModelPrice::new(1.0, 2.0));
 /// let cost = table.cost("my-finetune", &Usage::new(1_000_000, 500_000)).unwrap();
 /// assert!((cost - 2.0).abs() < 1e-9);
@@ -73,30 +96,20 @@ impl PriceTable {
         Self::default()
     }
 
-    /// OpenAI list prices (USD per million tokens: input, cached input, output), as published when this
-    /// table was written. See `docs/llm.md` for the table.
+    /// The built-in prices of OpenAI, Anthropic, Gemini, Mistral and DeepSeek models (as of
+    /// [`PRICES_AS_OF`]; the table is in `docs/llm.md`).
+    pub fn defaults() -> Self {
+        [OPENAI, ANTHROPIC, GEMINI, MISTRAL, DEEPSEEK]
+            .into_iter()
+            .flatten()
+            .fold(Self::empty(), |table, row| table.with_price(row.0, row.price()))
+    }
+
+    /// Only the OpenAI rows of [`PriceTable::defaults`].
     pub fn openai_defaults() -> Self {
-        const DEFAULTS: &[(&str, f64, f64, f64)] = &[
-            ("gpt-5", 1.25, 0.125, 10.0),
-            ("gpt-5-mini", 0.25, 0.025, 2.0),
-            ("gpt-5-nano", 0.05, 0.005, 0.40),
-            ("gpt-4.1", 2.0, 0.50, 8.0),
-            ("gpt-4.1-mini", 0.40, 0.10, 1.60),
-            ("gpt-4.1-nano", 0.10, 0.025, 0.40),
-            ("gpt-4o", 2.50, 1.25, 10.0),
-            ("gpt-4o-mini", 0.15, 0.075, 0.60),
-            ("o1", 15.0, 7.50, 60.0),
-            ("o3", 2.0, 0.50, 8.0),
-            ("o3-mini", 1.10, 0.55, 4.40),
-            ("o4-mini", 1.10, 0.275, 4.40),
-            ("gpt-4-turbo", 10.0, 10.0, 30.0),
-            ("gpt-3.5-turbo", 0.50, 0.50, 1.50),
-        ];
-        DEFAULTS
+        OPENAI
             .iter()
-            .fold(Self::empty(), |table, &(model, input, cached, output)| {
-                table.with_price(model, ModelPrice::new(input, output).with_cached_input(cached))
-            })
+            .fold(Self::empty(), |table, row| table.with_price(row.0, row.price()))
     }
 
     /// Add or replace the price of `model`.
@@ -114,25 +127,121 @@ impl PriceTable {
             .find_map(|name| self.prices.get(name).or_else(|| self.versioned_price(name)))
     }
 
-    /// The cost in USD of `usage` on `model`, or `None` for an unknown model.
+    /// The cost in USD of `usage` on `model`, or `None` for an unknown model (or a prompt beyond the
+    /// price's tier).
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
-        self.price(model).map(|price| price.cost(usage))
+        self.price(model).and_then(|price| price.cost_of(usage))
     }
 
-    /// The longest known name that `model` extends with a version suffix (`-` then a digit).
+    /// The price of the known name `model` extends with a release suffix.
     fn versioned_price(&self, model: &str) -> Option<&ModelPrice> {
-        self.prices
-            .iter()
-            .filter(|(known, _)| {
-                model
-                    .strip_prefix(known.as_str())
-                    .and_then(|suffix| suffix.strip_prefix('-'))
-                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
-            })
-            .max_by_key(|(known, _)| known.len())
-            .map(|(_, price)| price)
+        // `gpt-4o-2024-08-06`: the date has dashes too, so it is dropped whole.
+        if let Some(base) = strip_iso_date(model) {
+            return self.prices.get(base);
+        }
+        let (base, suffix) = model.rsplit_once('-')?;
+        is_release_suffix(suffix).then(|| self.prices.get(base))?
     }
 }
+
+/// `latest`, or a date or release number: 3, 4 or 8 digits (`001`, `2411`, `20250929`).
+fn is_release_suffix(suffix: &str) -> bool {
+    suffix == "latest" || (matches!(suffix.len(), 3 | 4 | 8) && suffix.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `name` without a trailing `-YYYY-MM-DD`.
+fn strip_iso_date(model: &str) -> Option<&str> {
+    let split = model.len().checked_sub(11)?;
+    let (base, date) = model.split_at_checked(split)?;
+    let date = date.strip_prefix('-')?;
+    let shape_ok = date.len() == 10
+        && date.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    shape_ok.then_some(base)
+}
+
+/// One row: model, input, cached input (`None`: billed as input), output, USD per million tokens.
+struct Row(&'static str, f64, Option<f64>, f64, Option<u64>);
+
+impl Row {
+    fn price(&self) -> ModelPrice {
+        let mut price = ModelPrice::new(self.1, self.3);
+        price.cached_input_per_million = self.2;
+        price.max_input_tokens = self.4;
+        price
+    }
+}
+
+/// Long-context tier boundary of Gemini Pro models and Claude Sonnet's 1M-context beta.
+const TIER_200K: Option<u64> = Some(200_000);
+
+// Keep each table in the order of the provider's pricing page, and `docs/llm.md` in step.
+const OPENAI: &[Row] = &[
+    Row("gpt-5.1", 1.25, Some(0.125), 10.0, None),
+    Row("gpt-5", 1.25, Some(0.125), 10.0, None),
+    Row("gpt-5-mini", 0.25, Some(0.025), 2.0, None),
+    Row("gpt-5-nano", 0.05, Some(0.005), 0.40, None),
+    Row("gpt-4.1", 2.0, Some(0.50), 8.0, None),
+    Row("gpt-4.1-mini", 0.40, Some(0.10), 1.60, None),
+    Row("gpt-4.1-nano", 0.10, Some(0.025), 0.40, None),
+    Row("gpt-4o", 2.50, Some(1.25), 10.0, None),
+    Row("gpt-4o-mini", 0.15, Some(0.075), 0.60, None),
+    Row("o1", 15.0, Some(7.50), 60.0, None),
+    Row("o3", 2.0, Some(0.50), 8.0, None),
+    Row("o3-mini", 1.10, Some(0.55), 4.40, None),
+    Row("o4-mini", 1.10, Some(0.275), 4.40, None),
+    Row("gpt-4-turbo", 10.0, None, 30.0, None),
+    Row("gpt-3.5-turbo", 0.50, None, 1.50, None),
+    Row("text-embedding-3-small", 0.02, None, 0.0, None),
+    Row("text-embedding-3-large", 0.13, None, 0.0, None),
+    Row("text-embedding-ada-002", 0.10, None, 0.0, None),
+];
+
+/// Cached input is Anthropic's cache read; cache writes are not in usage as OpenAI-compatible clients
+/// report it, so they are billed as input.
+const ANTHROPIC: &[Row] = &[
+    Row("claude-opus-4-5", 5.0, Some(0.50), 25.0, None),
+    Row("claude-opus-4-1", 15.0, Some(1.50), 75.0, None),
+    Row("claude-opus-4", 15.0, Some(1.50), 75.0, None),
+    Row("claude-sonnet-4-5", 3.0, Some(0.30), 15.0, TIER_200K),
+    Row("claude-sonnet-4", 3.0, Some(0.30), 15.0, TIER_200K),
+    Row("claude-3-7-sonnet", 3.0, Some(0.30), 15.0, None),
+    Row("claude-haiku-4-5", 1.0, Some(0.10), 5.0, None),
+    Row("claude-3-5-haiku", 0.80, Some(0.08), 4.0, None),
+    Row("claude-3-opus", 15.0, Some(1.50), 75.0, None),
+    Row("claude-3-haiku", 0.25, Some(0.03), 1.25, None),
+];
+
+/// Paid tier, text input.
+const GEMINI: &[Row] = &[
+    Row("gemini-3-pro-preview", 2.0, Some(0.20), 12.0, TIER_200K),
+    Row("gemini-2.5-pro", 1.25, Some(0.125), 10.0, TIER_200K),
+    Row("gemini-2.5-flash", 0.30, Some(0.03), 2.50, None),
+    Row("gemini-2.5-flash-lite", 0.10, Some(0.01), 0.40, None),
+    Row("gemini-2.0-flash", 0.10, Some(0.025), 0.40, None),
+    Row("gemini-2.0-flash-lite", 0.075, None, 0.30, None),
+];
+
+/// Dated names only: Mistral's `-latest` aliases move to new models with new prices.
+const MISTRAL: &[Row] = &[
+    Row("mistral-large-2411", 2.0, None, 6.0, None),
+    Row("mistral-medium-2505", 0.40, None, 2.0, None),
+    Row("mistral-small-2506", 0.10, None, 0.30, None),
+    Row("magistral-medium-2509", 2.0, None, 5.0, None),
+    Row("magistral-small-2509", 0.50, None, 1.50, None),
+    Row("codestral-2508", 0.30, None, 0.90, None),
+    Row("ministral-8b-2410", 0.10, None, 0.10, None),
+    Row("ministral-3b-2410", 0.04, None, 0.04, None),
+    Row("open-mistral-nemo", 0.15, None, 0.15, None),
+];
+
+/// DeepSeek-V3.2 behind both names; cached input is DeepSeek's cache hit.
+const DEEPSEEK: &[Row] = &[
+    Row("deepseek-chat", 0.28, Some(0.028), 0.42, None),
+    Row("deepseek-reasoner", 0.28, Some(0.028), 0.42, None),
+];
 
 #[cfg(test)]
 mod tests {
@@ -140,7 +249,7 @@ mod tests {
 
     #[test]
     fn dated_versions_and_router_prefixes_resolve() {
-        let table = PriceTable::openai_defaults();
+        let table = PriceTable::defaults();
         let mini = table.price("gpt-4o-mini").copied();
         assert_eq!(table.price("gpt-4o-mini-2024-07-18").copied(), mini);
         assert_eq!(table.price("openai/gpt-4o-mini").copied(), mini);
@@ -151,6 +260,44 @@ mod tests {
             "a different product, not a version of o3"
         );
         assert_eq!(table.price("llama3.1:8b"), None);
+        assert_eq!(
+            table.price("claude-sonnet-4-5-20250929"),
+            table.price("claude-sonnet-4-5")
+        );
+        assert_eq!(
+            table.price("claude-3-5-haiku-latest"),
+            table.price("claude-3-5-haiku")
+        );
+        assert_eq!(
+            table
+                .price("anthropic/claude-opus-4-5")
+                .unwrap()
+                .input_per_million,
+            5.0
+        );
+        assert_eq!(
+            table.price("claude-opus-4-6"),
+            None,
+            "not a release of claude-opus-4"
+        );
+        assert_eq!(
+            table.price("gemini-2.0-flash-001"),
+            table.price("gemini-2.0-flash")
+        );
+        assert_eq!(
+            table.price("models/gemini-2.5-pro"),
+            table.price("gemini-2.5-pro")
+        );
+        assert_eq!(table.price("mistral-large-latest"), None, "a moving alias");
+        assert!(table.price("deepseek-chat").is_some());
+        assert!(table.price("mistral-small-2506").is_some());
+    }
+
+    #[test]
+    fn long_prompts_beyond_a_tier_get_no_cost() {
+        let table = PriceTable::defaults();
+        assert!(table.cost("gemini-2.5-pro", &Usage::new(200_000, 10)).is_some());
+        assert_eq!(table.cost("gemini-2.5-pro", &Usage::new(200_001, 10)), None);
     }
 
     #[test]

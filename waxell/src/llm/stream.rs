@@ -3,13 +3,12 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::task::{ready, Context as TaskContext, Poll};
-use std::time::Instant;
 
 use futures_util::{Stream, StreamExt};
 
 use super::error::malformed;
 use super::error::Error;
-use super::instrument::{CallTelemetry, StreamStats};
+use super::record::LlmCall;
 use super::transport::DataStream;
 use super::types::{AssistantMessage, ChatChunk, ChatResponse, Choice, ToolCall, Usage};
 
@@ -39,10 +38,7 @@ use super::types::{AssistantMessage, ChatChunk, ChatResponse, Choice, ToolCall, 
 #[derive(Debug)]
 pub struct ChatStream {
     payloads: Option<DebugIgnored<DataStream>>,
-    assembler: Assembler,
-    telemetry: CallTelemetry,
-    sent_at: Instant,
-    stats: StreamStats,
+    call: LlmCall,
     response: Option<ChatResponse>,
 }
 
@@ -59,13 +55,10 @@ impl<T> std::fmt::Debug for DebugIgnored<T> {
 const DONE: &str = "[DONE]";
 
 impl ChatStream {
-    pub(crate) fn new(payloads: DataStream, telemetry: CallTelemetry, sent_at: Instant) -> Self {
+    pub(crate) fn new(payloads: DataStream, call: LlmCall) -> Self {
         Self {
             payloads: Some(DebugIgnored(payloads)),
-            assembler: Assembler::default(),
-            telemetry,
-            sent_at,
-            stats: StreamStats::default(),
+            call,
             response: None,
         }
     }
@@ -81,7 +74,7 @@ impl ChatStream {
             chunk?;
         }
         self.response.take().ok_or_else(|| Error::StreamCut {
-            chunks: self.stats.chunks,
+            chunks: self.call.chunks(),
             reason: "the stream had already failed".to_owned(),
         })
     }
@@ -96,19 +89,13 @@ impl ChatStream {
             Ok(chunk) => chunk,
             Err(error) => return Some(Err(self.fail(error))),
         };
-        self.stats.chunks += 1;
-        if self.stats.time_to_first_chunk.is_none() {
-            self.stats.time_to_first_chunk = Some(self.sent_at.elapsed());
-        }
-        self.assembler.push(&chunk);
+        self.call.chunk(&chunk);
         Some(Ok(chunk))
     }
 
     fn complete(&mut self) {
         self.payloads = None;
-        let response = std::mem::take(&mut self.assembler).finish();
-        self.telemetry.succeeded(&response, Some(self.stats));
-        self.response = Some(response);
+        self.response = Some(self.call.finish_stream());
     }
 
     fn fail(&mut self, error: Error) -> Error {
@@ -116,12 +103,12 @@ impl ChatStream {
         // The transport cannot know how many chunks the client parsed; this is where that is known.
         let error = match error {
             Error::StreamCut { reason, .. } => Error::StreamCut {
-                chunks: self.stats.chunks,
+                chunks: self.call.chunks(),
                 reason,
             },
             other => other,
         };
-        self.telemetry.failed(&error, Some(self.stats));
+        self.call.fail_with(&error);
         error
     }
 }
@@ -140,7 +127,7 @@ impl Stream for ChatStream {
             Some(Err(error)) => Some(Err(this.fail(error))),
             // Some compatible servers close without `[DONE]`; the stream is complete if every choice
             // got its finish reason, and cut otherwise.
-            None if this.assembler.is_finished() => {
+            None if this.call.stream_is_finished() => {
                 this.complete();
                 None
             }
@@ -249,7 +236,7 @@ impl Assembler {
     }
 
     /// Every choice seen so far has a finish reason.
-    fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         !self.choices.is_empty() && self.choices.values().all(|choice| choice.finish_reason.is_some())
     }
 

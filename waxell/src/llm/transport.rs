@@ -11,10 +11,7 @@ use std::time::Duration;
 
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
-use opentelemetry::propagation::{Injector, TextMapPropagator};
-use opentelemetry::Context;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE, USER_AGENT};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE, USER_AGENT};
 
 use super::error::{parse_error_body, Error};
 use super::types::ChatRequest;
@@ -27,6 +24,17 @@ pub type DataStream = Pin<Box<dyn Stream<Item = Result<String, Error>> + Send>>;
 pub struct ServerAddress {
     pub host: String,
     pub port: u16,
+}
+
+impl ServerAddress {
+    /// Host and port of a URL (the scheme's default port when it names none); `None` without a host.
+    pub fn from_url(url: &str) -> Option<Self> {
+        let url = reqwest::Url::parse(url).ok()?;
+        Some(Self {
+            host: url.host_str()?.to_owned(),
+            port: url.port_or_known_default()?,
+        })
+    }
 }
 
 /// Sends a resolved [`ChatRequest`] somewhere and returns what came back, unparsed.
@@ -53,21 +61,8 @@ pub trait Transport: Send + Sync + fmt::Debug {
     }
 }
 
-/// An API key that never shows up in `Debug` output or logs.
-#[derive(Clone)]
-pub(crate) struct ApiKey(String);
-
-impl ApiKey {
-    pub(crate) fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+/// An API key: never shown in `Debug` output or logs.
+pub(crate) type ApiKey = crate::secret::Secret;
 
 /// Retry behaviour for 408, 429, 5xx, timeouts and connection failures.
 #[derive(Debug, Clone, Copy)]
@@ -177,7 +172,8 @@ impl HttpTransport {
                 settings.base_url
             )));
         }
-        let http = reqwest::Client::builder()
+        let http = crate::http::async_client()
+            .map_err(Error::Config)?
             .connect_timeout(settings.connect_timeout)
             .build()
             .map_err(|e| Error::Config(format!("could not build the HTTP client: {}", error_chain(&e))))?;
@@ -215,14 +211,14 @@ impl HttpTransport {
                 env!("CARGO_PKG_VERSION")
             )));
         // The client runs this inside the chat span's context, so the server becomes its child.
-        TraceContextPropagator::new().inject_context(&Context::current(), &mut HeaderInjector(&mut headers));
+        headers.extend(crate::http::trace_headers());
 
         let mut request = self
             .http
             .post(self.endpoint.clone())
             .headers(headers)
             .body(body.to_vec());
-        if let Some(ApiKey(key)) = &self.api_key {
+        if let Some(key) = self.api_key.as_ref().map(ApiKey::expose) {
             // `bearer_auth` marks the header sensitive, so reqwest never prints it either.
             request = request.bearer_auth(key);
         }
@@ -372,20 +368,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
-}
-
-/// Writes propagation fields (`traceparent`, `tracestate`) into outgoing HTTP headers.
-struct HeaderInjector<'a>(&'a mut HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(key.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
-    }
 }
 
 #[cfg(test)]

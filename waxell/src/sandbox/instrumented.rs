@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::trace::{FutureExt, SpanBuilder, SpanKind, Status, TraceContextExt};
+use opentelemetry::KeyValue;
 
 use super::{
     CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
@@ -43,13 +43,11 @@ async fn traced<T, F>(
 where
     F: Future<Output = Result<T, SandboxError>>,
 {
-    let tracer = telemetry::tracer();
-    let span = tracer
-        .span_builder(name)
-        .with_kind(SpanKind::Internal)
-        .with_attributes(attributes)
-        .start(&tracer);
-    let cx = Context::current_with_span(span);
+    let cx = telemetry::start_current(
+        SpanBuilder::from_name(name)
+            .with_kind(SpanKind::Internal)
+            .with_attributes(attributes),
+    );
     let result = work.with_context(cx.clone()).await;
     let span = cx.span();
     match &result {
@@ -102,10 +100,12 @@ impl Sandbox {
         Self { backend, session }
     }
 
+    /// The backend's name (`local`, `e2b`, ...), as recorded on spans.
     pub fn backend(&self) -> &'static str {
         self.backend
     }
 
+    /// The sandbox's id.
     pub fn sandbox_id(&self) -> &str {
         self.session.sandbox_id()
     }
@@ -150,13 +150,11 @@ impl Sandbox {
             attributes.push(KeyValue::new(WAXELL_SANDBOX_CODE_PREVIEW, preview.clone()));
             attributes.push(KeyValue::new(OI_INPUT_VALUE, preview));
         }
-        let tracer = telemetry::tracer();
-        let span = tracer
-            .span_builder(format!("{OP_EXECUTE_TOOL} {tool}"))
-            .with_kind(SpanKind::Internal)
-            .with_attributes(attributes)
-            .start(&tracer);
-        let cx = Context::current_with_span(span);
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{OP_EXECUTE_TOOL} {tool}"))
+                .with_kind(SpanKind::Internal)
+                .with_attributes(attributes),
+        );
         let result = self
             .session
             .run_code(code, options)
@@ -300,18 +298,22 @@ impl Sandbox {
         .await
     }
 
+    /// The contexts this sandbox has.
     pub async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
         self.session.list_contexts().await
     }
 
+    /// Restart a context: its state is lost, its id kept.
     pub async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
         self.session.restart_context(context_id).await
     }
 
+    /// Remove a context and its state.
     pub async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
         self.session.remove_context(context_id).await
     }
 
+    /// Extend or shorten the sandbox's lifetime, counted from now.
     pub async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.session.set_timeout(timeout).await
     }

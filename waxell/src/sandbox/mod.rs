@@ -8,7 +8,10 @@ mod instrumented;
 mod types;
 
 pub use instrumented::Sandbox;
-pub use types::*;
+pub use types::{
+    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, Logs, OutputCallback, OutputMessage,
+    ResultCallback, RunOptions, SandboxError, SandboxOptions,
+};
 
 use async_trait::async_trait;
 
@@ -43,14 +46,18 @@ pub trait SandboxSession: Send + Sync {
         language: Option<&str>,
         cwd: Option<&str>,
     ) -> Result<CodeContext, SandboxError>;
+    /// The contexts this sandbox has.
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError>;
     /// Restart a context: its state is lost, its id kept.
     async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError>;
+    /// Remove a context and its state.
     async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError>;
 
     /// Write a file; relative paths are inside the sandbox's working directory.
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError>;
+    /// Read a whole file.
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// List a directory (not recursive).
     async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError>;
     /// Create a directory and any missing parents: `true` when it was created, `false` when it
     /// already existed (E2B's `files.make_dir`). The default says the backend cannot.

@@ -86,7 +86,9 @@ impl ExecutionResult {
 /// Everything a cell wrote to stdout and stderr, chunk by chunk as it arrived.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Logs {
+    /// stdout chunks, in order.
     pub stdout: Vec<String>,
+    /// stderr chunks, in order.
     pub stderr: Vec<String>,
 }
 
@@ -94,8 +96,11 @@ pub struct Logs {
 /// output truncated). `name` is the exception type, e.g. `ZeroDivisionError` or `TimeoutError`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionError {
+    /// The exception type, e.g. `ZeroDivisionError`.
     pub name: String,
+    /// The exception message.
     pub value: String,
+    /// The formatted traceback.
     pub traceback: String,
 }
 
@@ -108,9 +113,13 @@ impl fmt::Display for ExecutionError {
 /// The outcome of one `run_code` call.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Execution {
+    /// Rich results: displayed values and the cell's last expression (`is_main_result`).
     pub results: Vec<ExecutionResult>,
+    /// Everything written to stdout and stderr.
     pub logs: Logs,
+    /// The error the code raised, if any.
     pub error: Option<ExecutionError>,
+    /// The context's execution counter after this cell, as Jupyter numbers cells.
     pub execution_count: Option<u64>,
 }
 
@@ -137,6 +146,7 @@ impl Execution {
 /// A chunk of stdout or stderr, delivered to a streaming callback as soon as it is written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputMessage {
+    /// The chunk as written (not necessarily a whole line).
     pub line: String,
     /// True for stderr.
     pub error: bool,
@@ -160,39 +170,50 @@ pub struct RunOptions {
     pub env_vars: BTreeMap<String, String>,
     /// Execution timeout; on expiry the code is interrupted and the state survives.
     pub timeout: Option<Duration>,
+    /// Called with each stdout chunk as it arrives.
     pub on_stdout: Option<OutputCallback>,
+    /// Called with each stderr chunk as it arrives.
     pub on_stderr: Option<OutputCallback>,
+    /// Called with each rich result (a chart, a displayed value) as it arrives.
     pub on_result: Option<ResultCallback>,
 }
 
 impl RunOptions {
+    /// Python in the default context with the backend's default timeout.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Run in the default context of this language.
     pub fn with_language(mut self, language: impl Into<String>) -> Self {
         self.language = Some(language.into());
         self
     }
+    /// Run in this context (from `create_context`).
     pub fn with_context(mut self, context_id: impl Into<String>) -> Self {
         self.context_id = Some(context_id.into());
         self
     }
+    /// Interrupt the code after `timeout`; the context's state survives.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
+    /// An environment variable for this execution only.
     pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env_vars.insert(key.into(), value.into());
         self
     }
+    /// Stream stdout chunks to `f` as they are written.
     pub fn on_stdout(mut self, f: impl Fn(&OutputMessage) + Send + Sync + 'static) -> Self {
         self.on_stdout = Some(Arc::new(f));
         self
     }
+    /// Stream stderr chunks to `f` as they are written.
     pub fn on_stderr(mut self, f: impl Fn(&OutputMessage) + Send + Sync + 'static) -> Self {
         self.on_stderr = Some(Arc::new(f));
         self
     }
+    /// Stream rich results to `f` as they are displayed.
     pub fn on_result(mut self, f: impl Fn(&ExecutionResult) + Send + Sync + 'static) -> Self {
         self.on_result = Some(Arc::new(f));
         self
@@ -213,18 +234,24 @@ impl fmt::Debug for RunOptions {
 /// An execution context: an independent interpreter state inside one sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeContext {
+    /// The context's id, for [`RunOptions::with_context`].
     pub id: String,
+    /// The context's language (`python`).
     pub language: String,
+    /// The context's working directory inside the sandbox.
     pub cwd: String,
 }
 
 /// One entry of a directory listing inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryInfo {
+    /// The entry's file name.
     pub name: String,
     /// Path inside the sandbox.
     pub path: String,
+    /// Whether the entry is a directory.
     pub is_dir: bool,
+    /// Size in bytes (0 for directories).
     pub size: u64,
 }
 
@@ -243,21 +270,26 @@ pub struct SandboxOptions {
 }
 
 impl SandboxOptions {
+    /// The backend's defaults.
     pub fn new() -> Self {
         Self::default()
     }
+    /// The template (E2B) or environment to start from.
     pub fn with_template(mut self, template: impl Into<String>) -> Self {
         self.template = Some(template.into());
         self
     }
+    /// Kill the sandbox after this lifetime.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
+    /// An environment variable visible to all code in the sandbox.
     pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env_vars.insert(key.into(), value.into());
         self
     }
+    /// Free-form metadata kept with the sandbox.
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata.insert(key.into(), value.into());
         self
@@ -289,13 +321,23 @@ pub enum SandboxError {
     RateLimited(String),
     /// A path was rejected (outside the sandbox, a symlink, not a regular file, too large).
     #[error("invalid path {path:?}: {reason}")]
-    InvalidPath { path: String, reason: String },
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// Why it was rejected.
+        reason: String,
+    },
     /// Bad arguments (both a language and a context, an unknown language, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// The peer answered something we could not understand; `received` says what.
     #[error("protocol error: {message} (received: {received})")]
-    Protocol { message: String, received: String },
+    Protocol {
+        /// What was wrong.
+        message: String,
+        /// What arrived (truncated).
+        received: String,
+    },
     /// Transport failure (connection refused, reset, ...).
     #[error("transport error: {0}")]
     Transport(String),

@@ -1,34 +1,32 @@
-//! In-memory span capture for behaviour tests: a real OpenTelemetry SDK pipeline with a
-//! `SimpleSpanProcessor` over an `InMemorySpanExporter`, installed through `waxell::builder()`.
-//! Tests run under cargo-nextest, one process per test, so the global pipeline is per test.
+//! Span capture for behaviour tests, over `waxell::testing`: each test captures the spans of its own
+//! thread and context, so the tests of a binary run in one process in parallel (plain `cargo test`).
+//! These helpers hand back the SDK's `SpanData` so the assertions can read every field.
 
 #![allow(dead_code, unreachable_pub)]
 
 use opentelemetry::trace::Status;
 use opentelemetry::Value;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SimpleSpanProcessor, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 
 pub struct Capture {
-    pub exporter: InMemorySpanExporter,
-    pub guard: waxell::Guard,
+    pub inner: waxell::testing::Capture,
 }
 
 pub fn install() -> Capture {
     install_with(|b| b)
 }
 
-pub fn install_with(configure: impl FnOnce(waxell::Builder) -> waxell::Builder) -> Capture {
-    let exporter = InMemorySpanExporter::default();
-    let builder = waxell::builder()
-        .with_span_processor(SimpleSpanProcessor::new(exporter.clone()))
-        .with_default_export(false);
-    let guard = configure(builder).init().expect("init");
-    Capture { exporter, guard }
+pub fn install_with(
+    configure: impl FnOnce(waxell::testing::CaptureBuilder) -> waxell::testing::CaptureBuilder,
+) -> Capture {
+    Capture {
+        inner: configure(waxell::testing::builder()).start(),
+    }
 }
 
 impl Capture {
     pub fn spans(&self) -> Vec<SpanData> {
-        self.exporter.get_finished_spans().expect("finished spans")
+        self.inner.spans().iter().map(|s| s.data().clone()).collect()
     }
 
     pub fn span(&self, name: &str) -> SpanData {

@@ -1,7 +1,8 @@
 //! Test support for the LLM client tests: an OpenAI-compatible HTTP server on 127.0.0.1 that answers
 //! from a script and records what it received, and in-memory OpenTelemetry exporters.
 //!
-//! Tests run under cargo-nextest (one process per test), so installing global providers is per test.
+//! Spans are captured per test with `waxell::testing`, so the tests of a binary share one process. Metrics
+//! go to the global meter provider: a test that reads them installs one and keeps to its own server's points.
 #![allow(dead_code, unreachable_pub)] // each test binary uses a different subset
 
 use std::collections::VecDeque;
@@ -19,7 +20,7 @@ use futures_util::{stream, StreamExt};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, HistogramDataPoint, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 use serde_json::{json, Value as Json};
 
 /// What the fake server answers to one request.
@@ -247,10 +248,15 @@ pub fn usage_chunk(id: &str, model: &str, usage: (u64, u64)) -> Json {
 
 // ---- telemetry ----
 
-/// Install an in-memory span exporter as the global tracer provider and return it.
-pub fn capture_spans() -> InMemorySpanExporter {
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
+/// Capture the spans of this test (its thread and context).
+pub fn capture_spans() -> waxell::testing::Capture {
+    waxell::testing::capture()
+}
+
+/// Install an in-memory span exporter as the global tracer provider (for a test in a process of its own).
+pub fn capture_spans_globally() -> opentelemetry_sdk::trace::InMemorySpanExporter {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
         .build();
     opentelemetry::global::set_tracer_provider(provider);
@@ -303,8 +309,8 @@ pub fn histogram_points_u64(
     points
 }
 
-pub fn finished_spans(exporter: &InMemorySpanExporter) -> Vec<SpanData> {
-    exporter.get_finished_spans().unwrap()
+pub fn finished_spans(capture: &waxell::testing::Capture) -> Vec<SpanData> {
+    capture.spans().iter().map(|span| span.data().clone()).collect()
 }
 
 /// The only finished span called `name`.

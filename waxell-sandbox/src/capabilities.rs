@@ -1,0 +1,478 @@
+//! The host report: which isolation layers and which limits a local backend has in force on this
+//! host, why the others are not, and how to get them. [`crate::LocalBackend::capabilities`] gives
+//! the backend's own; [`crate::LocalBackend::host_report`] probes without making a backend (for
+//! `waxell-sandbox doctor`, which prints it with [`std::fmt::Display`]).
+
+//!
+//! Platform-neutral: the Linux modules hand it plain facts ([`LimitEnforcement`]).
+
+use std::fmt;
+
+use crate::config::Limits;
+
+/// How the host enforces memory, process and CPU limits, as found by `cgroup::Limiter`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LimitEnforcement {
+    /// The cgroup in use, e.g. "cgroup v1" or "cgroup v2 /sys/fs/cgroup/waxell-sandbox"; `None`
+    /// when there is none and the watchdog and rlimits stand in.
+    pub(crate) cgroup: Option<String>,
+    pub(crate) memory: bool,
+    pub(crate) pids: bool,
+    pub(crate) cpu: bool,
+    /// Why no cgroup, or why some controllers are missing.
+    pub(crate) why: String,
+    pub(crate) watchdog_poll_ms: u128,
+    /// The kernel counts RLIMIT_NPROC per user namespace (Linux 5.14+).
+    pub(crate) nproc_per_userns: bool,
+}
+
+/// How the launcher isolates sandboxed code from the host's users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationMode {
+    /// Root launcher, no user namespace; each sandbox drops to its own non-root uid.
+    Rootful,
+    /// Non-root launcher; bubblewrap makes a user namespace mapping the sandbox to the invoking user.
+    Rootless,
+}
+
+/// Whether a layer or limit is in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Enforced,
+    /// In force in a weaker form (the detail says how).
+    Partial,
+    Missing,
+}
+
+/// The layers and limits the report covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Feature {
+    /// The sandbox's identity: never host uid 0.
+    User,
+    /// The invoking user's supplementary groups (rootless only).
+    Groups,
+    Namespaces,
+    Seccomp,
+    Network,
+    ReadOnlyRuntime,
+    PrivateTmp,
+    /// Total size of the home directory (`/home/user`).
+    ScratchSize,
+    NoNewPrivileges,
+    MemoryLimit,
+    ProcessLimit,
+    CpuQuota,
+    CpuTime,
+    FileSize,
+}
+
+impl Feature {
+    fn label(self) -> &'static str {
+        match self {
+            Feature::User => "identity",
+            Feature::Groups => "groups",
+            Feature::Namespaces => "namespaces",
+            Feature::Seccomp => "seccomp",
+            Feature::Network => "network",
+            Feature::ReadOnlyRuntime => "read-only runtime",
+            Feature::PrivateTmp => "private /tmp",
+            Feature::ScratchSize => "home size cap",
+            Feature::NoNewPrivileges => "no new privileges",
+            Feature::MemoryLimit => "memory limit",
+            Feature::ProcessLimit => "process limit",
+            Feature::CpuQuota => "cpu quota",
+            Feature::CpuTime => "cpu time",
+            Feature::FileSize => "file size",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub feature: Feature,
+    pub status: Status,
+    /// What is in force, or why not.
+    pub detail: String,
+    /// How to get the missing part, when something is missing.
+    pub fix: Option<String>,
+}
+
+/// What the local sandbox can enforce on this host.
+#[derive(Debug, Clone)]
+pub struct HostReport {
+    /// `None` when the local sandbox cannot run here at all (see `unavailable`).
+    pub mode: Option<IsolationMode>,
+    /// Why the local sandbox cannot run here, with the fix.
+    pub unavailable: Option<String>,
+    pub checks: Vec<Check>,
+}
+
+const LIMITS_FIX: &str = "run as root (cgroup v1 or v2), or on a cgroup v2 host start the program inside a \
+                          delegated systemd user scope: `systemd-run --user --scope -p Delegate=yes <command>`";
+
+impl HostReport {
+    pub(crate) fn unavailable(reason: String) -> Self {
+        Self {
+            mode: None,
+            unavailable: Some(reason),
+            checks: Vec::new(),
+        }
+    }
+
+    pub(crate) fn build(
+        mode: IsolationMode,
+        uid: u32,
+        enforcement: &LimitEnforcement,
+        limits: &Limits,
+    ) -> Self {
+        let mut checks = Vec::new();
+        let mut push = |feature, status, detail: String, fix: Option<&str>| {
+            checks.push(Check {
+                feature,
+                status,
+                detail,
+                fix: fix.map(str::to_owned),
+            })
+        };
+        let mib = |b: u64| b >> 20;
+        match mode {
+            IsolationMode::Rootful => push(
+                Feature::User,
+                Status::Enforced,
+                "each sandbox runs as its own non-root uid (setpriv from a root launcher, no user namespace), \
+                 never host uid 0"
+                    .into(),
+                None,
+            ),
+            IsolationMode::Rootless => {
+                push(
+                    Feature::User,
+                    Status::Enforced,
+                    format!(
+                        "user namespace: uid {uid} inside maps to the invoking user (uid {uid}), never host uid 0; \
+                         no capabilities, no further user namespaces"
+                    ),
+                    None,
+                );
+                push(
+                    Feature::Groups,
+                    Status::Partial,
+                    "the invoking user's supplementary groups stay with the sandbox (an unprivileged process \
+                     cannot drop them; only /usr and the Python runtime are visible)"
+                        .into(),
+                    Some("run it as a user without extra groups, or as root"),
+                );
+            }
+        }
+        push(
+            Feature::Namespaces,
+            Status::Enforced,
+            "own pid, mount, ipc, uts and cgroup namespaces (bubblewrap)".into(),
+            None,
+        );
+        push(
+            Feature::Seccomp,
+            Status::Enforced,
+            "deny list (EPERM), clone3 -> ENOSYS, x32 guard".into(),
+            None,
+        );
+        push(
+            Feature::Network,
+            Status::Enforced,
+            "own network namespace without interfaces; only AF_UNIX sockets".into(),
+            None,
+        );
+        push(
+            Feature::ReadOnlyRuntime,
+            Status::Enforced,
+            match mode {
+                IsolationMode::Rootful => "/usr and the Python installation bound read-only".into(),
+                IsolationMode::Rootless => {
+                    "/usr and the Python installation bound read-only, the sandbox's root remounted read-only"
+                        .into()
+                }
+            },
+            None,
+        );
+        push(
+            Feature::PrivateTmp,
+            Status::Enforced,
+            format!("private /tmp tmpfs of {} MiB", mib(limits.tmp_bytes)),
+            None,
+        );
+        match mode {
+            IsolationMode::Rootful => push(
+                Feature::ScratchSize,
+                Status::Enforced,
+                format!("/home/user is a tmpfs of its own, {} MiB", mib(limits.scratch_bytes)),
+                None,
+            ),
+            IsolationMode::Rootless => push(
+                Feature::ScratchSize,
+                Status::Partial,
+                format!(
+                    "/home/user is a plain directory of this user (mounting a size-capped tmpfs on the host needs \
+                     root): its total size is not capped, single files are ({} MiB, RLIMIT_FSIZE)",
+                    mib(limits.max_file_bytes)
+                ),
+                Some("run as root for a size-capped tmpfs home"),
+            ),
+        }
+        push(
+            Feature::NoNewPrivileges,
+            Status::Enforced,
+            "no_new_privs set, all capabilities dropped".into(),
+            None,
+        );
+        limit_checks(&mut push, mode, enforcement, limits);
+        push(
+            Feature::CpuTime,
+            Status::Enforced,
+            format!("RLIMIT_CPU {} s per process", limits.cpu_seconds),
+            None,
+        );
+        push(
+            Feature::FileSize,
+            Status::Enforced,
+            format!("RLIMIT_FSIZE {} MiB per file", mib(limits.max_file_bytes)),
+            None,
+        );
+        Self {
+            mode: Some(mode),
+            unavailable: None,
+            checks,
+        }
+    }
+
+    /// The line for `feature`, if the report has one.
+    pub fn check(&self, feature: Feature) -> Option<&Check> {
+        self.checks.iter().find(|c| c.feature == feature)
+    }
+
+    /// Whether `feature` is fully in force.
+    pub fn enforces(&self, feature: Feature) -> bool {
+        self.check(feature).is_some_and(|c| c.status == Status::Enforced)
+    }
+
+    /// One line for a person: the mode and how the limits are enforced.
+    pub fn summary(&self) -> String {
+        let Some(mode) = self.mode else {
+            return format!(
+                "local sandbox unavailable: {}",
+                self.unavailable.as_deref().unwrap_or("unknown reason")
+            );
+        };
+        let how = |feature| match self.check(feature) {
+            Some(c) if c.status == Status::Missing => "none".to_owned(),
+            Some(c) => c
+                .detail
+                .split([':', ',', '('])
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned(),
+            None => "?".to_owned(),
+        };
+        let weak = self
+            .checks
+            .iter()
+            .filter(|c| c.status != Status::Enforced)
+            .count();
+        format!(
+            "local sandbox, {} mode; memory: {}; processes: {}; cpu quota: {}{}",
+            match mode {
+                IsolationMode::Rootful => "root",
+                IsolationMode::Rootless => "rootless (user namespace)",
+            },
+            how(Feature::MemoryLimit),
+            how(Feature::ProcessLimit),
+            how(Feature::CpuQuota),
+            if weak == 0 {
+                String::new()
+            } else {
+                format!("; {weak} item(s) weaker than root mode, see `waxell-sandbox doctor`")
+            }
+        )
+    }
+}
+
+fn limit_checks(
+    push: &mut impl FnMut(Feature, Status, String, Option<&str>),
+    mode: IsolationMode,
+    e: &LimitEnforcement,
+    limits: &Limits,
+) {
+    let mib = limits.memory_bytes >> 20;
+    let (memory, pids, cpu) = (e.memory, e.pids, e.cpu);
+    let how = e.cgroup.clone().unwrap_or_default();
+    let why = &e.why;
+    if memory {
+        push(
+            Feature::MemoryLimit,
+            Status::Enforced,
+            format!("{how}: {mib} MiB for the whole sandbox, no swap; OOM kills reported"),
+            None,
+        );
+    } else {
+        push(
+            Feature::MemoryLimit,
+            Status::Partial,
+            format!(
+                "host-side watchdog: polls the sandbox's private memory every {} ms and kills the largest process \
+                 past {mib} MiB (reported as out of memory); a fast allocation can overshoot briefly. No cgroup: {why}",
+                e.watchdog_poll_ms
+            ),
+            Some(LIMITS_FIX),
+        );
+    }
+    if pids {
+        push(
+            Feature::ProcessLimit,
+            Status::Enforced,
+            format!("{how}: pids.max {} for the whole sandbox", limits.max_processes),
+            None,
+        );
+    } else if mode == IsolationMode::Rootless && e.nproc_per_userns {
+        push(
+            Feature::ProcessLimit,
+            Status::Partial,
+            format!(
+                "RLIMIT_NPROC {} per interpreter, counted inside its own user namespace (each context has its own \
+                 budget). No cgroup: {why}",
+                limits.max_processes
+            ),
+            Some(LIMITS_FIX),
+        );
+    } else if mode == IsolationMode::Rootless {
+        push(
+            Feature::ProcessLimit,
+            Status::Missing,
+            format!(
+                "this kernel (before 5.14) counts RLIMIT_NPROC across all of the user's processes, so it cannot cap \
+                 one sandbox. No cgroup: {why}"
+            ),
+            Some(LIMITS_FIX),
+        );
+    } else {
+        push(
+            Feature::ProcessLimit,
+            Status::Partial,
+            format!(
+                "RLIMIT_NPROC {} per sandbox uid. No cgroup: {why}",
+                limits.max_processes
+            ),
+            Some(LIMITS_FIX),
+        );
+    }
+    if cpu {
+        push(
+            Feature::CpuQuota,
+            Status::Enforced,
+            format!("{how}: {} CPU(s)", limits.cpus),
+            None,
+        );
+    } else {
+        push(
+            Feature::CpuQuota,
+            Status::Missing,
+            format!(
+                "no CPU quota: a busy sandbox can use every core (the lifetime CPU budget still ends it). No cgroup: \
+                 {why}"
+            ),
+            Some(LIMITS_FIX),
+        );
+    }
+}
+
+impl fmt::Display for HostReport {
+    /// The report for a person: one line per layer and limit, with the fix under what is missing.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(reason) = &self.unavailable {
+            writeln!(f, "local sandbox: UNAVAILABLE")?;
+            return writeln!(f, "  {reason}");
+        }
+        writeln!(f, "{}", self.summary())?;
+        for check in &self.checks {
+            let mark = match check.status {
+                Status::Enforced => "ok     ",
+                Status::Partial => "partial",
+                Status::Missing => "MISSING",
+            };
+            writeln!(f, "  [{mark}] {:<18} {}", check.feature.label(), check.detail)?;
+            if let Some(fix) = &check.fix {
+                writeln!(f, "            {:<18} fix: {fix}", "")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rootless_watchdog_report_says_what_is_weaker_and_how_to_fix_it() {
+        let enforcement = LimitEnforcement {
+            why: "no cgroup v2 subtree is delegated to uid 1000".into(),
+            watchdog_poll_ms: 10,
+            nproc_per_userns: true,
+            ..Default::default()
+        };
+        let report = HostReport::build(IsolationMode::Rootless, 1000, &enforcement, &Limits::default());
+        assert!(report.enforces(Feature::User));
+        assert!(report.enforces(Feature::Seccomp));
+        assert!(report.enforces(Feature::Network));
+        assert_eq!(
+            report.check(Feature::MemoryLimit).unwrap().status,
+            Status::Partial
+        );
+        assert_eq!(report.check(Feature::CpuQuota).unwrap().status, Status::Missing);
+        assert_eq!(
+            report.check(Feature::ScratchSize).unwrap().status,
+            Status::Partial
+        );
+        for check in &report.checks {
+            if check.status != Status::Enforced {
+                assert!(check.fix.is_some(), "{:?} has no fix", check.feature);
+            }
+        }
+        let text = report.to_string();
+        assert!(text.contains("rootless"), "{text}");
+        assert!(text.contains("systemd-run --user --scope"), "{text}");
+        assert!(text.contains("delegated to uid 1000"), "{text}");
+        let summary = report.summary();
+        assert!(summary.contains("memory: host-side watchdog"), "{summary}");
+        assert!(summary.contains("cpu quota: none"), "{summary}");
+    }
+
+    #[test]
+    fn a_rootful_cgroup_report_enforces_everything() {
+        let enforcement = LimitEnforcement {
+            cgroup: Some("cgroup v1".into()),
+            memory: true,
+            pids: true,
+            cpu: true,
+            ..Default::default()
+        };
+        let report = HostReport::build(IsolationMode::Rootful, 0, &enforcement, &Limits::default());
+        for check in &report.checks {
+            assert_eq!(check.status, Status::Enforced, "{check:?}");
+        }
+        assert!(
+            report.summary().contains("memory: cgroup v1;"),
+            "{}",
+            report.summary()
+        );
+        assert!(!report.summary().contains("doctor"));
+    }
+
+    #[test]
+    fn an_unavailable_host_says_why() {
+        let report = HostReport::unavailable("bubblewrap not found: apt-get install bubblewrap".into());
+        assert!(report.summary().contains("apt-get install bubblewrap"));
+        assert!(report.to_string().contains("UNAVAILABLE"));
+    }
+}

@@ -1,0 +1,444 @@
+//! [async-openai](https://crates.io/crates/async-openai): a tower layer at its HTTP chokepoint (the
+//! `middleware` feature's `Client::with_http_service`) that records chat completions (streamed or
+//! not), embeddings and the Responses API. One line at client construction, no change at call sites:
+//!
+//! ```no_run
+//! use async_openai::{config::OpenAIConfig, Client};
+//!
+//! let client = Client::with_config(OpenAIConfig::default())
+//!     .with_http_service(waxell::integrations::async_openai::service());
+//! ```
+//!
+//! [`service`] is async-openai's default stack (its retry layer over `reqwest`) with waxell's layer
+//! outside, so one call with its retries is one span. To keep a stack of your own, put [`WaxellLayer`]
+//! outermost in it.
+//!
+//! Streams are teed: each chunk is handed to the caller as soon as it arrives; the layer only reads
+//! the `data:` lines as they pass to measure the first chunk and assemble the answer.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+
+use async_openai::error::OpenAIError;
+use async_openai::middleware::retry::OpenAIRetryLayer;
+use async_openai::middleware::{HttpRequestFactory, ReqwestService};
+use bytes::{Bytes, BytesMut};
+use futures_util::Stream;
+use opentelemetry::propagation::{Injector, TextMapPropagator as _};
+use opentelemetry::trace::FutureExt as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use reqwest::header::{HeaderName, HeaderValue};
+use serde_json::Value;
+use tower::{Layer, Service, ServiceExt as _};
+
+use super::openai_wire as wire;
+use crate::llm::record::{LlmCall, Provider};
+use crate::llm::{ChatChunk, PriceTable};
+
+/// async-openai's default HTTP stack (`OpenAIRetryLayer` over a fresh `reqwest::Client`), recorded.
+pub fn service() -> WaxellService<async_openai::middleware::retry::OpenAIRetry<ReqwestService>> {
+    service_with(reqwest::Client::new())
+}
+
+/// [`service`] over your own `reqwest::Client` (proxies, timeouts, TLS settings).
+pub fn service_with(
+    client: reqwest::Client,
+) -> WaxellService<async_openai::middleware::retry::OpenAIRetry<ReqwestService>> {
+    WaxellLayer::new().layer(
+        tower::ServiceBuilder::new()
+            .layer(OpenAIRetryLayer::default())
+            .service(ReqwestService::new(client)),
+    )
+}
+
+/// The tower layer. By default the provider is inferred from the server's host (`openai` for
+/// OpenAI, compatible servers and routers, as the GenAI conventions ask) with the built-in prices.
+#[derive(Debug, Clone, Default)]
+pub struct WaxellLayer {
+    provider_name: Option<String>,
+    prices: Option<PriceTable>,
+}
+
+impl WaxellLayer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `gen_ai.provider.name` for every call (e.g. `azure.ai.openai`).
+    pub fn with_provider_name(mut self, name: impl Into<String>) -> Self {
+        self.provider_name = Some(name.into());
+        self
+    }
+
+    /// Prices for `waxell.llm.cost` instead of [`PriceTable::defaults`].
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    fn provider_for(&self, url: &reqwest::Url) -> Provider {
+        let host = url.host_str().unwrap_or_default();
+        let name = self
+            .provider_name
+            .clone()
+            .unwrap_or_else(|| crate::llm::provider_for_host(host).to_owned());
+        let mut provider = Provider::new(name);
+        if let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) {
+            provider = provider.with_server(host, port);
+        }
+        if let Some(prices) = &self.prices {
+            provider = provider.with_prices(prices.clone());
+        }
+        provider
+    }
+}
+
+impl<S> Layer<S> for WaxellLayer {
+    type Service = WaxellService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        WaxellService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`WaxellLayer`] wraps around async-openai's HTTP stack.
+#[derive(Debug, Clone)]
+pub struct WaxellService<S> {
+    inner: S,
+    layer: WaxellLayer,
+}
+
+/// Which API a request is for, from its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Embeddings,
+    Responses,
+}
+
+impl Api {
+    fn of(request: &reqwest::Request) -> Option<Self> {
+        if request.method() != reqwest::Method::POST {
+            return None;
+        }
+        let path = request.url().path().trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Self::Chat)
+        } else if path.ends_with("/embeddings") {
+            Some(Self::Embeddings)
+        } else if path.ends_with("/responses") {
+            Some(Self::Responses)
+        } else {
+            None
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S> Service<HttpRequestFactory> for WaxellService<S>
+where
+    S: Service<HttpRequestFactory, Response = reqwest::Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<OpenAIError> + Send + 'static,
+{
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future = BoxFuture<Result<reqwest::Response, OpenAIError>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
+        // The ready service handles this call; a clone takes its place (tower's usual swap).
+        let ready = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, ready);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            if !crate::telemetry::is_enabled() {
+                return inner.oneshot(factory).await.map_err(Into::into);
+            }
+            // Build once to see the URL and body; attempts (retries) replay clones of this request.
+            let mut request = factory.build().await?;
+            let Some(api) = Api::of(&request) else {
+                return inner.oneshot(replay(request, factory)).await.map_err(Into::into);
+            };
+            let body: Value = request
+                .body()
+                .and_then(reqwest::Body::as_bytes)
+                .and_then(|bytes| serde_json::from_slice(bytes).ok())
+                .unwrap_or(Value::Null);
+            let provider = layer.provider_for(request.url());
+            let mut call = start(api, &provider, &body);
+            inject_traceparent(&call, request.headers_mut());
+            let result = inner
+                .oneshot(replay(request, factory))
+                .with_context(call.context().clone())
+                .await
+                .map_err(Into::into);
+            let response = match result {
+                Ok(response) => response,
+                Err(error) => {
+                    call.fail(transport_error_type(&error), &error.to_string());
+                    return Err(error);
+                }
+            };
+            let is_stream = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.starts_with("text/event-stream"));
+            if response.status().is_success() && is_stream {
+                return Ok(tee(response, api, call));
+            }
+            // A complete body: the caller reads all of it anyway, so reading it here costs no wait.
+            let (parts, bytes) = read(response).await?;
+            let status = parts.status.as_u16();
+            if parts.status.is_success() {
+                finish(api, &mut call, &bytes);
+            } else {
+                let (error_type, message) = wire::error_of(status, &bytes);
+                call.fail(&error_type, &message);
+            }
+            Ok(reqwest::Response::from(::http::Response::from_parts(
+                parts, bytes,
+            )))
+        })
+    }
+}
+
+fn start(api: Api, provider: &Provider, body: &Value) -> LlmCall {
+    match api {
+        Api::Chat => LlmCall::start(provider, &wire::chat_request(body)),
+        Api::Responses => LlmCall::start(provider, &wire::responses_request(body)),
+        Api::Embeddings => LlmCall::start_embeddings(
+            provider,
+            body.get("model").and_then(Value::as_str).unwrap_or_default(),
+            &wire::embeddings_inputs(body),
+        ),
+    }
+}
+
+fn finish(api: Api, call: &mut LlmCall, bytes: &[u8]) {
+    let Ok(body) = serde_json::from_slice::<Value>(bytes) else {
+        call.fail("malformed_response", "the response body is not JSON");
+        return;
+    };
+    match api {
+        Api::Chat => match serde_json::from_value(body) {
+            Ok(response) => call.finish(&response),
+            Err(error) => call.fail("malformed_response", &error.to_string()),
+        },
+        Api::Responses => call.finish(&wire::responses_response(&body)),
+        Api::Embeddings => {
+            let (model, usage, dimensions) = wire::embeddings_outcome(&body);
+            call.finish_embeddings(&model, usage, dimensions);
+        }
+    }
+}
+
+/// A factory that hands each attempt a copy of the already-built request; the original factory when
+/// the body cannot be copied (a streamed upload).
+fn replay(request: reqwest::Request, factory: HttpRequestFactory) -> HttpRequestFactory {
+    if request.try_clone().is_none() {
+        return factory;
+    }
+    HttpRequestFactory::new(move || {
+        let copy = request.try_clone();
+        async move { copy.ok_or_else(|| OpenAIError::InvalidArgument("the request cannot be replayed".into())) }
+    })
+}
+
+async fn read(response: reqwest::Response) -> Result<(::http::response::Parts, Bytes), OpenAIError> {
+    let response = ::http::Response::from(response);
+    let (parts, body) = response.into_parts();
+    let bytes = http_body_util_collect(body).await?;
+    Ok((parts, bytes))
+}
+
+/// The whole body of a response (reqwest's `Body` is a `http_body::Body`).
+async fn http_body_util_collect(body: reqwest::Body) -> Result<Bytes, OpenAIError> {
+    let response = reqwest::Response::from(::http::Response::new(body));
+    response.bytes().await.map_err(OpenAIError::Reqwest)
+}
+
+fn transport_error_type(error: &OpenAIError) -> &'static str {
+    match error {
+        OpenAIError::Reqwest(e) if e.is_timeout() => "timeout",
+        OpenAIError::Reqwest(e) if e.is_connect() => "connection_error",
+        OpenAIError::Reqwest(_) => "http_error",
+        _ => "_OTHER",
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut reqwest::header::HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// The server sees the call's span as the parent (W3C `traceparent`), as with waxell's own client.
+fn inject_traceparent(call: &LlmCall, headers: &mut reqwest::header::HeaderMap) {
+    TraceContextPropagator::new().inject_context(call.context(), &mut HeaderInjector(headers));
+}
+
+/// Hand the response on with its body teed through [`SseTee`].
+fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Response {
+    let response = ::http::Response::from(response);
+    let (parts, body) = response.into_parts();
+    let chunks = reqwest::Response::from(::http::Response::new(body)).bytes_stream();
+    let tee = SseTee {
+        inner: Box::pin(chunks),
+        api,
+        call: Some(call),
+        line: BytesMut::new(),
+        done: false,
+    };
+    reqwest::Response::from(::http::Response::from_parts(
+        parts,
+        reqwest::Body::wrap_stream(tee),
+    ))
+}
+
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// Passes every byte chunk through unchanged and reads the SSE `data:` lines on the way.
+struct SseTee {
+    inner: ByteStream,
+    api: Api,
+    /// `None` once the call is recorded.
+    call: Option<LlmCall>,
+    /// The unfinished last line of the bytes seen so far.
+    line: BytesMut,
+    done: bool,
+}
+
+impl SseTee {
+    fn observe(&mut self, bytes: &[u8]) {
+        if self.call.is_none() {
+            return;
+        }
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            self.line.extend_from_slice(&rest[..end]);
+            rest = &rest[end + 1..];
+            let line = std::mem::take(&mut self.line);
+            self.data_line(&line);
+        }
+        self.line.extend_from_slice(rest);
+    }
+
+    fn data_line(&mut self, line: &[u8]) {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            return;
+        };
+        let data = data.strip_suffix(b"\r").unwrap_or(data);
+        let data = data.strip_prefix(b" ").unwrap_or(data);
+        let Some(call) = self.call.as_mut() else {
+            return;
+        };
+        if data == b"[DONE]" {
+            // The client may stop reading here, so the call ends now rather than with the body.
+            self.done = true;
+            self.end();
+            return;
+        }
+        let Ok(event) = serde_json::from_slice::<Value>(data) else {
+            return;
+        };
+        if let Some(error) = event.get("error").filter(|_| self.api == Api::Chat) {
+            let body = serde_json::json!({ "error": error }).to_string();
+            let (error_type, message) = wire::error_of(200, body.as_bytes());
+            call.fail(&error_type, &message);
+            self.call = None;
+            return;
+        }
+        match self.api {
+            Api::Chat => {
+                if let Ok(chunk) = serde_json::from_value::<ChatChunk>(event) {
+                    call.chunk(&chunk);
+                }
+            }
+            Api::Responses => match event.get("type").and_then(Value::as_str) {
+                Some("response.completed" | "response.incomplete") => {
+                    if let Some(response) = event.get("response") {
+                        call.finish(&wire::responses_response(response));
+                        self.call = None;
+                    }
+                }
+                Some("response.failed" | "error") => {
+                    let code = event
+                        .pointer("/response/error/code")
+                        .or_else(|| event.get("code"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("_OTHER")
+                        .to_owned();
+                    call.fail(&code, &event.to_string());
+                    self.call = None;
+                }
+                // Every other event counts as a chunk (the first sets the time to first chunk).
+                Some(_) => call.chunk(&ChatChunk::default()),
+                None => {}
+            },
+            Api::Embeddings => {}
+        }
+    }
+
+    /// The body ended: complete if the server said so (or every choice finished), cut otherwise.
+    fn end(&mut self) {
+        if let Some(mut call) = self.call.take() {
+            if self.done || call.stream_is_finished() {
+                call.finish_stream();
+            } else {
+                call.fail(
+                    "stream_cut",
+                    &format!(
+                        "the server closed the stream after {} chunks, before it was done",
+                        call.chunks()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+impl Drop for SseTee {
+    /// A caller that stops reading once every choice has finished (without waiting for `[DONE]`) got
+    /// the whole answer; a caller that drops the stream earlier cancelled the call (the span says so).
+    fn drop(&mut self) {
+        if self.call.as_ref().is_some_and(LlmCall::stream_is_finished) {
+            self.end();
+        }
+    }
+}
+
+impl Stream for SseTee {
+    type Item = Result<Bytes, reqwest::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let item = std::task::ready!(this.inner.as_mut().poll_next(cx));
+        match &item {
+            Some(Ok(bytes)) => this.observe(bytes),
+            Some(Err(error)) => {
+                if let Some(mut call) = this.call.take() {
+                    call.fail("stream_cut", &error.to_string());
+                }
+            }
+            None => this.end(),
+        }
+        Poll::Ready(item)
+    }
+}

@@ -1,0 +1,216 @@
+//! Record an LLM call made with any client: the same `chat {model}` span, metrics and decisions as
+//! [`Client`](super::Client), which records its own calls through this API.
+//!
+//! Describe where calls go once with a [`Provider`], start an [`LlmCall`] per request, run the request
+//! in [`LlmCall::context`] (so spans the HTTP stack opens nest under the call), then end it with the
+//! response, the streamed chunks, or the error:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use waxell::llm::record::{LlmCall, Provider};
+//! use waxell::llm::{ChatRequest, ChatResponse, Message};
+//!
+//! let provider = Provider::new("anthropic").with_server("api.anthropic.com", 443);
+//! let request = ChatRequest::new([Message::user("Hello!")]).model("claude-sonnet-4-5");
+//! let mut call = LlmCall::start(&provider, &request);
+//! // ... send `request` with your own client, convert its answer ...
+//! let response: ChatResponse = serde_json::from_str(r#"{"id": "msg_1", "model": "claude-sonnet-4-5",
+//!     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi!"}, "finish_reason": "stop"}],
+//!     "usage": {"prompt_tokens": 9, "completion_tokens": 3}}"#)?;
+//! call.finish(&response);
+//! # Ok(()) }
+//! ```
+//!
+//! Streams: pass every chunk to [`LlmCall::chunk`] as it passes (it only measures and assembles; it
+//! never holds a chunk back), then [`LlmCall::finish_stream`]. Errors: [`LlmCall::fail`] with an
+//! `error.type` (an HTTP status, an error code, an exception name). A call dropped before either ends its
+//! span marked `waxell.cancelled`.
+//!
+//! What the span holds does not depend on who made the call: GenAI and OpenInference attributes, token
+//! usage (cached and reasoning included), cost from the provider's [`PriceTable`], time to first chunk,
+//! captured messages under the SDK's content policy (scrubbed, truncated), `server.address`/`server.port`
+//! when a server is named, `error.type` on failure, the `gen_ai.client.*` metrics, and a
+//! `tool_call:{name}` decision when the model called tools.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use opentelemetry::Context;
+
+use super::error::Error;
+use super::instrument::{CallTelemetry, Operation, StreamStats};
+use super::pricing::PriceTable;
+use super::stream::Assembler;
+use super::transport::ServerAddress;
+use super::types::{ChatChunk, ChatRequest, ChatResponse, Usage};
+
+/// Who serves the calls and where: the provider's `gen_ai.provider.name`, the server called, the prices.
+/// Build one per client and reuse it (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub(crate) name: String,
+    pub(crate) server: Option<ServerAddress>,
+    pub(crate) dry_run: bool,
+    pub(crate) prices: Arc<PriceTable>,
+}
+
+impl Provider {
+    /// `name` is the spec's `gen_ai.provider.name`: `openai`, `anthropic`, `gcp.gemini`, `mistral_ai`,
+    /// `deepseek`, `aws.bedrock`, ... Prices default to [`PriceTable::defaults`].
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            server: None,
+            dry_run: false,
+            prices: Arc::new(PriceTable::defaults()),
+        }
+    }
+
+    /// The server the calls go to (`server.address`, `server.port`). Leave it unset only when no server
+    /// is called (a scripted dry run).
+    pub fn with_server(mut self, host: impl Into<String>, port: u16) -> Self {
+        self.server = Some(ServerAddress {
+            host: host.into(),
+            port,
+        });
+        self
+    }
+
+    /// The server of a URL such as `https://api.openai.com/v1` (the scheme's default port when none is
+    /// given). A URL without a host leaves the server unset.
+    pub fn with_server_url(mut self, url: &str) -> Self {
+        self.server = ServerAddress::from_url(url);
+        self
+    }
+
+    /// Prices for `waxell.llm.cost`. A model the table does not know gets no cost.
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Arc::new(prices);
+        self
+    }
+
+    /// Mark calls as answered without a model (`waxell.dry_run=true`).
+    pub fn with_dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// The `gen_ai.provider.name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server, if one is called.
+    pub fn server(&self) -> Option<&ServerAddress> {
+        self.server.as_ref()
+    }
+}
+
+/// One LLM call being recorded. See the [module documentation](self).
+#[derive(Debug)]
+pub struct LlmCall {
+    telemetry: CallTelemetry,
+    started: Instant,
+    stream: Option<StreamState>,
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    assembler: Assembler,
+    stats: StreamStats,
+}
+
+impl LlmCall {
+    /// Start a chat call (`chat {model}`) as a child of the current OpenTelemetry context. The request's
+    /// model must be the one sent (resolve defaults first); `request.stream` marks a streamed call.
+    pub fn start(provider: &Provider, request: &ChatRequest) -> Self {
+        Self {
+            telemetry: CallTelemetry::start(provider, Operation::Chat, request),
+            started: Instant::now(),
+            stream: request.stream.then(StreamState::default),
+        }
+    }
+
+    /// Start an embeddings call (`embeddings {model}`) for these inputs. End it with
+    /// [`LlmCall::finish_embeddings`].
+    pub fn start_embeddings(provider: &Provider, model: &str, inputs: &[String]) -> Self {
+        Self {
+            telemetry: CallTelemetry::start_embeddings(provider, model, inputs),
+            started: Instant::now(),
+            stream: None,
+        }
+    }
+
+    /// The context to run the call in: the call's span is current there, so an HTTP client that
+    /// propagates trace context sends it as `traceparent`, and spans it opens nest under the call.
+    pub fn context(&self) -> &Context {
+        self.telemetry.context()
+    }
+
+    /// One chunk of a streamed response, as it passes. The first one sets the time to first chunk.
+    pub fn chunk(&mut self, chunk: &ChatChunk) {
+        let started = self.started;
+        let state = self.stream.get_or_insert_with(StreamState::default);
+        if state.stats.time_to_first_chunk.is_none() {
+            state.stats.time_to_first_chunk = Some(started.elapsed());
+        }
+        state.stats.chunks += 1;
+        state.assembler.push(chunk);
+    }
+
+    /// Chunks seen so far.
+    pub fn chunks(&self) -> usize {
+        self.stream.as_ref().map_or(0, |state| state.stats.chunks)
+    }
+
+    /// Whether every choice seen in the stream so far has its finish reason.
+    pub fn stream_is_finished(&self) -> bool {
+        self.stream
+            .as_ref()
+            .is_some_and(|state| state.assembler.is_finished())
+    }
+
+    /// End a non-streamed call with its response.
+    pub fn finish(&mut self, response: &ChatResponse) {
+        let stats = self.stream.as_ref().map(|state| state.stats);
+        self.telemetry.succeeded(response, stats);
+    }
+
+    /// End a streamed call: the response assembled from the chunks (text joined, tool-call fragments
+    /// joined, the last usage), which is also returned.
+    pub fn finish_stream(&mut self) -> ChatResponse {
+        let state = self.stream.take().unwrap_or_default();
+        let response = state.assembler.finish();
+        self.telemetry.succeeded(&response, Some(state.stats));
+        response
+    }
+
+    /// End an embeddings call: the model that answered, the input tokens, and the vector length.
+    pub fn finish_embeddings(
+        &mut self,
+        response_model: &str,
+        usage: Option<Usage>,
+        dimensions: Option<usize>,
+    ) {
+        self.telemetry
+            .succeeded_embeddings(response_model, usage.as_ref(), dimensions);
+    }
+
+    /// End the call as failed: `error_type` becomes `error.type` (low-cardinality: an HTTP status, an
+    /// error code, `timeout`), `message` the span status (scrubbed: servers quote prompts back).
+    pub fn fail(&mut self, error_type: &str, message: &str) {
+        let stats = self.stream.as_ref().map(|state| state.stats);
+        self.telemetry.failed(error_type, message, stats);
+    }
+
+    /// [`LlmCall::fail`] with one of this crate's [`Error`]s.
+    pub fn fail_with(&mut self, error: &Error) {
+        self.fail(&error.error_type(), &error.to_string());
+    }
+
+    /// Override the usage reported by the response or stream (for clients that report it elsewhere,
+    /// e.g. Anthropic's `message_delta`). Applies to the next `finish*`.
+    pub fn set_usage(&mut self, usage: Usage) {
+        self.telemetry.set_usage(usage);
+    }
+}
