@@ -122,6 +122,9 @@ async fn run_error_test(sandbox: &Sandbox, code: &str) -> Result<ErrorTestResult
     })
 }
 
+/// The tool result once the code agent has used up its attempts.
+pub const ATTEMPT_LIMIT_REACHED: &str = "ERROR attempt limit reached; answer with what you have";
+
 /// The last `max` characters of `text` (a traceback's end says the most).
 fn tail(text: &str, max: usize) -> &str {
     let skip = text.chars().count().saturating_sub(max);
@@ -203,10 +206,7 @@ async fn analyze_sales(env: &Env<'_>, sandbox: &Sandbox, sales: &[f64]) -> DemoR
                 .and_then(|v| v.get("code").and_then(|c| c.as_str()).map(str::to_owned))
                 .unwrap_or_default();
             if attempts.len() as u32 >= env.max_attempts {
-                messages.push(Message::tool(
-                    call.id.clone(),
-                    "ERROR attempt limit reached; answer with what you have",
-                ));
+                messages.push(Message::tool(call.id.clone(), ATTEMPT_LIMIT_REACHED));
                 continue;
             }
             let number = attempts.len() as u32 + 1;

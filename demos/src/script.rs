@@ -168,6 +168,13 @@ impl DryRunScript {
             if answer.starts_with(expected) {
                 continue;
             }
+            if answer.starts_with(crate::agents::ATTEMPT_LIMIT_REACHED) {
+                return Err(Error::Script(format!(
+                    "--max-attempts stopped the code agent after {n} attempt(s); the dry run's script needs {} \
+                     (a failing script, then its fix)",
+                    EXPECTED.len()
+                )));
+            }
             let first_line = answer.lines().next().unwrap_or_default();
             let answered = match first_line.strip_prefix("ERROR ") {
                 Some(error) => format!("raised {error}"),

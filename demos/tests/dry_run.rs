@@ -176,17 +176,21 @@ fn live_mode_without_a_key_fails_with_a_clear_message() {
     );
 }
 
-/// `--sandbox-url`: the same dry run against a `waxell-sandbox serve` (here in-process on 127.0.0.1, no API
-/// key as on loopback), so every line of code goes through the E2B protocol and the `waxell::e2b` client.
+/// `--sandbox-url`: the same dry run against a `waxell-sandbox serve` (here in-process on 127.0.0.1, with
+/// the API key it makes up, passed as E2B's SDKs take it: `E2B_API_KEY`), so every line of code goes
+/// through the E2B protocol and the `waxell::e2b` client.
 #[test]
 fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
     use std::sync::Arc;
     use waxell_sandbox::server::{router, serve, ServerConfig};
     use waxell_sandbox::{LocalBackend, LocalConfig};
 
-    let server = waxell_tests::ServerThread::spawn(|listener, stop| async move {
+    let config = ServerConfig::new();
+    let api_key = config.api_key().expect("closed by default").to_owned();
+    let server = waxell_tests::ServerThread::spawn(move |listener, stop| async move {
         let backend = LocalBackend::new(LocalConfig::default()).expect("local sandbox backend");
-        let _ = serve(listener, router(Arc::new(backend), ServerConfig::new()), stop).await;
+        let app = router(Arc::new(backend), config.clone());
+        let _ = serve(listener, app, &config, stop).await;
     });
     let rx = OtlpReceiver::start_http();
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-url-test-{}", std::process::id()));
@@ -197,7 +201,7 @@ fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
         .arg(format!("http://{}", server.addr))
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
         .env_remove("OPENAI_API_KEY")
-        .env_remove("E2B_API_KEY")
+        .env("E2B_API_KEY", &api_key)
         .output()
         .expect("the demo runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -225,4 +229,26 @@ fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
     let chart = std::fs::read(out_dir.join("sales_chart.png")).expect("chart downloaded from the server");
     assert!(chart.starts_with(b"\x89PNG\r\n\x1a\n"), "valid PNG");
     let _ = std::fs::remove_dir_all(out_dir);
+}
+
+/// The dry run's script needs two attempts; with one, the error says so instead of "no scripted reply".
+#[test]
+fn dry_run_with_too_few_attempts_says_what_the_script_needs() {
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-one-attempt-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--dry-run", "--quiet", "--max-attempts", "1", "--output-dir"])
+        .arg(&out_dir)
+        .env("WAXELL_OBSERVE", "false")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("the demo runs");
+    let _ = std::fs::remove_dir_all(out_dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--max-attempts stopped the code agent after 1 attempt(s)")
+            && stderr.contains("needs 2"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("no scripted reply"), "{stderr}");
 }

@@ -45,7 +45,7 @@ fn run_live(label: &str, configure: impl FnOnce(&mut Command)) -> Run {
 }
 
 /// What every live run must show: success, a real chart, and the trace of a model that debugged its script.
-fn assert_live_run(run: &Run, stream: bool) {
+fn assert_live_run(run: &Run, stream: bool, server: &FakeModel) {
     let stdout = String::from_utf8_lossy(&run.output.stdout);
     let stderr = String::from_utf8_lossy(&run.output.stderr);
     assert!(
@@ -63,6 +63,12 @@ fn assert_live_run(run: &Run, stream: bool) {
     );
 
     let spans = &run.spans;
+    let problems = waxell_tests::semconv_check::registry().check(spans);
+    assert!(
+        problems.is_empty(),
+        "semantic conventions:\n{}",
+        problems.join("\n")
+    );
     let root = by_name(spans, "invoke_agent code-sandbox-agent").expect("orchestrator span");
     let trace_hex: String = root.span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
     assert!(stdout.contains(&format!("trace id: {trace_hex}")), "{stdout}");
@@ -76,6 +82,15 @@ fn assert_live_run(run: &Run, stream: bool) {
     assert_eq!(evaluator_chats.len(), 1);
     for chat in chats.iter().chain(&evaluator_chats) {
         assert_eq!(attr(&chat.span, "waxell.dry_run"), None, "a live call");
+        // A server was called: the semantic conventions want where (server.port is required with it).
+        assert_eq!(
+            attr_string(&chat.span, "server.address").as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(
+            attr(&chat.span, "server.port"),
+            Some(&AnyValue::IntValue(i64::from(server.port())))
+        );
         assert_eq!(
             attr(&chat.span, "gen_ai.request.stream"),
             Some(&AnyValue::BoolValue(stream))
@@ -109,7 +124,7 @@ fn live_mode_reads_the_key_and_base_url_from_the_environment() {
         c.env("OPENAI_API_KEY", "sk-test-key")
             .env("OPENAI_BASE_URL", model.base_url());
     });
-    assert_live_run(&run, false);
+    assert_live_run(&run, false, &model);
     let received = model.received();
     assert_eq!(received.len(), 4, "three code-agent turns and the evaluator");
     for request in &received {
@@ -125,7 +140,7 @@ fn live_mode_streams_from_a_keyless_server_given_by_flag() {
     let run = run_live("stream", |c| {
         c.args(["--stream", "--base-url"]).arg(model.base_url());
     });
-    assert_live_run(&run, true);
+    assert_live_run(&run, true, &model);
     let received = model.received();
     assert_eq!(received.len(), 4);
     for request in &received {

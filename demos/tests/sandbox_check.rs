@@ -99,10 +99,14 @@ fn a_sandbox_server_without_pandas_stops_the_demo_with_the_servers_fix() {
 
     let python = StdlibPython::create("server");
     let server_python = python.path();
+    // The server is closed by default: the demo gets its key as E2B's SDKs do, through E2B_API_KEY.
+    let config = ServerConfig::new();
+    let api_key = config.api_key().expect("closed by default").to_owned();
     let server = waxell_tests::ServerThread::spawn(move |listener, stop| async move {
         let backend = LocalBackend::new(LocalConfig::default().with_python(server_python))
             .expect("local sandbox backend");
-        let _ = serve(listener, router(Arc::new(backend), ServerConfig::new()), stop).await;
+        let app = router(Arc::new(backend), config.clone());
+        let _ = serve(listener, app, &config, stop).await;
     });
     let rx = OtlpReceiver::start_http();
     let url = format!("http://{}", server.addr);
@@ -110,7 +114,7 @@ fn a_sandbox_server_without_pandas_stops_the_demo_with_the_servers_fix() {
         .args(["--dry-run", "--quiet", "--sandbox-url", &url])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
         .env_remove("OPENAI_API_KEY")
-        .env_remove("E2B_API_KEY")
+        .env("E2B_API_KEY", &api_key)
         .env_remove("WAXELL_SANDBOX_PYTHON")
         .output()
         .expect("the demo runs");

@@ -136,17 +136,19 @@ fn local_backend(pool_size: usize) -> Arc<LocalBackend> {
 fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
     let rounds = mode.pick(20, 400);
     let rt = runtime();
-    let (local, http, url) = rt.block_on(async {
+    let (local, http, url, created) = rt.block_on(async {
         let backend = local_backend(0);
         // The server in this process, on loopback, over the same backend; the client talks real HTTP.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
-        let app = router(backend.clone(), ServerConfig::new());
+        let config = ServerConfig::new();
+        let api_key = config.api_key().expect("closed by default").to_owned();
+        let app = router(backend.clone(), config.clone());
         // Served exactly as the `waxell-sandbox serve` binary serves it.
-        tokio::spawn(serve(listener, app, std::future::pending()));
+        tokio::spawn(async move { serve(listener, app, &config, std::future::pending()).await });
         let client = E2bBackend::new(
             E2bConfig::new()
-                .with_api_key("bench-key")
+                .with_api_key(&api_key)
                 .with_api_url(&url)
                 .with_sandbox_url(&url),
         )
@@ -157,7 +159,18 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
         let http = Sandbox::create(&client, &SandboxOptions::default())
             .await
             .expect("sandbox over HTTP");
-        (local, http, url)
+        // The raw client's own sandbox, with the data-plane tokens every sandbox requires.
+        let created: serde_json::Value = reqwest::Client::new()
+            .post(format!("{url}/v2/sandboxes"))
+            .header("X-API-KEY", &api_key)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .expect("create over HTTP")
+            .json()
+            .await
+            .expect("create response");
+        (local, http, url, created)
     });
     // The server's own floor: the same POST /execute with a client built once, still one fresh
     // unpooled HTTP/1.1 connection per request like `waxell::e2b`.
@@ -167,7 +180,12 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
         .build()
         .expect("reqwest client");
     let execute_url = format!("{url}/execute");
-    let sandbox_id = http.sandbox_id().to_owned();
+    let token = |field: &str| created[field].as_str().expect("a token").to_owned();
+    let (sandbox_id, envd_token, traffic_token) = (
+        token("sandboxID"),
+        token("envdAccessToken"),
+        token("trafficAccessToken"),
+    );
     let options = RunOptions::default();
     let time_one = |sandbox: &Sandbox| {
         rt.block_on(async {
@@ -185,6 +203,8 @@ fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
                 .post(&execute_url)
                 .header("E2b-Sandbox-Id", &sandbox_id)
                 .header("E2b-Sandbox-Port", "49999")
+                .header("X-Access-Token", &envd_token)
+                .header("E2B-Traffic-Access-Token", &traffic_token)
                 .json(&serde_json::json!({ "code": "1+1" }))
                 .send()
                 .await

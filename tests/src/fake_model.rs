@@ -53,6 +53,10 @@ impl FakeModel {
         format!("http://{}/v1", self.server.addr)
     }
 
+    pub fn port(&self) -> u16 {
+        self.server.addr.port()
+    }
+
     pub fn received(&self) -> Vec<ModelRequest> {
         self.received.lock().unwrap().clone()
     }

@@ -7,6 +7,7 @@
 pub mod fake_llm;
 pub mod fake_model;
 pub mod own_process;
+pub mod semconv_check;
 pub mod waxell_api;
 
 /// `docs/testing.md`, whose examples run as doc tests here (`cargo test --doc -p waxell-tests`).
@@ -22,6 +23,8 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+/// The protobuf types, for tests that build spans to check.
+pub use opentelemetry_proto;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,

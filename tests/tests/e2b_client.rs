@@ -430,7 +430,12 @@ async fn wrong_api_key_and_the_sandbox_limit_are_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_mode_makes_no_control_plane_calls() {
-    let url = start_server(waxell_sandbox::server::ServerConfig::new().with_debug_sandbox(true)).await;
+    let url = start_server(
+        waxell_sandbox::server::ServerConfig::new()
+            .without_auth()
+            .with_debug_sandbox(true),
+    )
+    .await;
     // A control plane that refuses connections: debug mode must never dial it.
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

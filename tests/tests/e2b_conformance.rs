@@ -12,6 +12,8 @@ use axum::response::Response;
 use waxell_sandbox::server::{router, ServerConfig};
 use waxell_sandbox::{LocalBackend, LocalConfig};
 
+mod e2b_support;
+
 const API_KEY: &str = "e2b_0123456789abcdef";
 
 /// What the server received: method, path, `E2b-Sandbox-Port`, whether `X-API-KEY` was right.
@@ -75,30 +77,28 @@ async fn conformance(backend: Arc<dyn waxell::sandbox::SandboxBackend>) {
         .with_keepalive_interval(Duration::from_millis(500));
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let recorder = seen.clone();
-    let app = router(backend, config).layer(middleware::from_fn(move |request: Request, next: Next| {
-        let recorder = recorder.clone();
-        async move {
-            let headers = request.headers().clone();
-            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let mut entry = Seen {
-                method: request.method().to_string(),
-                path: request.uri().path().to_owned(),
-                port: header("e2b-sandbox-port"),
-                api_key_ok: header("x-api-key").as_deref() == Some(API_KEY),
-                status: 0,
-            };
-            drop(headers);
-            let response: Response = next.run(request).await;
-            entry.status = response.status().as_u16();
-            recorder.lock().unwrap().push(entry);
-            response
-        }
-    }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let url = format!("http://{address}");
+    let app =
+        router(backend, config.clone()).layer(middleware::from_fn(move |request: Request, next: Next| {
+            let recorder = recorder.clone();
+            async move {
+                let headers = request.headers().clone();
+                let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                let mut entry = Seen {
+                    method: request.method().to_string(),
+                    path: request.uri().path().to_owned(),
+                    port: header("e2b-sandbox-port"),
+                    api_key_ok: header("x-api-key").as_deref() == Some(API_KEY),
+                    status: 0,
+                };
+                drop(headers);
+                let response: Response = next.run(request).await;
+                entry.status = response.status().as_u16();
+                recorder.lock().unwrap().push(entry);
+                response
+            }
+        }));
+    // Through the server's own connection layer (timeouts, caps), as `waxell-sandbox serve` runs.
+    let url = e2b_support::serve_with_limits(app, config).await;
     let mut command = tokio::process::Command::new(&python);
     command
         .arg(repo_root().join("tests/e2b_conformance.py"))

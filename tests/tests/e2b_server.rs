@@ -498,7 +498,7 @@ async fn data_plane_routing_tokens_and_bad_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_mode_serves_the_sdks_fixed_sandbox_without_create() {
-    let peer = Peer::start(ServerConfig::new().with_debug_sandbox(true)).await;
+    let peer = Peer::start(ServerConfig::new().without_auth().with_debug_sandbox(true)).await;
     let debug = Created {
         id: "debug_sandbox_id".into(),
         envd_token: String::new(),

@@ -38,7 +38,6 @@ mod capture;
 mod cloud;
 mod config;
 mod decision;
-#[cfg(feature = "e2b")]
 pub mod e2b;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
@@ -83,12 +82,19 @@ pub use secret::Secret;
 ///
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.
+///
+/// With the `llm` feature, `tracing` spans of LLM calls (rig's, genai's: GenAI fields with a `chat`,
+/// `generate_content` or `embeddings` operation) come out as waxell's LLM spans: see `docs/integrations.md`.
 #[cfg(feature = "tracing")]
 pub fn tracing_layer<S>() -> impl tracing_subscriber::Layer<S>
 where
     S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer().with_tracer(telemetry::bridge::BridgeTracer)
+    #[cfg(feature = "llm")]
+    let tracer = integrations::genai_spans::GenAiTracer::new(telemetry::bridge::BridgeTracer);
+    #[cfg(not(feature = "llm"))]
+    let tracer = telemetry::bridge::BridgeTracer;
+    tracing_opentelemetry::layer().with_tracer(tracer)
 }
 
 #[cfg(feature = "macros")]

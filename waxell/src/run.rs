@@ -99,7 +99,6 @@ impl Run {
         attrs.push(KeyValue::new(WAXELL_SPAN_TYPE, span_kind));
         match meta.kind {
             Kind::Agent => {
-                attrs.push(KeyValue::new(GEN_AI_PROVIDER_NAME, "waxell"));
                 attrs.push(KeyValue::new(GEN_AI_AGENT_NAME, meta.name));
                 attrs.push(KeyValue::new(OI_AGENT_NAME, meta.name));
                 attrs.push(KeyValue::new(WAXELL_AGENT_NAME, meta.name));
@@ -235,9 +234,11 @@ impl Drop for Run {
         let span = inner.cx.span();
         if std::thread::panicking() {
             span.set_attribute(KeyValue::new(WAXELL_PANIC, true));
+            span.set_attribute(KeyValue::new(ERROR_TYPE, "panic"));
             span.set_status(Status::error("panicked"));
         } else {
             span.set_attribute(KeyValue::new(WAXELL_CANCELLED, true));
+            span.set_attribute(KeyValue::new(ERROR_TYPE, "cancelled"));
             span.set_status(Status::error(
                 "cancelled: the future was dropped before it completed",
             ));

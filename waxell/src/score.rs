@@ -139,7 +139,7 @@ pub(crate) fn record_in(cx: &Context, name: &str, value: ScoreValue, comment: Op
     }
     span.add_event(GEN_AI_EVALUATION_RESULT, attrs);
     span.set_attribute(KeyValue::new(
-        format!("{WAXELL_SCORE_PREFIX}{name}"),
+        format!("{WAXELL_SCORE_PREFIX}{}", key_segment(name)),
         attribute_value,
     ));
     true
@@ -153,7 +153,7 @@ pub fn tag(key: impl AsRef<str>, value: impl Into<String>) -> bool {
     };
     let value = state.preview(&value.into(), 1000);
     cx.span().set_attribute(KeyValue::new(
-        format!("{WAXELL_TAG_PREFIX}{}", key.as_ref()),
+        format!("{WAXELL_TAG_PREFIX}{}", key_segment(key.as_ref())),
         value,
     ));
     true
@@ -177,7 +177,7 @@ pub fn metadata(key: impl AsRef<str>, value: impl serde::Serialize) -> bool {
         Err(e) => format!("<unserialisable: {e}>").into(),
     };
     cx.span().set_attribute(KeyValue::new(
-        format!("{WAXELL_META_PREFIX}{}", key.as_ref()),
+        format!("{WAXELL_META_PREFIX}{}", key_segment(key.as_ref())),
         value,
     ));
     true

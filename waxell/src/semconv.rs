@@ -192,3 +192,45 @@ pub const METRIC_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_fi
 pub const DECISION_PARALLEL_TOOL_CALLS: &str = "tool_calls";
 /// Prefix of the decision name recorded when a response calls one tool: `tool_call:{name}`.
 pub const DECISION_TOOL_CALL_PREFIX: &str = "tool_call:";
+
+/// `name` as one valid attribute-key segment (OpenTelemetry's naming rules: lowercase `a-z`, digits and `_`;
+/// `.` separates namespaces, so it is replaced too): `decision_confidence:Output-Format` becomes
+/// `decision_confidence_output_format`. For names that become part of a key (`waxell.score.{name}`, ...);
+/// the original name stays in the value or event that carries it.
+pub fn key_segment(name: &str) -> std::borrow::Cow<'_, str> {
+    let valid = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    if !name.is_empty() && name.chars().all(valid) {
+        return name.into();
+    }
+    let mapped: String = name
+        .chars()
+        .map(|c| {
+            if valid(c.to_ascii_lowercase()) {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if mapped.is_empty() {
+        "_".into()
+    } else {
+        mapped.into()
+    }
+}
+
+#[cfg(test)]
+mod key_segment_tests {
+    use super::key_segment;
+
+    #[test]
+    fn names_become_valid_key_segments() {
+        assert_eq!(key_segment("output_quality"), "output_quality");
+        assert_eq!(
+            key_segment("decision_confidence:output_format"),
+            "decision_confidence_output_format"
+        );
+        assert_eq!(key_segment("Tone.Of-Voice 2"), "tone_of_voice_2");
+        assert_eq!(key_segment(""), "_");
+    }
+}

@@ -462,7 +462,7 @@ async fn reasoning_decisions_scores_tags_and_metadata() {
         ]
     );
     assert_eq!(
-        attr(&agent, "waxell.score.decision_confidence:output_format"),
+        attr(&agent, "waxell.score.decision_confidence_output_format"),
         Some(Value::F64(0.8765))
     );
     assert_eq!(

@@ -39,9 +39,21 @@ pub fn server_config() -> ServerConfig {
         .with_keepalive_interval(Duration::from_millis(200))
 }
 
-/// `waxell-sandbox serve` over the local backend, in-process; returns the base URL.
+/// `waxell-sandbox serve` over the local backend, in-process with its own connection layer;
+/// returns the base URL.
 pub async fn start_server(config: ServerConfig) -> String {
-    serve(router(local_backend(), config)).await
+    serve_with_limits(router(local_backend(), config.clone()), config).await
+}
+
+/// Serve `app` on 127.0.0.1:0 through `waxell_sandbox::server::serve` (the connection limits of
+/// `config`); returns the base URL.
+pub async fn serve_with_limits(app: Router, config: ServerConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        waxell_sandbox::server::serve(listener, app, &config, std::future::pending()).await
+    });
+    format!("http://{address}")
 }
 
 /// The client pointed at one server for both planes, as E2B's SDKs are with E2B_API_URL and

@@ -17,6 +17,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
     Serve(ServeArgs),
@@ -27,12 +28,37 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on. Anything but loopback requires --api-key.
+    /// Address to listen on (port 0: any free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:3000", env = "WAXELL_SANDBOX_LISTEN")]
     listen: SocketAddr,
-    /// Required `X-API-KEY`; also turns on per-sandbox data-plane tokens.
+    /// Required `X-API-KEY` (prefer the environment variable: a command line is visible to other
+    /// users). Without it a random key is made up and printed at start.
     #[arg(long, env = "WAXELL_SANDBOX_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Accept any API key or none (tests; loopback only). Sandboxes still get data-plane tokens.
+    #[arg(long, conflicts_with = "api_key")]
+    no_auth: bool,
+    /// Another `Host` the server answers to, as `name` (any port) or `name:port` (repeatable).
+    /// Loopback names on the listening ports are always accepted; anything else is refused (DNS
+    /// rebinding).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    allowed_hosts: Vec<String>,
+    /// A browser origin allowed to call the server, e.g. `http://localhost:8888` (repeatable).
+    /// Requests from any other page are refused.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    allowed_origins: Vec<String>,
+    /// Open connections at most (503 past it).
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// Seconds a client has to send request headers (also how long an idle connection is kept).
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
+    /// Seconds a client has to send a request body (408 past it).
+    #[arg(long, default_value_t = 60)]
+    body_timeout: u64,
+    /// Seconds a write to a client may stay blocked before the connection is dropped.
+    #[arg(long, default_value_t = 30)]
+    write_timeout: u64,
     /// Live sandboxes at most (429 past it).
     #[arg(long, default_value_t = 16)]
     max_sandboxes: usize,
@@ -49,8 +75,9 @@ struct ServeArgs {
     #[arg(long, default_value_t = 5)]
     keepalive: u64,
     /// Also serve the SDKs' debug mode (E2B_DEBUG=true): listen on localhost:49999 and :49983 and
-    /// create sandbox `debug_sandbox_id` on first use.
-    #[arg(long)]
+    /// create sandbox `debug_sandbox_id` on first use. Debug mode sends no key or token, so this
+    /// needs --no-auth.
+    #[arg(long, requires = "no_auth")]
     debug_ports: bool,
     /// Pre-started interpreters kept ready.
     #[arg(long, default_value_t = 1)]
@@ -159,26 +186,73 @@ async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
     }
 }
 
+/// Resolves on Ctrl-C or SIGTERM: both end the server the same way, sandboxes cleaned up.
+async fn shutdown_signal() {
+    let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the server cleanly");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: shutting down"),
+        _ = sigterm.recv() => tracing::info!("SIGTERM: shutting down"),
+    }
+}
+
+/// How to point E2B's SDKs at the server, as Jupyter prints its token.
+fn banner(url: &str, api_key: Option<&str>, key_is_generated: bool) -> String {
+    let key = match (api_key, key_is_generated) {
+        (Some(key), true) => key.to_owned(),
+        (Some(_), false) => "<the key you gave>".to_owned(),
+        (None, _) => "e2b_0 (any value: --no-auth)".to_owned(),
+    };
+    format!(
+        "waxell-sandbox serve: E2B's protocol on {url}\n\
+         Point E2B's SDKs (or waxell's E2B client) at it with:\n\
+         \x20   export E2B_API_URL={url}\n\
+         \x20   export E2B_SANDBOX_URL={url}\n\
+         \x20   export E2B_API_KEY={key}\n"
+    )
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    if args.api_key.is_none() && !args.listen.ip().is_loopback() {
+    if args.no_auth && !args.listen.ip().is_loopback() {
         return Err(format!(
-            "refusing to listen on {} without an API key: pass --api-key (or WAXELL_SANDBOX_API_KEY), or \
-             listen on a loopback address",
+            "refusing to listen on {} with --no-auth: drop --no-auth (a key is then made up and printed) \
+             or listen on a loopback address",
             args.listen
         ));
+    }
+    if args.api_key.is_some() && std::env::var_os("WAXELL_SANDBOX_API_KEY").is_none() {
+        tracing::warn!(
+            "--api-key on the command line is visible to other local users (ps); prefer WAXELL_SANDBOX_API_KEY"
+        );
     }
     let backend = backend(&args).await?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
+        .with_max_connections(args.max_connections)
+        .with_header_timeout(Duration::from_secs(args.header_timeout.max(1)))
+        .with_body_timeout(Duration::from_secs(args.body_timeout.max(1)))
+        .with_write_timeout(Duration::from_secs(args.write_timeout.max(1)))
         .with_default_timeout(Duration::from_secs(args.default_timeout))
         .with_max_timeout(Duration::from_secs(args.max_timeout))
         .with_keepalive_interval(Duration::from_secs(args.keepalive.max(1)))
         .with_debug_sandbox(args.debug_ports);
-    if let Some(key) = args.api_key {
-        config = config.with_api_key(key);
+    let key_is_generated = args.api_key.is_none();
+    config = match (&args.api_key, args.no_auth) {
+        (_, true) => config.without_auth(),
+        (Some(key), false) => config.with_api_key(key.clone()),
+        (None, false) => config,
+    };
+    for origin in &args.allowed_origins {
+        config = config.allow_origin(origin.clone());
     }
-    let router = server::router(backend, config);
+
     let mut addresses = vec![args.listen];
     if args.debug_ports {
         // The SDKs' debug mode dials localhost, which may resolve to either family.
@@ -191,34 +265,80 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             }
         }
     }
-    let mut servers = tokio::task::JoinSet::new();
+    let mut listeners = Vec::new();
     for address in addresses {
-        let listener = match tokio::net::TcpListener::bind(address).await {
-            Ok(listener) => listener,
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => listeners.push(listener),
             // IPv6 may be off on this host; the IPv4 debug ports still work then.
             Err(e) if address.is_ipv6() && address != args.listen => {
                 tracing::warn!(%address, error = %e, "not listening on the IPv6 debug port");
-                continue;
             }
             Err(e) => return Err(format!("cannot listen on {address}: {e}")),
-        };
-        tracing::info!(%address, "serving E2B's protocol");
-        let router = router.clone();
-        servers.spawn(async move {
-            let shutdown = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            server::serve(listener, router, shutdown).await
-        });
-    }
-    while let Some(result) = servers.join_next().await {
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("server failed: {e}")),
-            Err(e) => return Err(format!("server task failed: {e}")),
         }
     }
+    // The Host names the server answers to: loopback names on the ports it listens on, the listen
+    // address itself, and what --allowed-host adds. Nothing else (DNS rebinding).
+    let mut hosts = Vec::new();
+    let mut bound = Vec::new();
+    for listener in &listeners {
+        let local = listener
+            .local_addr()
+            .map_err(|e| format!("cannot read the listening address: {e}"))?;
+        for name in ["127.0.0.1", "localhost", "[::1]"] {
+            hosts.push(format!("{name}:{}", local.port()));
+        }
+        hosts.push(local.to_string());
+        bound.push(local);
+    }
+    hosts.extend(args.allowed_hosts.iter().cloned());
+    config = config.with_allowed_hosts(hosts);
+
+    let url = format!("http://{}", bound[0]);
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(banner(&url, config.api_key(), key_is_generated).as_bytes());
+        let _ = stdout.flush();
+    }
+
+    let router = server::router(backend, config.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    for (listener, address) in listeners.into_iter().zip(bound) {
+        tracing::info!(%address, "serving E2B's protocol");
+        let (router, config, mut stop) = (router.clone(), config.clone(), stop_rx.clone());
+        servers.spawn(async move {
+            let shutdown = async move {
+                let _ = stop.changed().await;
+            };
+            server::serve(listener, router, &config, shutdown).await
+        });
+    }
+    tokio::select! {
+        () = shutdown_signal() => {}
+        // A listener failed: stop the others too.
+        Some(result) = servers.join_next() => {
+            let _ = stop_tx.send(true);
+            check(result)?;
+        }
+    }
+    let _ = stop_tx.send(true);
+    while let Some(result) = servers.join_next().await {
+        check(result)?;
+    }
+    // Dropping the last router drops the registry and the backend: live sandboxes are killed and
+    // the pool's interpreters, scratch mounts and cgroups removed, before the process exits.
+    drop(router);
+    tracing::info!("stopped; sandboxes cleaned up");
     Ok(())
+}
+
+fn check(result: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), String> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("server failed: {e}")),
+        Err(e) => Err(format!("server task failed: {e}")),
+    }
 }
 
 #[cfg(test)]
@@ -226,13 +346,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn refuses_a_non_loopback_address_without_an_api_key() {
-        let cli = Cli::try_parse_from(["waxell-sandbox", "serve", "--listen", "0.0.0.0:0"]).unwrap();
+    async fn refuses_a_non_loopback_address_without_auth() {
+        let cli =
+            Cli::try_parse_from(["waxell-sandbox", "serve", "--listen", "0.0.0.0:0", "--no-auth"]).unwrap();
         let Command::Serve(args) = cli.command else {
             unreachable!()
         };
         let error = serve(args).await.unwrap_err();
-        assert!(error.contains("without an API key"), "{error}");
+        assert!(error.contains("with --no-auth"), "{error}");
+    }
+
+    #[test]
+    fn debug_ports_need_no_auth() {
+        let error = Cli::try_parse_from(["waxell-sandbox", "serve", "--debug-ports"])
+            .err()
+            .expect("refused");
+        assert!(error.to_string().contains("--no-auth"), "{error}");
+        assert!(Cli::try_parse_from(["waxell-sandbox", "serve", "--debug-ports", "--no-auth"]).is_ok());
     }
 
     fn serve_args(flags: &[&str]) -> ServeArgs {

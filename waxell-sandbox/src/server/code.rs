@@ -1,6 +1,5 @@
 //! Code Interpreter plane (sandbox port 49999): `/execute` and the contexts API.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -9,15 +8,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
 use super::{body, execute, AppState};
-
-/// The token E2B's proxy checks on non-envd ports.
-const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+use waxell::e2b::wire::{ExecuteRequest, NewContext, ACCESS_TOKEN_HEADER, TRAFFIC_TOKEN_HEADER};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -36,17 +32,22 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
     state
         .registry
-        .for_data_plane(headers, TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref())
+        .for_data_plane(headers, &[(TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref())])
         .await
 }
 
-/// `POST /execute` body.
-#[derive(Deserialize)]
-struct ExecuteRequest {
-    code: String,
-    context_id: Option<String>,
-    language: Option<String>,
-    env_vars: Option<BTreeMap<String, String>>,
+/// `/execute` runs code, so it also takes the sandbox's envd access token, as E2B's SDKs send it.
+async fn sandbox_for_execute(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
+    state
+        .registry
+        .for_data_plane(
+            headers,
+            &[
+                (TRAFFIC_TOKEN_HEADER, |e| e.traffic_token.as_ref()),
+                (ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref()),
+            ],
+        )
+        .await
 }
 
 async fn execute_code(
@@ -54,9 +55,8 @@ async fn execute_code(
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, ApiError> {
-    let entry = sandbox(&state, &headers).await?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let request: ExecuteRequest = body::json(&bytes)?;
+    let entry = sandbox_for_execute(&state, &headers).await?;
+    let request: ExecuteRequest = body::json_request(&state.config, request).await?;
     if request.context_id.is_some() && request.language.is_some() {
         return Err(ApiError::bad_request(
             "Only one of context_id or language can be provided",
@@ -80,6 +80,7 @@ async fn execute_code(
         target,
         request.env_vars.unwrap_or_default(),
         state.config.keepalive_interval,
+        state.config.max_stream_buffer_bytes,
     ))
 }
 
@@ -95,20 +96,13 @@ fn normalize_language(language: &str) -> Option<String> {
     }
 }
 
-#[derive(Deserialize)]
-struct NewContext {
-    language: Option<String>,
-    cwd: Option<String>,
-}
-
 async fn create_context(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Json<Value>, ApiError> {
     let entry = sandbox(&state, &headers).await?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let new: NewContext = body::json(&bytes)?;
+    let new: NewContext = body::json_request(&state.config, request).await?;
     let language = new.language.as_deref().and_then(normalize_language);
     let context = entry
         .session

@@ -1,7 +1,6 @@
 //! Control plane (`api.<domain>` on E2B): create, list, inspect, connect, set-timeout and kill
 //! sandboxes. Every route needs `X-API-KEY` when the server has one.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use waxell::e2b::wire::{self, ConnectRequest, NewSandbox, TimeoutRequest, API_KEY_HEADER};
 
 use super::error::ApiError;
 use super::registry::{constant_time_eq, CreateRequest, SandboxEntry};
@@ -48,41 +48,20 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 /// 401 unless `X-API-KEY` matches the configured key (when there is one).
 async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.config.api_key {
-        let given = request.headers().get("x-api-key").and_then(|v| v.to_str().ok());
+        let given = request
+            .headers()
+            .get(API_KEY_HEADER)
+            .and_then(|v| v.to_str().ok());
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
             let message = if given.is_some() {
                 "Invalid API key"
             } else {
-                "Missing X-API-KEY header"
+                "Missing X-API-KEY header: this server requires the key it printed at start (E2B_API_KEY)"
             };
             return ApiError::unauthorized(message).into_response();
         }
     }
     next.run(request).await
-}
-
-/// `NewSandbox` (v1) and `NewSandboxV2`; fields this server has no use for (`autoPause`, `network`,
-/// `secure`, ...) are accepted and ignored.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct NewSandbox {
-    #[serde(rename = "templateID")]
-    template_id: Option<String>,
-    timeout: Option<i64>,
-    #[serde(default)]
-    metadata: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    env_vars: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Deserialize)]
-struct TimeoutBody {
-    timeout: i64,
-}
-
-#[derive(Deserialize)]
-struct ConnectBody {
-    timeout: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -91,8 +70,7 @@ struct RefreshBody {
 }
 
 async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Response, ApiError> {
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let new: NewSandbox = body::json(&bytes)?;
+    let new: NewSandbox = body::json_request(&state.config, request).await?;
     let timeout = match new.timeout {
         Some(seconds) => state.registry.check_timeout(seconds)?,
         None => state.config.default_timeout,
@@ -149,8 +127,7 @@ async fn set_timeout(
     request: Body,
 ) -> Result<StatusCode, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let TimeoutBody { timeout } = body::json(&bytes)?;
+    let TimeoutRequest { timeout } = body::json_request(&state.config, request).await?;
     let timeout = state.registry.check_timeout(timeout)?;
     state.registry.set_timeout(&entry, timeout, false).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -162,8 +139,7 @@ async fn refresh(
     request: Body,
 ) -> Result<StatusCode, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let RefreshBody { duration } = body::json(&bytes)?;
+    let RefreshBody { duration } = body::json_request(&state.config, request).await?;
     let duration = state.registry.check_timeout(duration.unwrap_or(60))?;
     state.registry.set_timeout(&entry, duration, true).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -174,10 +150,9 @@ async fn connect(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     request: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<wire::Sandbox>, ApiError> {
     let entry = live(&state, &id)?;
-    let bytes = body::read(request, state.config.max_body_bytes).await?;
-    let ConnectBody { timeout } = body::json(&bytes)?;
+    let ConnectRequest { timeout } = body::json_request(&state.config, request).await?;
     if let Some(seconds) = timeout {
         let timeout = state.registry.check_timeout(seconds)?;
         state.registry.set_timeout(&entry, timeout, true).await?;
@@ -186,20 +161,17 @@ async fn connect(
 }
 
 /// E2B's `Sandbox` (create and connect responses).
-fn sandbox_json(entry: &SandboxEntry) -> Value {
-    let mut sandbox = json!({
-        "templateID": entry.template_id,
-        "sandboxID": entry.id,
-        "alias": entry.template_id,
-        "clientID": CLIENT_ID,
-        "envdVersion": ENVD_VERSION,
-        "trafficAccessToken": entry.traffic_token,
-        "domain": null,
-    });
-    if let Some(token) = &entry.envd_token {
-        sandbox["envdAccessToken"] = json!(token);
+fn sandbox_json(entry: &SandboxEntry) -> wire::Sandbox {
+    wire::Sandbox {
+        template_id: entry.template_id.clone(),
+        sandbox_id: entry.id.clone(),
+        alias: Some(entry.template_id.clone()),
+        client_id: CLIENT_ID.into(),
+        envd_version: Some(ENVD_VERSION.into()),
+        envd_access_token: entry.envd_token.clone(),
+        traffic_access_token: entry.traffic_token.clone(),
+        domain: None,
     }
-    sandbox
 }
 
 /// E2B's `SandboxDetail` (also used for list entries, a superset of `ListedSandbox`).

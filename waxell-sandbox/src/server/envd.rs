@@ -14,14 +14,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use waxell::e2b::wire::{
+    self, EntryResponse, ListDirResponse, MoveRequest, PathRequest, UploadedEntry, ACCESS_TOKEN_HEADER,
+};
 use waxell::sandbox::{EntryInfo, SandboxError};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
 use super::{body, AppState};
 
-/// envd's own token header, required on every envd request of a sandbox that has a token.
-const ACCESS_TOKEN_HEADER: &str = "x-access-token";
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;
 
@@ -44,17 +45,14 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
 async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
     state
         .registry
-        .for_data_plane(headers, ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref())
+        .for_data_plane(headers, &[(ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref())])
         .await
 }
 
 /// 204 while the sandbox lives; E2B's proxy 502 once it is gone (how the SDKs tell "killed").
 async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
     // envd's health check is unauthenticated: only the sandbox's existence matters.
-    state
-        .registry
-        .for_data_plane(&headers, ACCESS_TOKEN_HEADER, |_| None)
-        .await?;
+    state.registry.for_data_plane(&headers, &[]).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -120,63 +118,19 @@ async fn download(
 }
 
 /// `POST /files`: multipart parts named `file` (target = `path` query, else the part's filename),
-/// or a raw `application/octet-stream` body (optionally gzip) written to `path`.
+/// or a raw `application/octet-stream` body (optionally gzip) written to `path`. The body is read
+/// once, within the size cap and the body deadline: multipart is parsed as it streams in.
 async fn upload(
     State(state): State<Arc<AppState>>,
     Query(query): Query<FileQuery>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<UploadedEntry>>, ApiError> {
     let (parts, request_body) = request.into_parts();
     let entry = sandbox(&state, &parts.headers).await?;
-    let limit = state.config.max_body_bytes;
-    let bytes = body::read(request_body, limit).await?;
-    let content_type = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let mut files: Vec<(String, Bytes)> = Vec::new();
-    if content_type.starts_with("multipart/form-data") {
-        let request = Request::from_parts(parts, Body::from(bytes));
-        let mut multipart = Multipart::from_request(request, &())
-            .await
-            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
-        while let Some(field) = multipart
-            .next_field()
-            .await
-            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?
-        {
-            if field.name() != Some("file") {
-                return Err(ApiError::bad_request(format!(
-                    "unexpected multipart part {:?}: every part must be named \"file\"",
-                    field.name().unwrap_or_default()
-                )));
-            }
-            let target = query
-                .path
-                .clone()
-                .or_else(|| field.file_name().map(str::to_owned))
-                .ok_or_else(|| ApiError::bad_request("no path query parameter and no part filename"))?;
-            let data = field
-                .bytes()
-                .await
-                .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
-            files.push((target, data));
-        }
-    } else {
-        let target = query
-            .path
-            .clone()
-            .ok_or_else(|| ApiError::bad_request("the path query parameter is required for a raw upload"))?;
-        let gzip = parts
-            .headers
-            .get(CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-        let data = if gzip { gunzip(&bytes, limit)? } else { bytes };
-        files.push((target, data));
-    }
+    let (limit, timeout) = (state.config.max_body_bytes, state.config.body_timeout);
+    let files = tokio::time::timeout(timeout, receive_files(parts, request_body, &query, limit))
+        .await
+        .map_err(|_| body::too_slow(timeout))??;
     if files.is_empty() {
         return Err(ApiError::bad_request("the multipart body has no \"file\" part"));
     }
@@ -188,9 +142,71 @@ async fn upload(
             .write_file(&path, &data)
             .await
             .map_err(|e| file_error(&path, e))?;
-        written.push(json!({"path": info.path, "name": info.name, "type": "file"}));
+        written.push(UploadedEntry::new(info.path, info.name));
     }
-    Ok(Json(Value::Array(written)))
+    Ok(Json(written))
+}
+
+/// The files an upload carries, as `(target path, content)`.
+async fn receive_files(
+    parts: axum::http::request::Parts,
+    request_body: Body,
+    query: &FileQuery,
+    limit: usize,
+) -> Result<Vec<(String, Bytes)>, ApiError> {
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type.starts_with("multipart/form-data") {
+        let target = query
+            .path
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("the path query parameter is required for a raw upload"))?;
+        let gzip = parts
+            .headers
+            .get(CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+        let bytes = axum::body::to_bytes(request_body, limit)
+            .await
+            .map_err(|e| body::read_error(&e, limit))?;
+        let data = if gzip { gunzip(&bytes, limit)? } else { bytes };
+        return Ok(vec![(target, data)]);
+    }
+    let limited = Body::new(http_body_util::Limited::new(request_body, limit));
+    let mut multipart = Multipart::from_request(Request::from_parts(parts, limited), &())
+        .await
+        .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
+    let multipart_error = |e: axum::extract::multipart::MultipartError| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            body::read_error(&e, limit)
+        } else {
+            let api = body::read_error(&e, limit);
+            if api.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                api
+            } else {
+                ApiError::bad_request(format!("invalid multipart body: {e}"))
+            }
+        }
+    };
+    let mut files = Vec::new();
+    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+        if field.name() != Some("file") {
+            return Err(ApiError::bad_request(format!(
+                "unexpected multipart part {:?}: every part must be named \"file\"",
+                field.name().unwrap_or_default()
+            )));
+        }
+        let target = query
+            .path
+            .clone()
+            .or_else(|| field.file_name().map(str::to_owned))
+            .ok_or_else(|| ApiError::bad_request("no path query parameter and no part filename"))?;
+        files.push((target, field.bytes().await.map_err(multipart_error)?));
+    }
+    Ok(files)
 }
 
 /// Decompress a gzip body, refusing to inflate past `limit` bytes (a zip bomb gets 413).
@@ -209,21 +225,6 @@ fn gunzip(data: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     Ok(out.into())
 }
 
-#[derive(Deserialize)]
-struct MoveRequest {
-    #[serde(default)]
-    source: String,
-    #[serde(default)]
-    destination: String,
-}
-
-#[derive(Deserialize)]
-struct PathRequest {
-    #[serde(default)]
-    path: String,
-    depth: Option<u32>,
-}
-
 /// Connect unary RPCs of `filesystem.Filesystem`. Only what the sandbox interface can answer is
 /// served; the others are Connect `unimplemented`.
 async fn filesystem_rpc(
@@ -234,20 +235,24 @@ async fn filesystem_rpc(
 ) -> Response {
     let result = async {
         let entry = sandbox(&state, &headers).await?;
-        let bytes = body::read(request, state.config.max_body_bytes).await?;
+        let bytes = body::read(request, state.config.json_limit(), state.config.body_timeout).await?;
         match method.as_str() {
             "ListDir" => {
                 let request: PathRequest = body::json(&bytes)?;
                 check_path(&request.path)?;
                 let depth = request.depth.unwrap_or(1).clamp(1, MAX_LIST_DEPTH);
                 let mut entries = Vec::new();
-                list_recursive(&entry, &request.path, depth, &mut entries).await?;
-                Ok(json!({"entries": entries}))
+                let cap = state.config.max_list_entries;
+                list_recursive(&entry, &request.path, depth, cap, &mut entries).await?;
+                to_json(ListDirResponse { entries })
             }
             "Stat" => {
                 let request: PathRequest = body::json(&bytes)?;
                 check_path(&request.path)?;
-                Ok(json!({"entry": stat(&entry, &request.path).await?}))
+                let cap = state.config.max_list_entries;
+                to_json(EntryResponse {
+                    entry: stat(&entry, &request.path, cap).await?,
+                })
             }
             "MakeDir" => {
                 let request: PathRequest = body::json(&bytes)?;
@@ -263,7 +268,10 @@ async fn filesystem_rpc(
                         format!("directory '{}' already exists", request.path),
                     ));
                 }
-                Ok(json!({"entry": stat(&entry, &request.path).await?}))
+                let cap = state.config.max_list_entries;
+                to_json(EntryResponse {
+                    entry: stat(&entry, &request.path, cap).await?,
+                })
             }
             "Remove" => {
                 let request: PathRequest = body::json(&bytes)?;
@@ -284,7 +292,9 @@ async fn filesystem_rpc(
                     .rename(&request.source, &request.destination)
                     .await
                     .map_err(|e| file_error(&request.source, e))?;
-                Ok(json!({"entry": entry_json(&moved)}))
+                to_json(EntryResponse {
+                    entry: entry_info(&moved),
+                })
             }
             "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
@@ -302,11 +312,22 @@ async fn filesystem_rpc(
     }
 }
 
+/// 413 / Connect `resource_exhausted` for a listing over the cap.
+fn too_many_entries(path: &str, cap: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("listing '{path}' has more than {cap} entries: list a narrower path or a smaller depth"),
+    )
+}
+
+/// Every entry under `path` down to `depth` levels, refusing (rather than truncating silently) a
+/// listing of more than `cap` entries.
 async fn list_recursive(
     entry: &SandboxEntry,
     path: &str,
     depth: u32,
-    out: &mut Vec<Value>,
+    cap: usize,
+    out: &mut Vec<wire::EntryInfo>,
 ) -> Result<(), ApiError> {
     let mut pending = vec![(path.to_owned(), depth)];
     while let Some((dir, depth)) = pending.pop() {
@@ -315,27 +336,33 @@ async fn list_recursive(
             .list_files(&dir)
             .await
             .map_err(|e| file_error(&dir, e))?;
+        if out.len() + entries.len() > cap {
+            return Err(too_many_entries(path, cap));
+        }
         for info in entries {
             if info.is_dir && depth > 1 {
                 pending.push((info.path.clone(), depth - 1));
             }
-            out.push(entry_json(&info));
+            out.push(entry_info(&info));
         }
     }
     Ok(())
 }
 
-/// `Stat` through the interface's listing: list the parent and pick the entry.
-async fn stat(entry: &SandboxEntry, path: &str) -> Result<Value, ApiError> {
+/// `Stat` through the interface's listing: list the parent and pick the entry. A parent of more
+/// than `cap` entries is refused like a listing that large.
+async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<wire::EntryInfo, ApiError> {
     let trimmed = path.trim_end_matches('/');
     let (parent, name) = match trimmed.rsplit_once('/') {
         Some((parent, name)) => (if parent.is_empty() { "/" } else { parent }, name),
         None => (".", trimmed),
     };
     if name.is_empty() || trimmed == "/home/user" || trimmed == "." {
-        return Ok(json!({
-            "name": "user", "type": "FILE_TYPE_DIRECTORY", "path": "/home/user",
-            "size": "0", "mode": 0o755, "permissions": "drwxr-xr-x", "owner": "user", "group": "user",
+        return Ok(entry_info(&EntryInfo {
+            name: "user".into(),
+            path: "/home/user".into(),
+            is_dir: true,
+            size: 0,
         }));
     }
     let siblings = entry
@@ -343,28 +370,36 @@ async fn stat(entry: &SandboxEntry, path: &str) -> Result<Value, ApiError> {
         .list_files(parent)
         .await
         .map_err(|e| file_error(path, e))?;
+    if siblings.len() > cap {
+        return Err(too_many_entries(parent, cap));
+    }
     siblings
         .iter()
         .find(|info| info.name == name)
-        .map(entry_json)
+        .map(entry_info)
         .ok_or_else(|| ApiError::not_found(format!("path '{path}' does not exist")))
 }
 
-/// envd's `EntryInfo` in proto3-JSON (enum names, int64 as a string).
-fn entry_json(info: &EntryInfo) -> Value {
+/// envd's `EntryInfo` for an entry of the sandbox interface.
+fn entry_info(info: &EntryInfo) -> wire::EntryInfo {
     let (kind, mode, permissions) = if info.is_dir {
-        ("FILE_TYPE_DIRECTORY", 0o755, "drwxr-xr-x")
+        (wire::FILE_TYPE_DIRECTORY, 0o755, "drwxr-xr-x")
     } else {
-        ("FILE_TYPE_FILE", 0o644, "-rw-r--r--")
+        (wire::FILE_TYPE_FILE, 0o644, "-rw-r--r--")
     };
-    json!({
-        "name": info.name,
-        "type": kind,
-        "path": info.path,
-        "size": info.size.to_string(),
-        "mode": mode,
-        "permissions": permissions,
-        "owner": "user",
-        "group": "user",
-    })
+    wire::EntryInfo {
+        name: info.name.clone(),
+        kind: kind.into(),
+        path: info.path.clone(),
+        size: info.size,
+        mode,
+        permissions: permissions.into(),
+        owner: "user".into(),
+        group: "user".into(),
+    }
+}
+
+/// A Connect answer body.
+fn to_json(value: impl serde::Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }

@@ -1,8 +1,11 @@
 //! The `/execute` NDJSON stream: one JSON object per line, flushed as the code produces output,
 //! `keepalive` lines during silence, `end_of_execution` last. A client that goes away (the
 //! keepalive write fails and hyper drops the body) gets its code interrupted, with the state kept.
+//! Output waiting for a slow client is bounded: past the cap the stream is cut (the client sees a
+//! stream without `end_of_execution`) and the code interrupted, instead of the server buffering
+//! whatever the code prints.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use waxell::e2b::wire::line;
 use waxell::sandbox::{Execution, ExecutionResult, OutputMessage, RunOptions, SandboxError, SandboxSession};
 
 /// Where a run goes.
@@ -41,7 +45,7 @@ const KEEPALIVE: &[u8] = b"{\"type\": \"keepalive\"}\n";
 /// Timeout of the empty run that interrupts an abandoned execution (see [`interrupt_abandoned`]).
 const INTERRUPT_RUN_TIMEOUT: Duration = Duration::from_millis(1);
 
-fn line(value: Value) -> Bytes {
+fn ndjson_line(value: Value) -> Bytes {
     let mut bytes = serde_json::to_vec(&value).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
@@ -52,14 +56,14 @@ fn timestamp() -> String {
 }
 
 fn output_line(message: &OutputMessage) -> Bytes {
-    let kind = if message.error { "stderr" } else { "stdout" };
-    line(json!({"type": kind, "text": message.line, "timestamp": timestamp()}))
+    let kind = if message.error { line::STDERR } else { line::STDOUT };
+    ndjson_line(json!({"type": kind, "text": message.line, "timestamp": timestamp()}))
 }
 
 fn result_line(result: &ExecutionResult) -> Bytes {
     let mut value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
-    value["type"] = json!("result");
-    line(value)
+    value["type"] = json!(line::RESULT);
+    ndjson_line(value)
 }
 
 /// The lines after the streamed output: results no callback delivered, the error, the count.
@@ -69,16 +73,16 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
         Ok(execution) => {
             lines.extend(execution.results.iter().skip(streamed_results).map(result_line));
             if let Some(error) = execution.error {
-                lines.push(line(json!({
-                    "type": "error",
+                lines.push(ndjson_line(json!({
+                    "type": line::ERROR,
                     "name": error.name,
                     "value": error.value,
                     "traceback": error.traceback,
                 })));
             }
             if let Some(count) = execution.execution_count {
-                lines.push(line(
-                    json!({"type": "number_of_executions", "execution_count": count}),
+                lines.push(ndjson_line(
+                    json!({"type": line::NUMBER_OF_EXECUTIONS, "execution_count": count}),
                 ));
             }
         }
@@ -87,8 +91,8 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
                 SandboxError::Timeout(_) => "TimeoutError",
                 _ => "SandboxError",
             };
-            lines.push(line(json!({
-                "type": "error",
+            lines.push(ndjson_line(json!({
+                "type": line::ERROR,
                 "name": name,
                 "value": e.to_string(),
                 "traceback": "",
@@ -97,6 +101,31 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
     }
     lines.push(Bytes::from_static(END_OF_EXECUTION));
     lines
+}
+
+/// The sending side of a stream's lines, counting the bytes not yet taken by the response body.
+#[derive(Clone)]
+struct Outbox {
+    tx: mpsc::UnboundedSender<Bytes>,
+    buffered: Arc<AtomicUsize>,
+    overflow: Arc<AtomicBool>,
+    cap: usize,
+}
+
+impl Outbox {
+    fn send(&self, bytes: Bytes) {
+        if self.overflow.load(Ordering::SeqCst) {
+            return;
+        }
+        let before = self.buffered.fetch_add(bytes.len(), Ordering::SeqCst);
+        if before + bytes.len() > self.cap {
+            self.overflow.store(true, Ordering::SeqCst);
+            // An empty chunk wakes the body so it sees the overflow without waiting for a keepalive.
+            let _ = self.tx.send(Bytes::new());
+            return;
+        }
+        let _ = self.tx.send(bytes);
+    }
 }
 
 /// Start the run and answer with its stream.
@@ -110,33 +139,43 @@ pub(crate) fn stream(
     target: Target,
     env_vars: std::collections::BTreeMap<String, String>,
     keepalive: Duration,
+    max_buffer_bytes: usize,
 ) -> Response {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let tx = Outbox {
+        tx,
+        buffered: Arc::new(AtomicUsize::new(0)),
+        overflow: Arc::new(AtomicBool::new(false)),
+        cap: max_buffer_bytes,
+    };
+    let buffered = tx.buffered.clone();
     let streamed_results = Arc::new(AtomicUsize::new(0));
     let mut options = target.options();
     options.env_vars = env_vars;
     let out = tx.clone();
     options = options.on_stdout(move |m| {
-        let _ = out.send(output_line(m));
+        out.send(output_line(m));
     });
     let out = tx.clone();
     options = options.on_stderr(move |m| {
-        let _ = out.send(output_line(m));
+        out.send(output_line(m));
     });
     let (out, counter) = (tx.clone(), streamed_results.clone());
     options = options.on_result(move |r| {
         counter.fetch_add(1, Ordering::SeqCst);
-        let _ = out.send(result_line(r));
+        out.send(result_line(r));
     });
     let run_session = session.clone();
     let run = tokio::spawn(async move {
         let outcome = run_session.run_code(&code, &options).await;
         for bytes in closing_lines(outcome, streamed_results.load(Ordering::SeqCst)) {
-            let _ = tx.send(bytes);
+            tx.send(bytes);
         }
     });
     let state = StreamState {
         rx,
+        buffered,
+        max_buffer_bytes,
         keepalive,
         guard: AbandonGuard {
             run: Some(run),
@@ -150,13 +189,29 @@ pub(crate) fn stream(
             return None;
         }
         let bytes = match tokio::time::timeout(state.keepalive, state.rx.recv()).await {
-            Ok(Some(bytes)) => bytes,
+            Ok(Some(bytes)) if bytes.is_empty() => {
+                // The overflow marker: everything sent before it has been delivered. Cut the
+                // stream; dropping the body (the guard) interrupts the code.
+                tracing::warn!(
+                    limit = state.max_buffer_bytes,
+                    "client reads /execute output slower than the code prints it; cutting the stream"
+                );
+                let message = format!(
+                    "more than {} bytes of output waiting for a client that does not read them",
+                    state.max_buffer_bytes
+                );
+                return Some((Err(std::io::Error::other(message)), state));
+            }
+            Ok(Some(bytes)) => {
+                state.buffered.fetch_sub(bytes.len(), Ordering::SeqCst);
+                bytes
+            }
             // The run task ended without END_OF_EXECUTION: it panicked. Say so, then end the stream.
             Ok(None) => {
                 state.guard.finished = true;
                 let failed = Err(SandboxError::Other("the execution task failed".into()));
                 let bytes: Bytes = closing_lines(failed, 0).concat().into();
-                return Some((Ok::<_, std::convert::Infallible>(bytes), state));
+                return Some((Ok::<_, std::io::Error>(bytes), state));
             }
             Err(_) => Bytes::from_static(KEEPALIVE),
         };
@@ -170,6 +225,9 @@ pub(crate) fn stream(
 
 struct StreamState {
     rx: mpsc::UnboundedReceiver<Bytes>,
+    /// Bytes sent and not yet received; shared with the [`Outbox`].
+    buffered: Arc<AtomicUsize>,
+    max_buffer_bytes: usize,
     keepalive: Duration,
     guard: AbandonGuard,
 }

@@ -11,7 +11,8 @@ use rand::Rng;
 use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 
 use super::error::ApiError;
-use super::{ServerConfig, DEBUG_SANDBOX_ID, SANDBOX_ID_HEADER};
+use super::{ServerConfig, DEBUG_SANDBOX_ID};
+use waxell::e2b::wire::SANDBOX_ID_HEADER;
 
 /// The backend's own lifetime is the server's plus this margin, so the server's reaper (which
 /// also forgets the id) is what ends a sandbox, not the backend on its own.
@@ -25,7 +26,8 @@ pub(crate) struct SandboxEntry {
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) env_vars: BTreeMap<String, String>,
     pub(crate) started_at: SystemTime,
-    /// Checked by envd requests (`X-Access-Token`), issued when the server has an API key.
+    /// Checked by envd requests and `/execute` (`X-Access-Token`). Every sandbox has one but the
+    /// debug-mode sandbox, whose SDKs never learn a token.
     pub(crate) envd_token: Option<String>,
     /// Checked by Code Interpreter requests (`E2B-Traffic-Access-Token`), likewise.
     pub(crate) traffic_token: Option<String>,
@@ -59,6 +61,9 @@ impl SandboxEntry {
         }
     }
 }
+
+/// A token header and the sandbox's expected value for it (`None`: the sandbox has no such token).
+pub(crate) type TokenCheck = (&'static str, fn(&SandboxEntry) -> Option<&String>);
 
 /// What a create request asks for.
 pub(crate) struct CreateRequest {
@@ -143,7 +148,7 @@ impl Registry {
         options.env_vars = request.env_vars.clone();
         options.metadata = request.metadata.clone();
         let session: Arc<dyn SandboxSession> = Arc::from(self.backend.create(&options).await?);
-        let with_token = self.config.api_key.is_some();
+        let with_token = id != DEBUG_SANDBOX_ID;
         let entry = Arc::new(SandboxEntry {
             id: id.clone(),
             session,
@@ -220,13 +225,13 @@ impl Registry {
         }
     }
 
-    /// The sandbox a data-plane request is for, after checking its token (`token_header`, compared
-    /// with `expected(entry)`). Unknown sandboxes get E2B's proxy answer (502 "was not found").
+    /// The sandbox a data-plane request is for, after checking its tokens: each `(header, expected)`
+    /// pair must match where the sandbox has that token. Unknown sandboxes get E2B's proxy answer
+    /// (502 "was not found").
     pub(crate) async fn for_data_plane(
         &self,
         headers: &HeaderMap,
-        token_header: &str,
-        expected: impl Fn(&SandboxEntry) -> Option<&String>,
+        tokens: &[TokenCheck],
     ) -> Result<Arc<SandboxEntry>, ApiError> {
         let id = headers
             .get(SANDBOX_ID_HEADER)
@@ -234,14 +239,24 @@ impl Registry {
             .ok_or_else(|| ApiError::bad_request(format!("Missing header: {SANDBOX_ID_HEADER}")))?;
         let entry = match self.get(id) {
             Some(entry) => entry,
-            None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => self.debug_sandbox().await?,
+            None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => {
+                if self.config.api_key.is_some() {
+                    // Debug mode sends no key and no token: serving it would open the server.
+                    return Err(ApiError::unauthorized(
+                        "the debug-mode sandbox is served only by a server without auth (--no-auth)",
+                    ));
+                }
+                self.debug_sandbox().await?
+            }
             None => return Err(ApiError::sandbox_not_running(id)),
         };
-        if let Some(token) = expected(&entry) {
-            let given = headers.get(token_header).and_then(|v| v.to_str().ok());
+        for (token_header, expected) in tokens {
+            let Some(token) = expected(&entry) else { continue };
+            let given = headers.get(*token_header).and_then(|v| v.to_str().ok());
             if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
                 return Err(ApiError::unauthorized(format!(
-                    "missing or wrong {token_header} for sandbox {id}"
+                    "missing or wrong {token_header} for sandbox {id}: use the token its create or \
+                     connect response gave"
                 )));
             }
         }

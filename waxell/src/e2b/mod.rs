@@ -10,16 +10,22 @@
 //! `E2B_API_URL`, `E2B_SANDBOX_URL`, `E2B_DEBUG`. Requests carry the current OpenTelemetry context
 //! as W3C `traceparent`. The API key and sandbox tokens never appear in `Debug` output or spans.
 //! See `docs/e2b.md`.
+//!
+//! The client needs the `e2b` feature. [`wire`], the protocol's types that the client and
+//! `waxell-sandbox serve` share, needs none.
 
+#[cfg(feature = "e2b")]
 mod config;
+#[cfg(feature = "e2b")]
 mod http;
+#[cfg(feature = "e2b")]
 mod sandbox;
+#[cfg(feature = "e2b")]
 mod stream;
+pub mod wire;
 
+#[cfg(feature = "e2b")]
 pub use config::{E2bConfig, Secret, DEFAULT_DOMAIN};
+#[cfg(feature = "e2b")]
 pub use sandbox::{E2bBackend, E2bSandbox, DEFAULT_TEMPLATE};
-
-/// Port of the Code Interpreter server inside an E2B sandbox.
-pub const CODE_INTERPRETER_PORT: u16 = 49999;
-/// Port of envd inside an E2B sandbox.
-pub const ENVD_PORT: u16 = 49983;
+pub use wire::{CODE_INTERPRETER_PORT, ENVD_PORT};

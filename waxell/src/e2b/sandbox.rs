@@ -8,13 +8,16 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Client, Method, RequestBuilder, Url};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::config::{E2bConfig, Secret};
 use super::http::{self, Endpoint};
 use super::stream::ExecutionAssembler;
-use super::{CODE_INTERPRETER_PORT, ENVD_PORT};
+use super::wire::{
+    self, ConnectRequest, EntryResponse, ExecuteRequest, ListDirResponse, MoveRequest, NewContext,
+    NewSandbox, PathRequest, TimeoutRequest, UploadedEntry, CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID,
+    ENVD_PORT,
+};
 use crate::sandbox::{
     CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
     SandboxSession,
@@ -22,8 +25,6 @@ use crate::sandbox::{
 
 /// Default template of E2B Code Interpreter.
 pub const DEFAULT_TEMPLATE: &str = "code-interpreter-v1";
-/// Id E2B's SDKs use in debug mode, where create makes no API call.
-const DEBUG_SANDBOX_ID: &str = "debug_sandbox_id";
 /// envd version assumed in debug mode: passes every version gate.
 const DEBUG_ENVD_VERSION: &str = "99.99.99";
 const USER_AGENT: &str = concat!("waxell-rs/", env!("CARGO_PKG_VERSION"));
@@ -63,18 +64,6 @@ impl std::fmt::Debug for E2bBackend {
             .field("config", &self.inner.config)
             .finish()
     }
-}
-
-/// E2B's `Sandbox` (create and connect responses); fields this client does not use are ignored.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SandboxInfo {
-    #[serde(rename = "sandboxID")]
-    sandbox_id: String,
-    envd_version: Option<String>,
-    envd_access_token: Option<String>,
-    traffic_access_token: Option<String>,
-    domain: Option<String>,
 }
 
 impl E2bBackend {
@@ -127,22 +116,16 @@ impl E2bBackend {
     pub async fn create_sandbox(&self, options: &SandboxOptions) -> Result<E2bSandbox, SandboxError> {
         let config = &self.inner.config;
         if config.debug {
-            return Ok(self.session(SandboxInfo {
+            return Ok(self.session(wire::Sandbox {
                 sandbox_id: DEBUG_SANDBOX_ID.into(),
                 envd_version: Some(DEBUG_ENVD_VERSION.into()),
-                envd_access_token: None,
-                traffic_access_token: None,
-                domain: None,
+                ..wire::Sandbox::default()
             }));
         }
-        let mut body = json!({
-            "templateID": options.template.as_deref().unwrap_or(DEFAULT_TEMPLATE),
-            "metadata": options.metadata,
-            "envVars": options.env_vars,
-        });
-        if let Some(timeout) = options.timeout {
-            body["timeout"] = json!(timeout_seconds(timeout));
-        }
+        let mut body = NewSandbox::new(options.template.as_deref().unwrap_or(DEFAULT_TEMPLATE));
+        body.metadata = Some(options.metadata.clone());
+        body.env_vars = Some(options.env_vars.clone());
+        body.timeout = options.timeout.map(timeout_seconds);
         let what = "create sandbox";
         let response = http::send(config, Endpoint::Control, what, || {
             self.control(Method::POST, "/v2/sandboxes").json(&body)
@@ -162,9 +145,8 @@ impl E2bBackend {
         if config.debug {
             return self.create_sandbox(&SandboxOptions::default()).await;
         }
-        let body = match timeout {
-            Some(timeout) => json!({"timeout": timeout_seconds(timeout)}),
-            None => json!({}),
+        let body = ConnectRequest {
+            timeout: timeout.map(timeout_seconds),
         };
         let what = format!("connect to sandbox {sandbox_id}");
         let path = format!("/sandboxes/{sandbox_id}/connect");
@@ -175,7 +157,7 @@ impl E2bBackend {
         Ok(self.session(http::json(&what, response).await?))
     }
 
-    fn session(&self, info: SandboxInfo) -> E2bSandbox {
+    fn session(&self, info: wire::Sandbox) -> E2bSandbox {
         E2bSandbox {
             shared: self.inner.clone(),
             id: info.sandbox_id,
@@ -197,15 +179,15 @@ impl Shared {
             .client
             .request(method, format!("{}{path}", self.config.api_base()));
         match &self.config.api_key {
-            Some(key) => request.header("X-API-KEY", key.expose()),
+            Some(key) => request.header(wire::API_KEY_HEADER, key.expose()),
             None => request,
         }
     }
 }
 
 /// Whole seconds, at least 1 (E2B's API takes int32 seconds; 0 would not mean "no limit").
-fn timeout_seconds(timeout: Duration) -> u64 {
-    timeout.as_secs_f64().ceil().max(1.0) as u64
+fn timeout_seconds(timeout: Duration) -> i64 {
+    timeout.as_secs_f64().ceil().clamp(1.0, i32::MAX as f64) as i64
 }
 
 #[async_trait]
@@ -252,50 +234,15 @@ fn version(v: &str) -> (u64, u64, u64) {
     )
 }
 
-#[derive(Deserialize)]
-struct ListDirResponse {
-    #[serde(default)]
-    entries: Vec<ConnectEntry>,
-}
-
-/// envd's `EntryInfo` in proto3-JSON (int64 `size` as a string, enum `type` by name).
-#[derive(Deserialize)]
-struct ConnectEntry {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    path: String,
-    #[serde(default, rename = "type")]
-    kind: String,
-    #[serde(default)]
-    size: Value,
-}
-
-impl From<ConnectEntry> for EntryInfo {
-    fn from(entry: ConnectEntry) -> Self {
-        let size = match &entry.size {
-            Value::String(s) => s.parse().unwrap_or(0),
-            Value::Number(n) => n.as_u64().unwrap_or(0),
-            _ => 0,
-        };
+impl From<wire::EntryInfo> for EntryInfo {
+    fn from(entry: wire::EntryInfo) -> Self {
         EntryInfo {
+            is_dir: entry.is_dir(),
             name: entry.name,
             path: entry.path,
-            is_dir: entry.kind == "FILE_TYPE_DIRECTORY",
-            size,
+            size: entry.size,
         }
     }
-}
-
-#[derive(Deserialize)]
-struct EntryResponse {
-    entry: ConnectEntry,
-}
-
-#[derive(Deserialize)]
-struct UploadedEntry {
-    path: String,
-    name: String,
 }
 
 impl E2bSandbox {
@@ -319,16 +266,16 @@ impl E2bSandbox {
     ) -> RequestBuilder {
         let mut request = client
             .request(method, url)
-            .header("E2b-Sandbox-Id", &self.id)
-            .header("E2b-Sandbox-Port", port.to_string());
+            .header(wire::SANDBOX_ID_HEADER, &self.id)
+            .header(wire::SANDBOX_PORT_HEADER, port.to_string());
         if access_token {
             if let Some(token) = &self.envd_token {
-                request = request.header("X-Access-Token", token.expose());
+                request = request.header(wire::ACCESS_TOKEN_HEADER, token.expose());
             }
         }
         if port != ENVD_PORT {
             if let Some(token) = &self.traffic_token {
-                request = request.header("E2B-Traffic-Access-Token", token.expose());
+                request = request.header(wire::TRAFFIC_TOKEN_HEADER, token.expose());
             }
         }
         request
@@ -348,14 +295,14 @@ impl E2bSandbox {
     async fn filesystem_rpc(
         &self,
         method: &str,
-        body: Value,
+        body: &impl Serialize,
         path: &str,
     ) -> Result<reqwest::Response, SandboxError> {
         let url = self.url(ENVD_PORT, &format!("/filesystem.Filesystem/{method}"), &[])?;
         http::send(self.config(), Endpoint::Files, path, || {
             self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
                 .header("Connect-Protocol-Version", "1")
-                .json(&body)
+                .json(body)
         })
         .await
     }
@@ -375,7 +322,7 @@ impl E2bSandbox {
         &self,
         method: Method,
         segments: &[&str],
-        body: Option<Value>,
+        body: Option<&NewContext>,
         what: &str,
     ) -> Result<reqwest::Response, SandboxError> {
         let mut url = self.url(CODE_INTERPRETER_PORT, "", &[])?;
@@ -403,12 +350,10 @@ impl E2bSandbox {
     async fn run(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
         let client = &self.shared.execute_client;
         let url = self.url(CODE_INTERPRETER_PORT, "/execute", &[])?;
-        let body = json!({
-            "code": code,
-            "context_id": options.context_id,
-            "language": options.language,
-            "env_vars": options.env_vars,
-        });
+        let mut body = ExecuteRequest::new(code);
+        body.context_id = options.context_id.clone();
+        body.language = options.language.clone();
+        body.env_vars = Some(options.env_vars.clone());
         let what = "execute";
         let request_timeout = self.config().request_timeout;
         let response = tokio::time::timeout(
@@ -468,16 +413,13 @@ impl SandboxSession for E2bSandbox {
         language: Option<&str>,
         cwd: Option<&str>,
     ) -> Result<CodeContext, SandboxError> {
-        let mut body = json!({});
-        if let Some(language) = language {
-            body["language"] = json!(language);
-        }
-        if let Some(cwd) = cwd {
-            body["cwd"] = json!(cwd);
-        }
+        let body = NewContext {
+            language: language.map(str::to_owned),
+            cwd: cwd.map(str::to_owned),
+        };
         let what = "create context";
         let response = self
-            .code_json(Method::POST, &["contexts"], Some(body), what)
+            .code_json(Method::POST, &["contexts"], Some(&body), what)
             .await?;
         http::json(what, response).await
     }
@@ -545,14 +487,17 @@ impl SandboxSession for E2bSandbox {
 
     async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
         let response = self
-            .filesystem_rpc("ListDir", json!({"path": path, "depth": 1}), path)
+            .filesystem_rpc("ListDir", &PathRequest::new(path).with_depth(1), path)
             .await?;
         let listing: ListDirResponse = http::json(&format!("list {path}"), response).await?;
         Ok(listing.entries.into_iter().map(EntryInfo::from).collect())
     }
 
     async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
-        match self.filesystem_rpc("MakeDir", json!({"path": path}), path).await {
+        match self
+            .filesystem_rpc("MakeDir", &PathRequest::new(path), path)
+            .await
+        {
             Ok(_) => Ok(true),
             // envd answers Connect `already_exists` (409) for a directory that is there already.
             Err(SandboxError::InvalidArgument(message)) if message.contains(": 409 Conflict: ") => Ok(false),
@@ -561,14 +506,16 @@ impl SandboxSession for E2bSandbox {
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
-        let body = json!({"source": from, "destination": to});
-        let response = self.filesystem_rpc("Move", body, from).await?;
+        let response = self
+            .filesystem_rpc("Move", &MoveRequest::new(from, to), from)
+            .await?;
         let moved: EntryResponse = http::json(&format!("rename {from} to {to}"), response).await?;
         Ok(moved.entry.into())
     }
 
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {
-        self.filesystem_rpc("Remove", json!({"path": path}), path).await?;
+        self.filesystem_rpc("Remove", &PathRequest::new(path), path)
+            .await?;
         Ok(())
     }
 
@@ -578,7 +525,9 @@ impl SandboxSession for E2bSandbox {
         }
         let what = format!("set timeout of sandbox {}", self.id);
         let path = format!("/sandboxes/{}/timeout", self.id);
-        let body = json!({"timeout": timeout_seconds(timeout)});
+        let body = TimeoutRequest {
+            timeout: timeout_seconds(timeout),
+        };
         http::send(self.config(), Endpoint::Control, &what, || {
             self.shared.control(Method::POST, &path).json(&body)
         })

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::http::truncate;
+use super::wire::line;
 use crate::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage, RunOptions, SandboxError};
 
 /// Characters of an offending line kept in a protocol error.
@@ -87,11 +88,11 @@ impl<'a> ExecutionAssembler<'a> {
         };
         let kind = object.remove("type");
         match kind.as_ref().and_then(Value::as_str) {
-            Some(stream @ ("stdout" | "stderr")) => {
+            Some(stream @ (line::STDOUT | line::STDERR)) => {
                 let Some(chunk) = object.get("text").and_then(Value::as_str) else {
                     return Err(protocol("output line without a text"));
                 };
-                let error = stream == "stderr";
+                let error = stream == line::STDERR;
                 let message = OutputMessage {
                     line: chunk.to_owned(),
                     error,
@@ -106,14 +107,14 @@ impl<'a> ExecutionAssembler<'a> {
                 }
                 logs.push(message.line);
             }
-            Some("result") => {
+            Some(line::RESULT) => {
                 let result = parse_result(object).map_err(|e| protocol(&format!("bad result: {e}")))?;
                 if let Some(callback) = &self.options.on_result {
                     callback(&result);
                 }
                 self.execution.results.push(result);
             }
-            Some("error") => {
+            Some(line::ERROR) => {
                 let field = |name: &str| match object.get(name) {
                     Some(Value::String(s)) => s.clone(),
                     // Some servers send the traceback as a list of lines.
@@ -130,10 +131,10 @@ impl<'a> ExecutionAssembler<'a> {
                     traceback: field("traceback"),
                 });
             }
-            Some("number_of_executions") => {
+            Some(line::NUMBER_OF_EXECUTIONS) => {
                 self.execution.execution_count = object.get("execution_count").and_then(Value::as_u64);
             }
-            Some("end_of_execution") => self.ended = true,
+            Some(line::END_OF_EXECUTION) => self.ended = true,
             // keepalive, and types newer than this client: E2B's SDKs ignore them too.
             Some(_) => {}
             None => return Err(protocol("no \"type\"")),

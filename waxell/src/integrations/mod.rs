@@ -4,5 +4,7 @@
 
 #[cfg(feature = "async-openai")]
 pub mod async_openai;
+#[cfg(feature = "tracing")]
+pub(crate) mod genai_spans;
 #[cfg(feature = "async-openai")]
 mod openai_wire;

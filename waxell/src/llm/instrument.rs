@@ -45,7 +45,7 @@ pub(crate) enum Operation {
 }
 
 impl Operation {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Chat => OP_CHAT,
             Self::Embeddings => OP_EMBEDDINGS,
@@ -193,6 +193,62 @@ impl CallTelemetry {
             usage_override: None,
             ended: false,
         }
+    }
+
+    /// Take over a span another instrumentation started (a `tracing` span with GenAI fields, see
+    /// `integrations::genai_spans`): `cx` holds it. Content is added at the end with
+    /// [`Self::record_input`], once the other side has recorded it.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn adopt(
+        cx: Context,
+        operation: Operation,
+        provider: &Provider,
+        model: &str,
+        offered_tools: Vec<String>,
+    ) -> Self {
+        let identity = vec![
+            KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
+        ];
+        Self {
+            cx,
+            started: Instant::now(),
+            request_model: model.to_owned(),
+            metric_attributes: identity,
+            offered_tools,
+            prices: Arc::clone(&provider.prices),
+            capture: telemetry::capture_content(),
+            usage_override: None,
+            ended: false,
+        }
+    }
+
+    /// The tools the request offered (the options of a `tool_call:{name}` decision).
+    #[cfg(feature = "tracing")]
+    pub(crate) fn set_offered_tools(&mut self, tools: Vec<String>) {
+        self.offered_tools = tools;
+    }
+
+    /// The request's captured content (when the policy allows), on a span started elsewhere.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn record_input(&mut self, request: &ChatRequest) {
+        if self.capture && !self.ended {
+            self.cx.span().set_attributes(input_content(request));
+        }
+    }
+
+    /// The attributes every span of this operation carries besides the GenAI identity (OpenInference
+    /// kind and model, waxell's span type).
+    #[cfg(feature = "tracing")]
+    pub(crate) fn identity_mirror(operation: Operation, provider: &str, model: &str) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
+            KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
+            KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
+            KeyValue::new(OI_LLM_SYSTEM, provider.to_owned()),
+            KeyValue::new(OI_LLM_PROVIDER, provider.to_owned()),
+        ]
     }
 
     /// Usage reported outside the response; used instead of the response's.

@@ -27,7 +27,7 @@
 
 mod client;
 mod error;
-mod instrument;
+pub(crate) mod instrument;
 mod pricing;
 pub mod record;
 mod scripted;

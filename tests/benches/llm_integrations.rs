@@ -1,0 +1,165 @@
+//! Added latency of the LLM-crate integrations, each next to the bare crate in the same run, against
+//! a fake OpenAI server on 127.0.0.1 that answers after 1 ms:
+//!
+//! - `async-openai chat`: `client.chat().create(..)` with the default client vs with
+//!   `waxell::integrations::async_openai::service()`. Target: < 5 % of the 1 ms round trip (< 50 µs).
+//! - `async-openai stream first chunk`: `create_stream(..)` until the first chunk reaches the caller,
+//!   bare vs recorded. Target: delayed < 50 µs.
+//! - `genai chat`: `exec_chat(..)` under a plain `tracing` subscriber vs under
+//!   `waxell::tracing_layer()` (the rig/genai path). Target: < 5 % of the round trip.
+//!
+//! `cargo bench -p waxell-tests --bench llm_integrations` (`-- --quick` for fewer rounds). The two sides
+//! run in alternating rounds (order flipped each round); medians and their difference are printed.
+
+use std::time::{Duration, Instant};
+
+use async_openai::config::OpenAIConfig;
+use async_openai::types::chat::CreateChatCompletionRequest;
+use futures_util::StreamExt;
+use genai::adapter::AdapterKind;
+use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
+use genai::{ModelIden, ServiceTarget};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt as _;
+use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
+
+const ROUND_TRIP: Duration = Duration::from_millis(1);
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// Run `a` and `b` `rounds` times each, alternating which goes first; medians of both.
+fn compare(
+    rounds: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> (Duration, Duration) {
+    for _ in 0..rounds / 10 + 5 {
+        a();
+        b();
+    }
+    let (mut xs, mut ys) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            xs.push(a());
+            ys.push(b());
+        } else {
+            ys.push(b());
+            xs.push(a());
+        }
+    }
+    (median(xs), median(ys))
+}
+
+fn row(name: &str, bare: Duration, recorded: Duration, target: &str) {
+    let added = recorded.as_secs_f64() - bare.as_secs_f64();
+    println!(
+        "| {name} | {:.1} µs | {:.1} µs | {:+.1} µs ({:+.1} % of the 1 ms round trip) | {target} |",
+        bare.as_secs_f64() * 1e6,
+        recorded.as_secs_f64() * 1e6,
+        added * 1e6,
+        added / ROUND_TRIP.as_secs_f64() * 100.0,
+    );
+}
+
+fn chat_request(stream: bool) -> CreateChatCompletionRequest {
+    serde_json::from_value(json!({"model": "gpt-4o-mini", "stream": stream,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]}))
+    .unwrap()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("WAXELL_BENCH_QUICK").is_some();
+    let rounds = if quick { 200 } else { 2000 };
+    // Spans go to an in-memory exporter, emptied every call: the recording cost, not an exporter's.
+    let exporter = InMemorySpanExporter::default();
+    opentelemetry::global::set_tracer_provider(
+        SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build(),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let reply = LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Sunny."), &[], (20, 5)));
+    let server = FakeLlm::repeating(reply, ROUND_TRIP);
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key("bench");
+    let bare = async_openai::Client::with_config(config.clone());
+    let recorded = async_openai::Client::with_config(config)
+        .with_http_service(waxell::integrations::async_openai::service());
+    let time_chat = |client: &async_openai::Client<OpenAIConfig>| {
+        let started = Instant::now();
+        rt.block_on(client.chat().create(chat_request(false))).unwrap();
+        exporter.reset();
+        started.elapsed()
+    };
+
+    println!("| case | bare crate | with waxell | added | target |");
+    println!("| --- | ---: | ---: | ---: | --- |");
+    let (a, b) = compare(rounds, || time_chat(&bare), || time_chat(&recorded));
+    row("async-openai chat", a, b, "< 5 % (50 µs)");
+
+    let stream_reply = LlmReply::Sse {
+        events: chat_chunks("gpt-4o-mini", Some("Sunny in Paris today."), None, (20, 5)),
+        done: true,
+        gap: Duration::ZERO,
+    };
+    let stream_server = FakeLlm::repeating(stream_reply, ROUND_TRIP);
+    let config = OpenAIConfig::new()
+        .with_api_base(stream_server.base_url())
+        .with_api_key("bench");
+    let bare = async_openai::Client::with_config(config.clone());
+    let recorded = async_openai::Client::with_config(config)
+        .with_http_service(waxell::integrations::async_openai::service());
+    let first_chunk = |client: &async_openai::Client<OpenAIConfig>| {
+        let started = Instant::now();
+        let elapsed = rt.block_on(async {
+            let mut stream = client.chat().create_stream(chat_request(true)).await.unwrap();
+            stream.next().await.unwrap().unwrap();
+            let elapsed = started.elapsed();
+            while stream.next().await.is_some() {}
+            elapsed
+        });
+        exporter.reset();
+        elapsed
+    };
+    let (a, b) = compare(rounds, || first_chunk(&bare), || first_chunk(&recorded));
+    row("async-openai stream, first chunk", a, b, "< 50 µs");
+
+    let endpoint = format!("{}/", server.base_url());
+    let resolver = ServiceTargetResolver::from_resolver_fn(move |target: ServiceTarget| {
+        Ok(ServiceTarget {
+            endpoint: Endpoint::from_owned(endpoint.clone()),
+            auth: AuthData::from_single("bench"),
+            model: ModelIden::new(AdapterKind::OpenAI, target.model.model_name),
+        })
+    });
+    let genai_client = genai::Client::builder()
+        .with_service_target_resolver(resolver)
+        .build()
+        .unwrap();
+    let plain = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+    let plain = tracing::Dispatch::new(plain);
+    let waxell_dispatch =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(waxell::tracing_layer()));
+    let time_genai = |dispatch: &tracing::Dispatch| {
+        let request =
+            genai::chat::ChatRequest::new(vec![genai::chat::ChatMessage::user("Weather in Paris?")]);
+        let started = Instant::now();
+        let _guard = tracing::dispatcher::set_default(dispatch);
+        rt.block_on(genai_client.exec_chat("gpt-4o-mini", request, None))
+            .unwrap();
+        exporter.reset();
+        started.elapsed()
+    };
+    let (a, b) = compare(rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
+    row("genai chat (the rig/genai tracing path)", a, b, "< 5 % (50 µs)");
+}

@@ -1,0 +1,144 @@
+//! The real `waxell-sandbox serve` process: it starts closed (a made-up key, printed with the
+//! environment variables E2B's SDKs read) and SIGTERM cleans up as Ctrl-C does: every scratch
+//! mount and cgroup of its sandboxes, pooled and live, is gone when it exits.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the server if the test fails before it exits.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 request by hand (no client dependency); returns the status line and the body.
+fn request(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (String, String) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str(&format!(
+        "content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(text.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// Scratch mounts and cgroups whose names start with `<pid>-` (sandbox ids start with the pid of
+/// the process that made them).
+fn leftovers(pid: u32) -> Vec<String> {
+    let prefix = format!("/waxell-sandbox/{pid}-");
+    let mut found: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(&prefix))
+        .map(|line| format!("mount: {line}"))
+        .collect();
+    for controller in ["memory", "pids", "cpu"] {
+        let Ok(entries) = std::fs::read_dir(waxell_sandbox::cgroup_subtree_dir(controller)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{pid}-")) {
+                found.push(format!("cgroup: {}", entry.path().display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
+    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "1"])
+        .env_remove("WAXELL_SANDBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start waxell-sandbox serve");
+    let mut server = Server(child);
+    let pid = server.0.id();
+
+    // The banner: where it listens and the key, as the E2B_* variables the SDKs read.
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
+    let mut vars = std::collections::HashMap::new();
+    while vars.len() < 3 {
+        let line = lines.next().expect("the banner").expect("stdout");
+        if let Some((name, value)) = line
+            .trim()
+            .strip_prefix("export ")
+            .and_then(|l| l.split_once('='))
+        {
+            vars.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    let url = &vars["E2B_API_URL"];
+    assert_eq!(&vars["E2B_SANDBOX_URL"], url);
+    let key = &vars["E2B_API_KEY"];
+    assert!(key.starts_with("e2b_") && key.len() == 44, "{key}");
+    let address = url.trim_start_matches("http://").to_owned();
+
+    // Closed: no key, no sandbox.
+    let (status, _) = request(&address, "POST", "/v2/sandboxes", &[], "{}");
+    assert!(status.contains(" 401 "), "{status}");
+    let (status, body) = request(&address, "POST", "/v2/sandboxes", &[("X-API-KEY", key)], "{}");
+    assert!(status.contains(" 201 "), "{status}: {body}");
+
+    // One live sandbox and one pooled interpreter behind it, each with a scratch mount and cgroups.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mounts = leftovers(pid).iter().filter(|l| l.starts_with("mount:")).count();
+        if mounts >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected 2 scratch mounts: {:?}",
+            leftovers(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(leftovers(pid).iter().any(|l| l.starts_with("cgroup:")));
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not exit within 30 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "serve exited with {status} on SIGTERM");
+    let left = leftovers(pid);
+    assert!(left.is_empty(), "left behind after SIGTERM: {left:#?}");
+}

@@ -1,0 +1,356 @@
+//! E2B's protocol on the wire: the JSON bodies, header names and ports that both waxell's E2B
+//! client ([`crate::e2b`], feature `e2b`) and `waxell-sandbox serve` use, defined once so the two
+//! cannot drift apart. Field names follow E2B's OpenAPI spec (control plane), the Code
+//! Interpreter's pydantic models and envd's proto3-JSON (int64 as strings, enums by name). Needs
+//! no feature: only serde.
+//!
+//! Readers are lenient as E2B's SDKs are: unknown fields are ignored and absent optional ones
+//! default.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Port of the Code Interpreter server inside an E2B sandbox.
+pub const CODE_INTERPRETER_PORT: u16 = 49999;
+/// Port of envd (files, filesystem RPCs) inside an E2B sandbox.
+pub const ENVD_PORT: u16 = 49983;
+/// Sandbox id the E2B SDKs use in debug mode (`E2B_DEBUG=true`), where they never call create.
+pub const DEBUG_SANDBOX_ID: &str = "debug_sandbox_id";
+
+/// Control-plane key header.
+pub const API_KEY_HEADER: &str = "x-api-key";
+/// Data-plane routing: the sandbox a request is for.
+pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+/// Data-plane routing: the port inside the sandbox a request is for.
+pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
+/// The sandbox's envd access token, on envd requests and `/execute`.
+pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+/// The sandbox's traffic token, on Code Interpreter requests.
+pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// `NewSandbox` / `NewSandboxV2`: the body of `POST /sandboxes` and `POST /v2/sandboxes`. Fields
+/// E2B defines and these sides do not use (`autoPause`, `network`, `secure`, ...) are left out.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct NewSandbox {
+    /// Template id or alias (`code-interpreter-v1`).
+    #[serde(rename = "templateID", default, skip_serializing_if = "Option::is_none")]
+    pub template_id: Option<String>,
+    /// Lifetime in seconds; the server's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+    /// String metadata kept with the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// Environment variables of every run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_vars: Option<BTreeMap<String, String>>,
+}
+
+impl NewSandbox {
+    /// A create request for this template.
+    pub fn new(template_id: impl Into<String>) -> Self {
+        Self {
+            template_id: Some(template_id.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// E2B's `Sandbox`: the answer to create and connect.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    /// The template it was made from.
+    #[serde(rename = "templateID", default)]
+    pub template_id: String,
+    /// 20 characters of `[a-z0-9]`.
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    /// The template's alias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Deprecated, but E2B's Python SDK fails without it.
+    #[serde(rename = "clientID", default)]
+    pub client_id: String,
+    /// envd version: gates upload formats and `username` in the SDKs.
+    #[serde(default)]
+    pub envd_version: Option<String>,
+    /// Token for envd requests and `/execute` ([`ACCESS_TOKEN_HEADER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+    /// Token for Code Interpreter requests ([`TRAFFIC_TOKEN_HEADER`]); `null` when none.
+    #[serde(default)]
+    pub traffic_access_token: Option<String>,
+    /// Domain of the sandbox's URLs; `null`: the client's configured one.
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+/// Body of `POST /sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TimeoutRequest {
+    /// New lifetime from now, in seconds.
+    pub timeout: i64,
+}
+
+/// Body of `POST /sandboxes/{id}/connect`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConnectRequest {
+    /// Extend the lifetime to at least this many seconds from now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+}
+
+/// Body of `POST /execute` (Code Interpreter).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ExecuteRequest {
+    /// The code to run.
+    pub code: String,
+    /// The context to run in (not with `language`).
+    #[serde(default)]
+    pub context_id: Option<String>,
+    /// The language's default context (not with `context_id`).
+    #[serde(default)]
+    pub language: Option<String>,
+    /// Environment variables of this run only.
+    #[serde(default)]
+    pub env_vars: Option<BTreeMap<String, String>>,
+}
+
+impl ExecuteRequest {
+    /// Run `code` in the default context.
+    pub fn new(code: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Body of `POST /contexts` (Code Interpreter).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NewContext {
+    /// Language of the new context (`python` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// Its working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// `type` values of the `/execute` NDJSON lines.
+pub mod line {
+    /// `{"type": "stdout", "text", "timestamp"}`.
+    pub const STDOUT: &str = "stdout";
+    /// `{"type": "stderr", "text", "timestamp"}`.
+    pub const STDERR: &str = "stderr";
+    /// A result: `text`, MIME fields, `is_main_result`, `extra`.
+    pub const RESULT: &str = "result";
+    /// `{"type": "error", "name", "value", "traceback"}`.
+    pub const ERROR: &str = "error";
+    /// `{"type": "number_of_executions", "execution_count"}`.
+    pub const NUMBER_OF_EXECUTIONS: &str = "number_of_executions";
+    /// Always the last line of a run.
+    pub const END_OF_EXECUTION: &str = "end_of_execution";
+    /// Sent during silence; readers ignore it.
+    pub const KEEPALIVE: &str = "keepalive";
+}
+
+/// envd `filesystem.Filesystem` request naming one path (`ListDir`, `Stat`, `MakeDir`, `Remove`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PathRequest {
+    /// The path (relative to the user's home, or absolute).
+    #[serde(default)]
+    pub path: String,
+    /// `ListDir` only: levels to list (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+}
+
+impl PathRequest {
+    /// A request for `path`.
+    pub fn new(path: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            depth: None,
+        }
+    }
+    /// With a `ListDir` depth.
+    pub fn with_depth(mut self, depth: u32) -> Self {
+        self.depth = Some(depth);
+        self
+    }
+}
+
+/// envd `Move` request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MoveRequest {
+    /// Path moved.
+    #[serde(default)]
+    pub source: String,
+    /// Where to.
+    #[serde(default)]
+    pub destination: String,
+}
+
+impl MoveRequest {
+    /// Move `source` to `destination`.
+    pub fn new(source: impl Into<String>, destination: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            destination: destination.into(),
+        }
+    }
+}
+
+/// `FILE_TYPE_FILE` in envd's `EntryInfo.type`.
+pub const FILE_TYPE_FILE: &str = "FILE_TYPE_FILE";
+/// `FILE_TYPE_DIRECTORY` in envd's `EntryInfo.type`.
+pub const FILE_TYPE_DIRECTORY: &str = "FILE_TYPE_DIRECTORY";
+
+/// envd's `EntryInfo` in proto3-JSON.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryInfo {
+    /// File name.
+    #[serde(default)]
+    pub name: String,
+    /// [`FILE_TYPE_FILE`], [`FILE_TYPE_DIRECTORY`] or `FILE_TYPE_SYMLINK`.
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// Absolute path.
+    #[serde(default)]
+    pub path: String,
+    /// Size in bytes: int64, so a string in proto3-JSON (some servers send a number).
+    #[serde(default, with = "int64")]
+    pub size: u64,
+    /// Unix mode bits.
+    #[serde(default)]
+    pub mode: u32,
+    /// `ls -l` style permissions.
+    #[serde(default)]
+    pub permissions: String,
+    /// Owner's user name.
+    #[serde(default)]
+    pub owner: String,
+    /// Group name.
+    #[serde(default)]
+    pub group: String,
+}
+
+impl EntryInfo {
+    /// True for a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind == FILE_TYPE_DIRECTORY
+    }
+}
+
+/// proto3-JSON int64: written as a string, read from a string or a number.
+mod int64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&value.to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Int64 {
+            Text(String),
+            Number(u64),
+        }
+        Ok(match Int64::deserialize(deserializer)? {
+            Int64::Text(text) => text.parse().map_err(serde::de::Error::custom)?,
+            Int64::Number(n) => n,
+        })
+    }
+}
+
+/// `ListDir` answer.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ListDirResponse {
+    /// Entries, all levels together.
+    #[serde(default)]
+    pub entries: Vec<EntryInfo>,
+}
+
+/// `Stat`, `MakeDir` and `Move` answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EntryResponse {
+    /// The entry.
+    pub entry: EntryInfo,
+}
+
+/// One file of a `POST /files` answer (a JSON array of these).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct UploadedEntry {
+    /// Absolute path written.
+    pub path: String,
+    /// File name.
+    pub name: String,
+    /// Always `file`.
+    #[serde(rename = "type", default = "file_type")]
+    pub kind: String,
+}
+
+fn file_type() -> String {
+    "file".into()
+}
+
+impl UploadedEntry {
+    /// A written file.
+    pub fn new(path: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            name: name.into(),
+            kind: file_type(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_info_is_proto3_json() {
+        let entry: EntryInfo =
+            serde_json::from_str(r#"{"name":"a","type":"FILE_TYPE_FILE","path":"/a","size":"12","x":1}"#)
+                .unwrap();
+        assert_eq!((entry.size, entry.is_dir()), (12, false));
+        let numeric: EntryInfo = serde_json::from_str(r#"{"size":7,"type":"FILE_TYPE_DIRECTORY"}"#).unwrap();
+        assert_eq!((numeric.size, numeric.is_dir()), (7, true));
+        let written = serde_json::to_value(&entry).unwrap();
+        assert_eq!(written["size"], "12");
+        assert_eq!(written["modifiedTime"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn sandbox_uses_e2bs_field_names() {
+        let sandbox: Sandbox = serde_json::from_str(
+            r#"{"templateID":"t","sandboxID":"s","clientID":"c","envdVersion":"0.6.13","envdAccessToken":"e","trafficAccessToken":null,"domain":null}"#,
+        )
+        .unwrap();
+        assert_eq!(sandbox.envd_access_token.as_deref(), Some("e"));
+        let written = serde_json::to_value(&sandbox).unwrap();
+        for field in [
+            "templateID",
+            "sandboxID",
+            "clientID",
+            "envdVersion",
+            "trafficAccessToken",
+            "domain",
+        ] {
+            assert!(written.get(field).is_some(), "{field} in {written}");
+        }
+    }
+}

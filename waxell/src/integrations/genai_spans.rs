@@ -1,0 +1,546 @@
+//! `tracing` spans with GenAI fields (rig's `chat`/`embeddings` spans, genai's `chat {model}`), turned
+//! into waxell's LLM spans on their way to OpenTelemetry.
+//!
+//! Why here and not in rig's hook traits: rig and genai already instrument their one chokepoint (the
+//! provider request) with `tracing`, for every provider and for streaming, and both record usage there;
+//! hooks would cover rig's agents only, not its bare completion models, nor genai. So
+//! [`crate::tracing_layer`] builds its OpenTelemetry spans through [`GenAiTracer`]: a span whose
+//! `gen_ai.operation.name` is `chat`, `generate_content`, `text_completion` or `embeddings` is handed
+//! to the same recorder [`crate::llm::record`] uses, which names it `{operation} {model}`, mirrors the
+//! OpenInference attributes, prices it, re-captures content under waxell's policy (scrubbed,
+//! truncated; the crate's raw content fields are never passed on), records the `tool_call:{name}`
+//! decision and the `gen_ai.client.*` metrics. Every other span passes through untouched.
+//!
+//! Non-spec fields are renamed into waxell's namespace (`gen_ai.usage.reasoning_tokens` becomes the
+//! spec's `gen_ai.usage.reasoning.output_tokens`; `rig.provider_request_id` becomes
+//! `waxell.llm.provider_request_id`).
+
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
+use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt as _, Tracer};
+use opentelemetry::{Context, KeyValue, Value};
+use serde_json::Value as Json;
+
+use crate::llm::instrument::{CallTelemetry, Operation, StreamStats};
+use crate::llm::record::Provider;
+use crate::llm::{
+    AssistantMessage, ChatRequest, ChatResponse, Choice, FunctionDefinition, Message, Tool, ToolCall, Usage,
+};
+use crate::semconv::*;
+
+/// The tracer behind [`crate::tracing_layer`]: waxell's tracer, with GenAI client spans recorded by
+/// waxell's LLM recorder.
+#[derive(Debug)]
+pub(crate) struct GenAiTracer {
+    inner: BridgeTracer,
+}
+
+impl GenAiTracer {
+    pub(crate) fn new(inner: BridgeTracer) -> Self {
+        Self { inner }
+    }
+}
+
+/// A span built by [`GenAiTracer`].
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "the pass-through variant is the common one; boxing it would cost an allocation per span"
+)]
+pub(crate) enum GenAiSpan {
+    /// Not a GenAI client span: passed through.
+    Plain(BridgeSpan),
+    /// A GenAI client span, recorded through waxell's LLM recorder.
+    Llm(Box<LlmSpan>),
+}
+
+/// What the crate recorded, kept until the span ends.
+#[derive(Debug, Default)]
+struct Seen {
+    input_messages: Option<String>,
+    output_messages: Option<String>,
+    system_instructions: Option<String>,
+    tool_definitions: Option<String>,
+    response_id: Option<String>,
+    response_model: Option<String>,
+    finish_reasons: Vec<String>,
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_tokens: Option<u64>,
+    reasoning_tokens: Option<u64>,
+    dimensions: Option<usize>,
+    time_to_first_chunk: Option<f64>,
+    error_type: Option<String>,
+    error: Option<String>,
+}
+
+/// A GenAI client span being recorded.
+#[derive(Debug)]
+pub(crate) struct LlmSpan {
+    call: CallTelemetry,
+    span_context: SpanContext,
+    operation: Operation,
+    stream: bool,
+    seen: Seen,
+}
+
+fn is_llm_operation(name: &str) -> Option<Operation> {
+    match name {
+        "chat" | "generate_content" | "text_completion" => Some(Operation::Chat),
+        "embeddings" => Some(Operation::Embeddings),
+        _ => None,
+    }
+}
+
+fn string_of(value: &Value) -> Cow<'_, str> {
+    value.as_str()
+}
+
+fn u64_of(value: &Value) -> Option<u64> {
+    match value {
+        Value::I64(n) => u64::try_from(*n).ok(),
+        Value::F64(n) if *n >= 0.0 => Some(*n as u64),
+        Value::String(s) => s.as_str().parse().ok(),
+        _ => None,
+    }
+}
+
+/// The spec's key for a non-spec one the crates use; `None` to drop it.
+fn renamed(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "gen_ai.usage.reasoning_tokens" => GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        "gen_ai.usage.tool_use_prompt_tokens" => "waxell.llm.tool_use_prompt_tokens",
+        "rig.provider_request_id" => "waxell.llm.provider_request_id",
+        "rig.completion_parent" => return None,
+        _ => return None,
+    })
+}
+
+impl Tracer for GenAiTracer {
+    type Span = GenAiSpan;
+
+    fn build_with_context(&self, mut builder: SpanBuilder, parent_cx: &Context) -> GenAiSpan {
+        let attributes = builder.attributes.take().unwrap_or_default();
+        let find = |key: &str| {
+            attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| &kv.value)
+        };
+        let operation = find(GEN_AI_OPERATION_NAME).and_then(|op| is_llm_operation(&string_of(op)));
+        let Some(operation) = operation.filter(|_| crate::telemetry::is_enabled()) else {
+            builder.attributes = Some(attributes);
+            return GenAiSpan::Plain(self.inner.build_with_context(builder, parent_cx));
+        };
+        let provider_name = find(GEN_AI_PROVIDER_NAME)
+            .map(|v| string_of(v).into_owned())
+            .unwrap_or_else(|| "openai".to_owned());
+        let model = find(GEN_AI_REQUEST_MODEL)
+            .map(|v| string_of(v).into_owned())
+            .unwrap_or_default();
+        let stream = matches!(find(GEN_AI_REQUEST_STREAM), Some(Value::Bool(true)));
+
+        let mut seen = Seen::default();
+        // `gen_ai.operation.name` stays as the crate recorded it (`generate_content` is a spec value).
+        let mut kept = Vec::with_capacity(attributes.len() + 6);
+        for kv in attributes {
+            if let Some(kv) = seen.observe(kv) {
+                kept.push(kv);
+            }
+        }
+        kept.extend(CallTelemetry::identity_mirror(operation, &provider_name, &model));
+        let op_name = find_op_name(&kept).unwrap_or_else(|| operation.name().to_owned());
+        builder.name = if model.is_empty() {
+            op_name.into()
+        } else {
+            format!("{op_name} {model}").into()
+        };
+        builder.span_kind = Some(opentelemetry::trace::SpanKind::Client);
+        builder.attributes = Some(kept);
+        let inner = self.inner.build_with_context(builder, parent_cx);
+
+        let span_context = opentelemetry::trace::Span::span_context(&inner).clone();
+        let provider = Provider::new(provider_name);
+        let call = CallTelemetry::adopt(
+            parent_cx.with_span(inner),
+            operation,
+            &provider,
+            &model,
+            Vec::new(),
+        );
+        GenAiSpan::Llm(Box::new(LlmSpan {
+            call,
+            span_context,
+            operation,
+            stream,
+            seen,
+        }))
+    }
+}
+
+fn find_op_name(attributes: &[KeyValue]) -> Option<String> {
+    attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == GEN_AI_OPERATION_NAME)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+impl Seen {
+    /// Keep what the end needs; return the attribute to set now (renamed), or `None` to hold it back
+    /// (content, re-captured under waxell's policy; usage and response identity, set with their mirrors).
+    fn observe(&mut self, kv: KeyValue) -> Option<KeyValue> {
+        let key = kv.key.as_str();
+        let text = || Some(kv.value.as_str().into_owned());
+        let seen = self;
+        match key {
+            GEN_AI_INPUT_MESSAGES => seen.input_messages = text(),
+            GEN_AI_OUTPUT_MESSAGES => seen.output_messages = text(),
+            GEN_AI_SYSTEM_INSTRUCTIONS => seen.system_instructions = text(),
+            GEN_AI_TOOL_DEFINITIONS => seen.tool_definitions = text(),
+            GEN_AI_RESPONSE_ID => seen.response_id = text(),
+            GEN_AI_RESPONSE_MODEL => seen.response_model = text(),
+            GEN_AI_RESPONSE_FINISH_REASONS => {
+                seen.finish_reasons = match &kv.value {
+                    Value::Array(opentelemetry::Array::String(values)) => {
+                        values.iter().map(|v| v.as_str().to_owned()).collect()
+                    }
+                    // genai records a JSON array as a string.
+                    other => serde_json::from_str::<Vec<String>>(&other.as_str())
+                        .unwrap_or_else(|_| vec![other.as_str().into_owned()]),
+                };
+            }
+            GEN_AI_USAGE_INPUT_TOKENS => seen.input_tokens = u64_of(&kv.value),
+            GEN_AI_USAGE_OUTPUT_TOKENS => seen.output_tokens = u64_of(&kv.value),
+            GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS => seen.cache_read_tokens = u64_of(&kv.value),
+            GEN_AI_USAGE_REASONING_OUTPUT_TOKENS | "gen_ai.usage.reasoning_tokens" => {
+                seen.reasoning_tokens = u64_of(&kv.value)
+            }
+            "gen_ai.embeddings.dimension.count" => {
+                seen.dimensions = u64_of(&kv.value).and_then(|n| usize::try_from(n).ok());
+                return Some(kv);
+            }
+            GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK => {
+                seen.time_to_first_chunk = match kv.value {
+                    Value::F64(seconds) => Some(seconds),
+                    _ => None,
+                };
+            }
+            ERROR_TYPE => seen.error_type = text(),
+            "error.message" | "exception.message" => seen.error = text(),
+            _ if key.starts_with("otel.") => return None,
+            _ => {
+                if let Some(spec) = renamed(key) {
+                    return Some(KeyValue::new(spec, kv.value));
+                }
+                if key.starts_with("rig.") {
+                    return None;
+                }
+                return Some(kv);
+            }
+        }
+        None
+    }
+}
+
+impl LlmSpan {
+    fn end(&mut self) {
+        let seen = std::mem::take(&mut self.seen);
+        if let Some(error_type) = &seen.error_type {
+            let message = seen.error.clone().unwrap_or_else(|| error_type.clone());
+            self.call.failed(error_type, &message, None);
+            return;
+        }
+        let usage = seen.input_tokens.map(|input| {
+            let mut usage = Usage::new(input, seen.output_tokens.unwrap_or(0));
+            if let Some(cached) = seen.cache_read_tokens {
+                usage = usage.with_cached_tokens(cached);
+            }
+            if let Some(reasoning) = seen.reasoning_tokens {
+                usage = usage.with_reasoning_tokens(reasoning);
+            }
+            usage
+        });
+        let response_model = seen.response_model.clone().unwrap_or_default();
+        if self.operation == Operation::Embeddings {
+            self.call
+                .succeeded_embeddings(&response_model, usage.as_ref(), seen.dimensions);
+            return;
+        }
+        let request = request_of(&seen);
+        self.call.set_offered_tools(request.tool_names());
+        self.call.record_input(&request);
+        let mut response = response_of(&seen);
+        response.usage = usage;
+        response.model = response_model;
+        let stats = self.stream.then(|| StreamStats {
+            time_to_first_chunk: seen.time_to_first_chunk.map(std::time::Duration::from_secs_f64),
+            chunks: 0,
+        });
+        self.call.succeeded(&response, stats);
+    }
+}
+
+/// The request as far as the crate recorded it (content only when its own capture was on).
+fn request_of(seen: &Seen) -> ChatRequest {
+    let mut messages = Vec::new();
+    if let Some(system) = seen.system_instructions.as_deref().and_then(parts_text) {
+        messages.push(Message::system(system));
+    }
+    if let Some(Json::Array(input)) = seen
+        .input_messages
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+    {
+        messages.extend(input.iter().flat_map(message_of));
+    }
+    let tools: Vec<Tool> = seen
+        .tool_definitions
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<Vec<Json>>(s).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(|tool| {
+            let function = tool.get("function").unwrap_or(tool);
+            Tool {
+                kind: "function".to_owned(),
+                function: FunctionDefinition {
+                    name: str_of(function, "name"),
+                    description: function
+                        .get("description")
+                        .and_then(Json::as_str)
+                        .map(str::to_owned),
+                    parameters: function.get("parameters").cloned(),
+                    strict: None,
+                },
+            }
+        })
+        .collect();
+    ChatRequest::new(messages).tools(tools)
+}
+
+fn str_of(value: &Json, key: &str) -> String {
+    value
+        .get(key)
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The text of system instructions recorded as parts (`[{"type":"text","content":...}]`) or a string.
+fn parts_text(recorded: &str) -> Option<String> {
+    match serde_json::from_str::<Json>(recorded) {
+        Ok(Json::Array(parts)) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|p| p.get("content").and_then(Json::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+        _ => Some(recorded.to_owned()),
+    }
+}
+
+fn tool_call_of(part: &Json) -> ToolCall {
+    let arguments = match part.get("arguments") {
+        Some(Json::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    ToolCall::function(str_of(part, "id"), str_of(part, "name"), arguments)
+}
+
+/// One spec `ChatMessage{role, parts}` as request messages (a tool response part becomes a tool message).
+fn message_of(message: &Json) -> Vec<Message> {
+    let parts = message
+        .get("parts")
+        .and_then(Json::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let text: Vec<&str> = parts
+        .iter()
+        .filter(|p| p.get("type").and_then(Json::as_str) == Some("text"))
+        .filter_map(|p| p.get("content").and_then(Json::as_str))
+        .collect();
+    let text = (!text.is_empty()).then(|| text.join("\n"));
+    let calls: Vec<ToolCall> = parts
+        .iter()
+        .filter(|p| p.get("type").and_then(Json::as_str) == Some("tool_call"))
+        .map(tool_call_of)
+        .collect();
+    let responses: Vec<Message> = parts
+        .iter()
+        .filter(|p| p.get("type").and_then(Json::as_str) == Some("tool_call_response"))
+        .map(|p| {
+            let response = match p.get("response").or_else(|| p.get("result")) {
+                Some(Json::String(text)) => text.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            Message::tool(str_of(p, "id"), response)
+        })
+        .collect();
+    match message.get("role").and_then(Json::as_str) {
+        Some("system") => vec![Message::system(text.unwrap_or_default())],
+        Some("assistant") if !calls.is_empty() => {
+            let mut assistant = Message::assistant_tool_calls(calls);
+            if let Message::Assistant { content, .. } = &mut assistant {
+                *content = text;
+            }
+            vec![assistant]
+        }
+        Some("assistant") => vec![Message::assistant(text.unwrap_or_default())],
+        Some("tool") => responses,
+        _ if !responses.is_empty() => responses,
+        _ => vec![Message::user(text.unwrap_or_default())],
+    }
+}
+
+/// The answer as far as the crate recorded it: output messages (when its capture was on) and finish
+/// reasons.
+fn response_of(seen: &Seen) -> ChatResponse {
+    let outputs: Vec<Json> = seen
+        .output_messages
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let mut choices: Vec<Choice> = outputs
+        .iter()
+        .enumerate()
+        .map(|(index, output)| {
+            let message = message_of(output).pop();
+            let (content, tool_calls) = match message {
+                Some(Message::Assistant {
+                    content, tool_calls, ..
+                }) => (content, tool_calls),
+                Some(other) => (other.text().map(str::to_owned), Vec::new()),
+                None => (None, Vec::new()),
+            };
+            let finish_reason = output
+                .get("finish_reason")
+                .and_then(Json::as_str)
+                .map(|reason| {
+                    if reason == "tool_call" {
+                        "tool_calls"
+                    } else {
+                        reason
+                    }
+                    .to_owned()
+                })
+                .or_else(|| seen.finish_reasons.get(index).cloned());
+            Choice {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                message: AssistantMessage {
+                    content,
+                    tool_calls,
+                    ..AssistantMessage::default()
+                },
+                finish_reason,
+            }
+        })
+        .collect();
+    if choices.is_empty() {
+        choices = seen
+            .finish_reasons
+            .iter()
+            .enumerate()
+            .map(|(index, reason)| Choice {
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                message: AssistantMessage::default(),
+                finish_reason: Some(reason.clone()),
+            })
+            .collect();
+    }
+    ChatResponse {
+        id: seen.response_id.clone().unwrap_or_default(),
+        model: String::new(),
+        created: 0,
+        choices,
+        usage: None,
+        system_fingerprint: None,
+    }
+}
+
+impl opentelemetry::trace::Span for GenAiSpan {
+    fn add_event_with_timestamp<T>(&mut self, name: T, timestamp: SystemTime, attributes: Vec<KeyValue>)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        match self {
+            Self::Plain(span) => span.add_event_with_timestamp(name, timestamp, attributes),
+            Self::Llm(span) => {
+                // Events may carry content (`gen_ai.client.inference.operation.details`); waxell
+                // records content as attributes under its own policy instead.
+                let name = name.into();
+                if !name.starts_with("gen_ai.") {
+                    span.call
+                        .context()
+                        .span()
+                        .add_event_with_timestamp(name, timestamp, attributes);
+                }
+            }
+        }
+    }
+
+    fn span_context(&self) -> &SpanContext {
+        match self {
+            Self::Plain(span) => span.span_context(),
+            Self::Llm(span) => &span.span_context,
+        }
+    }
+
+    fn is_recording(&self) -> bool {
+        match self {
+            Self::Plain(span) => span.is_recording(),
+            Self::Llm(span) => span.call.context().span().is_recording(),
+        }
+    }
+
+    fn set_attribute(&mut self, attribute: KeyValue) {
+        match self {
+            Self::Plain(span) => span.set_attribute(attribute),
+            Self::Llm(span) => {
+                if let Some(kept) = span.seen.observe(attribute) {
+                    span.call.context().span().set_attribute(kept);
+                }
+            }
+        }
+    }
+
+    fn set_status(&mut self, status: Status) {
+        match self {
+            Self::Plain(span) => span.set_status(status),
+            Self::Llm(span) => {
+                if let Status::Error { description } = status {
+                    span.seen.error_type.get_or_insert_with(|| "_OTHER".to_owned());
+                    span.seen.error.get_or_insert_with(|| description.into_owned());
+                }
+            }
+        }
+    }
+
+    fn update_name<T>(&mut self, new_name: T)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        // An LLM span keeps its `{operation} {model}` name.
+        if let Self::Plain(span) = self {
+            span.update_name(new_name);
+        }
+    }
+
+    fn add_link(&mut self, span_context: SpanContext, attributes: Vec<KeyValue>) {
+        match self {
+            Self::Plain(span) => span.add_link(span_context, attributes),
+            Self::Llm(span) => span.call.context().span().add_link(span_context, attributes),
+        }
+    }
+
+    fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+        match self {
+            Self::Plain(span) => span.end_with_timestamp(timestamp),
+            Self::Llm(span) => span.end(),
+        }
+    }
+}
