@@ -43,8 +43,12 @@ import json, sys
 package, wanted = sys.argv[1], sys.argv[2:]
 for line in sys.stdin:
     m = json.loads(line)
+    # A bin target is built twice by `cargo test`: as its unit-test harness (profile.test) and as the
+    # program itself (for CARGO_BIN_EXE_*); integration tests only as harnesses. Take the program for a
+    # bin, the harness for a test.
     if (m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in wanted
-            and f"/{package}#" in m["package_id"]):
+            and f"/{package}#" in m["package_id"]
+            and m["profile"]["test"] == ("bin" not in m["target"]["kind"])):
         print(m["target"]["name"], m["executable"])' "$@"
 }
 built=$(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null)

@@ -544,7 +544,8 @@ async fn sandbox_evaluator(env: &Env<'_>, report: &RunnerReport) -> DemoResult<E
     })
 }
 
-/// What the whole run produced.
+/// What the whole run produced (serialised as the orchestrator's output in the trace).
+#[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
     pub report: RunnerReport,
     pub evaluation: Evaluation,

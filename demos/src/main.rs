@@ -168,7 +168,7 @@ fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, 
     }
 }
 
-fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard) {
+fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard, flushed: &Result<(), String>) {
     let r = &outcome.report;
     let a = &r.analysis;
     println!("\n══ Code Sandbox Agent ══");
@@ -223,11 +223,38 @@ fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard) {
     }
     if let Some(trace) = &outcome.trace_id {
         println!("trace id: {trace}");
-        if guard.otlp_endpoint().is_some() {
-            let ui = std::env::var("JAEGER_UI_URL").unwrap_or_else(|_| "http://localhost:16686".to_owned());
-            println!("jaeger: {}/trace/{trace}", ui.trim_end_matches('/'));
+        if let Some(url) = guard.otlp_endpoint() {
+            print_export_outcome(trace, url, guard, flushed);
         }
     }
+}
+
+/// The Jaeger link only when the trace reached the collector; otherwise why not, where it was saved, and how
+/// to start Jaeger.
+fn print_export_outcome(trace: &str, url: &str, guard: &waxell::Guard, flushed: &Result<(), String>) {
+    let export = guard.drop_counter();
+    let (saved, dropped) = (export.saved().total(), export.dropped().total());
+    if flushed.is_ok() && export.exported() > 0 && saved == 0 && dropped == 0 {
+        let ui = std::env::var("JAEGER_UI_URL").unwrap_or_else(|_| "http://localhost:16686".to_owned());
+        println!("jaeger: {}/trace/{trace}", ui.trim_end_matches('/'));
+        return;
+    }
+    let why = export
+        .last_error()
+        .or_else(|| flushed.clone().err())
+        .unwrap_or_else(|| "the collector did not confirm the spans".to_owned());
+    println!("trace export to {url} failed: {why}");
+    match export.saved_to() {
+        Some(file) if saved > 0 => {
+            println!("trace saved to {}", file.display());
+            println!(
+                "send it once the collector is up: {}",
+                waxell::export::replay_hint(file)
+            );
+        }
+        _ => println!("{dropped} spans were dropped (the trace file is off)"),
+    }
+    println!("start Jaeger: docker compose -f docs/jaeger/docker-compose.yml up -d  (see docs/jaeger.md)");
 }
 
 async fn run(args: Args) -> DemoResult<()> {
@@ -276,11 +303,9 @@ async fn run(args: Args) -> DemoResult<()> {
     };
     let outcome = agents::orchestrator(&env, backend.as_ref()).await?;
     // Flush before printing the summary, so the trace tree (embedded default) comes first. A failed flush
-    // is only reported: the demo's result stands, and shutdown still exports what is queued.
-    if let Err(e) = guard.force_flush() {
-        eprintln!("waxell: {e}");
-    }
-    print_summary(&outcome, &guard);
+    // is only reported (with why and where the trace went, below): the demo's result stands.
+    let flushed = guard.force_flush().map_err(|e| e.to_string());
+    print_summary(&outcome, &guard, &flushed);
     drop(guard);
     if !outcome.report.analysis.succeeded {
         return Err("the code agent did not produce a working analysis".into());

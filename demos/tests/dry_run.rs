@@ -252,3 +252,62 @@ fn dry_run_with_too_few_attempts_says_what_the_script_needs() {
     );
     assert!(!stderr.contains("no scripted reply"), "{stderr}");
 }
+
+/// The summary prints the Jaeger link only when the collector took the trace; with nothing listening it says
+/// the export failed, where the trace was saved and how to send it later, and how to start Jaeger.
+#[test]
+fn the_jaeger_link_is_printed_only_when_the_trace_arrived() {
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-link-test-{}", std::process::id()));
+    let run = |endpoint: &str, trace_dir: &std::path::Path| {
+        let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+            .args(["--dry-run", "--quiet", "--output-dir"])
+            .arg(&out_dir)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("WAXELL_TRACE_FILE", trace_dir.join("run.jsonl"))
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("E2B_API_KEY")
+            .output()
+            .expect("the demo runs");
+        assert!(
+            output.status.success(),
+            "demo failed\nstderr:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+
+    let healthy_dir = out_dir.join("healthy-traces");
+    let rx = OtlpReceiver::start_http();
+    let healthy = run(&rx.base_url(), &healthy_dir);
+    assert!(healthy.contains("jaeger: http"), "{healthy}");
+    assert!(!healthy.contains("failed"), "{healthy}");
+    assert!(
+        !healthy_dir.join("run.jsonl").exists(),
+        "nothing to save when the collector took it all"
+    );
+
+    // A port nothing listens on: bind one, then free it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let down_dir = out_dir.join("down-traces");
+    let down = run(&format!("http://{closed}"), &down_dir);
+    assert!(
+        !down.contains("jaeger: http"),
+        "no link for a trace that never arrived:\n{down}"
+    );
+    assert!(
+        down.contains("trace export to") && down.contains("failed"),
+        "{down}"
+    );
+    assert!(down.contains("trace saved to"), "{down}");
+    assert!(down.contains("replay"), "the replay command is named:\n{down}");
+    assert!(down.contains("docs/jaeger"), "how to start Jaeger:\n{down}");
+    let saved = std::fs::read_to_string(down_dir.join("run.jsonl")).expect("the trace was saved");
+    assert!(
+        saved.contains("invoke_agent"),
+        "the saved file holds the agent spans"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

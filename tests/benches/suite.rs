@@ -13,7 +13,8 @@
 //! Full run (as root, after `scripts/setup.sh`):
 //! `cargo build --release -p demos && cargo bench -p waxell-tests --bench suite`.
 //! Quick run (CI, seconds per case): add `-- --quick` (or set `WAXELL_BENCH_QUICK=1`).
-//! One case only: `WAXELL_BENCH_ONLY=run_code,demo` (comma-separated case names).
+//! One case only: `WAXELL_BENCH_ONLY=run_code,demo` (comma-separated case names; also `exit`: the one-agent
+//! CLI and the demo as whole processes, collector down vs healthy).
 //! The demo binary is `WAXELL_DEMO_BIN`, else `target/release/demos`, else `target/debug/demos`.
 //!
 //! The machine is shared and noisy, so the two sides of every comparison run in alternating rounds
@@ -725,6 +726,83 @@ fn bench_demo(mode: &Mode, rows: &mut Vec<Row>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// exit: whole processes (start to exit, flush and shutdown included) with a healthy collector and with the
+// collector down (connection refused), side by side
+
+/// A binary of this workspace, release build first.
+fn workspace_binary(name: &str) -> Option<(PathBuf, String)> {
+    ["release", "debug"].iter().find_map(|profile| {
+        let path = target_dir().join(profile).join(name);
+        path.exists().then(|| (path, format!("{profile} build")))
+    })
+}
+
+fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
+    let receiver = OtlpReceiver::start_http();
+    let work_dir = std::env::temp_dir().join("waxell-bench-exit");
+    std::fs::create_dir_all(&work_dir).expect("work dir");
+    let mut programs: Vec<(String, PathBuf, String, Vec<&str>, usize)> = Vec::new();
+    match workspace_binary("one-agent") {
+        Some((path, which)) => programs.push(("one-agent CLI".into(), path, which, vec![], mode.pick(2, 15))),
+        None => {
+            println!("exit: one-agent skipped (run `cargo build --release -p waxell-tests --bins` first)")
+        }
+    }
+    match demo_binary() {
+        Some((path, which)) => programs.push((
+            "`demos --dry-run --quiet`".into(),
+            path,
+            which,
+            vec!["--dry-run", "--quiet"],
+            mode.pick(1, 7),
+        )),
+        None => println!("exit: demo skipped (run `cargo build --release -p demos` first)"),
+    }
+    for (name, path, which, args, runs) in programs {
+        let run = |endpoint: &str| {
+            time_process(
+                Command::new(&path)
+                    .args(&args)
+                    .current_dir(&work_dir)
+                    .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                    .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+                    // Unsent spans are saved here when the collector is down.
+                    .env("WAXELL_TRACE_FILE", work_dir.join("unsent.jsonl")),
+            )
+        };
+        let (mut healthy, mut down) = (Vec::new(), Vec::new());
+        for round in 0..runs {
+            let dead = nothing_listening_url().replace("/v1/traces", "");
+            if round % 2 == 0 {
+                healthy.push(run(&receiver.base_url()));
+                down.push(run(&dead));
+            } else {
+                down.push(run(&dead));
+                healthy.push(run(&receiver.base_url()));
+            }
+        }
+        describe(&format!("exit/{name}/healthy ({which})"), &healthy);
+        describe(&format!("exit/{name}/collector_down ({which})"), &down);
+        let (h, d) = (median(&healthy), median(&down));
+        let ratio = d.as_secs_f64() / h.as_secs_f64();
+        let extra_ms = (d.as_secs_f64() - h.as_secs_f64()) * 1000.0;
+        rows.push(Row {
+            figure: format!(
+                "{name}, whole process with the collector down (connection refused), {which}, median of {runs}"
+            ),
+            measured: ms(d),
+            anchor: format!("healthy OTLP/HTTP receiver on 127.0.0.1: {}", ms(h)),
+            ratio: format!("{ratio:.3} ({extra_ms:+.0} ms)"),
+            target: format!(
+                "<= 1.05x and <= +100 ms: {}",
+                verdict(ratio <= 1.05 && extra_ms <= 100.0)
+            ),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&work_dir);
+}
+
+// ---------------------------------------------------------------------------------------------
 
 fn main() {
     let mode = Mode::from_env();
@@ -735,12 +813,13 @@ fn main() {
     );
     let mut rows = Vec::new();
     type Case = fn(&Mode, &mut Vec<Row>);
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 6] = [
         ("run_code", bench_run_code),
         ("concurrent", bench_concurrent),
         ("export", bench_export),
         ("collector_down", bench_collector_down),
         ("demo", bench_demo),
+        ("exit", bench_exit),
     ];
     for (name, case) in cases {
         if mode.runs(name) {

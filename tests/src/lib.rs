@@ -187,15 +187,21 @@ impl TraceService for Grpc {
 impl OtlpReceiver {
     /// OTLP/HTTP on `/v1/traces` (protobuf or JSON, by content type) and `/v1/metrics`.
     pub fn start_http() -> Self {
-        Self::start(false)
+        Self::start(false, None)
+    }
+
+    /// OTLP/HTTP that, like MLflow 3 with `x-mlflow-experiment-id`, answers 422 to a traces request without
+    /// the header `name` set to `value` (and records nothing from it).
+    pub fn start_http_requiring_header(name: &str, value: &str) -> Self {
+        Self::start(false, Some((name.to_ascii_lowercase(), value.to_owned())))
     }
 
     /// OTLP/gRPC.
     pub fn start_grpc() -> Self {
-        Self::start(true)
+        Self::start(true, None)
     }
 
-    fn start(grpc: bool) -> Self {
+    fn start(grpc: bool, required: Option<(String, String)>) -> Self {
         let store = Arc::new(Mutex::new(Store::default()));
         let thread_store = Arc::clone(&store);
         let server = ServerThread::spawn(move |listener, stop| async move {
@@ -207,7 +213,7 @@ impl OtlpReceiver {
                     .await
                     .unwrap();
             } else {
-                axum::serve(listener, http_routes(thread_store))
+                axum::serve(listener, http_routes(thread_store, required))
                     .with_graceful_shutdown(stop)
                     .await
                     .unwrap();
@@ -256,7 +262,7 @@ impl OtlpReceiver {
 }
 
 /// OTLP/HTTP: `/v1/traces` (protobuf or JSON by content type) and `/v1/metrics`.
-fn http_routes(thread_store: Arc<Mutex<Store>>) -> axum::Router {
+fn http_routes(thread_store: Arc<Mutex<Store>>, required: Option<(String, String)>) -> axum::Router {
     let traces_store = Arc::clone(&thread_store);
     let metrics_store = Arc::clone(&thread_store);
     let app = axum::Router::new()
@@ -264,7 +270,16 @@ fn http_routes(thread_store: Arc<Mutex<Store>>) -> axum::Router {
             "/v1/traces",
             post(move |headers: HeaderMap, body: Bytes| {
                 let store = Arc::clone(&traces_store);
+                let required = required.clone();
                 async move {
+                    if let Some((name, value)) = &required {
+                        if headers.get(name.as_str()).and_then(|v| v.to_str().ok()) != Some(value.as_str()) {
+                            return (
+                                StatusCode::UNPROCESSABLE_ENTITY,
+                                format!("missing header {name}").into_bytes(),
+                            );
+                        }
+                    }
                     let json = headers
                         .get("content-type")
                         .is_some_and(|c| c.as_bytes().starts_with(b"application/json"));

@@ -105,9 +105,9 @@ async fn client_calls_are_spans_and_carry_traceparent() {
         })
     };
     let parent = by_name("agent tool");
-    let create = by_name("sandbox.create");
+    let create = by_name("execute_tool sandbox.create");
     let run = by_name("execute_tool e2b.run_code");
-    let kill = by_name("sandbox.kill");
+    let kill = by_name("execute_tool sandbox.kill");
     for span in [create, run, kill] {
         assert_eq!(
             span.parent_span_id,

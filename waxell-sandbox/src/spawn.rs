@@ -141,9 +141,28 @@ mod tests {
     /// read the kernel source from byte 2 (a SyntaxError in every sandbox).
     #[tokio::test]
     async fn a_join_fd_numbered_like_a_target_neither_corrupts_the_data_nor_misses_the_join() {
+        // It takes over a fixed descriptor number, so it runs alone in a child process of its own: under
+        // `cargo test` the other tests of this binary run on parallel threads and open descriptors too.
+        const CHILD: &str = "WAXELL_SPAWN_FD_TEST";
+        if std::env::var_os(CHILD).is_none() {
+            let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+            let test = format!("{module}::a_join_fd_numbered_like_a_target_neither_corrupts_the_data_nor_misses_the_join");
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "{test} in a child process: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
         const TARGET: RawFd = 40;
-        // SAFETY: F_GETFD only queries the descriptor number; each test runs in its own process
-        // under nextest, and nothing else in this binary opens 40 descriptors.
+        // SAFETY: F_GETFD only queries the descriptor number; this test runs alone in its process (above),
+        // and nothing else in this binary opens 40 descriptors.
         assert!(
             unsafe { libc::fcntl(TARGET, libc::F_GETFD) } < 0,
             "fd {TARGET} is already open"

@@ -75,7 +75,7 @@ async fn sandbox_calls_emit_nested_spans() {
         assert_eq!(string(span, "waxell.sandbox.backend"), "local", "{}", span.name);
     }
 
-    let create = named("sandbox.create");
+    let create = named("execute_tool sandbox.create");
     assert_eq!(create.len(), 1);
     let sandbox_id = string(create[0], "waxell.sandbox.id");
 
@@ -108,7 +108,7 @@ async fn sandbox_calls_emit_nested_spans() {
     assert_eq!(string(rejected, "error.type"), "invalid_argument");
     assert!(matches!(rejected.status, Status::Error { .. }));
 
-    let reads = named("sandbox.read_file");
+    let reads = named("execute_tool sandbox.read_file");
     assert_eq!(reads.len(), 2);
     assert_eq!(
         attribute(reads[0], "waxell.sandbox.file.size"),
@@ -116,25 +116,31 @@ async fn sandbox_calls_emit_nested_spans() {
     );
     assert!(matches!(reads[1].status, Status::Error { .. }));
     assert_eq!(string(reads[1], "error.type"), "invalid_path");
-    assert_eq!(named("sandbox.write_file").len(), 1);
+    assert_eq!(named("execute_tool sandbox.write_file").len(), 1);
     assert_eq!(
-        string(named("sandbox.write_file")[0], "waxell.sandbox.file.path"),
+        string(
+            named("execute_tool sandbox.write_file")[0],
+            "waxell.sandbox.file.path"
+        ),
         "a.txt"
     );
-    assert_eq!(named("sandbox.list_files").len(), 1);
-    let made: Vec<_> = named("sandbox.make_dir")
+    assert_eq!(named("execute_tool sandbox.list_files").len(), 1);
+    let made: Vec<_> = named("execute_tool sandbox.make_dir")
         .iter()
         .map(|s| attribute(s, "waxell.sandbox.file.created").cloned())
         .collect();
     assert_eq!(made, [Some(Value::Bool(true)), Some(Value::Bool(false))]);
     assert_eq!(
-        string(named("sandbox.remove")[0], "waxell.sandbox.file.path"),
+        string(
+            named("execute_tool sandbox.remove")[0],
+            "waxell.sandbox.file.path"
+        ),
         "out2"
     );
-    let renamed = named("sandbox.rename");
+    let renamed = named("execute_tool sandbox.rename");
     assert_eq!(string(renamed[0], "waxell.sandbox.file.path"), "out");
     assert_eq!(string(renamed[0], "waxell.sandbox.file.destination"), "out2");
-    assert_eq!(named("sandbox.kill").len(), 1);
+    assert_eq!(named("execute_tool sandbox.kill").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,8 +72,10 @@ pub(crate) struct EnvConfig {
     pub(crate) protocol: Protocol,
     pub(crate) headers: Vec<(String, String)>,
     /// Longest wait for one export: `WAXELL_EXPORT_TIMEOUT_MS`, else `OTEL_BSP_EXPORT_TIMEOUT`, else
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s.
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s.
     pub(crate) export_timeout: Duration,
+    /// The exit budget: how long flush and shutdown wait for the collector (`WAXELL_SHUTDOWN_TIMEOUT_MS`).
+    pub(crate) shutdown_timeout: Option<Duration>,
     pub(crate) batch: BatchSettings,
     /// `WAXELL_EXPORT_BREAKER_FAILURES` / `WAXELL_EXPORT_BREAKER_COOLDOWN_MS`, when set.
     pub(crate) breaker_failures: Option<u32>,
@@ -105,6 +107,45 @@ impl Default for BatchSettings {
             max_export_batch_size: 512,
             schedule_delay: Duration::from_millis(1000),
         }
+    }
+}
+
+/// The OTel specification's default for `OTEL_EXPORTER_OTLP_TIMEOUT`. The agent never waits on an export
+/// (it runs on the batch processor's thread); a generous timeout keeps slow collectors' traces (MLflow takes
+/// about 3.5 s per request), and the exit waits at most the shutdown budget whatever this is.
+pub(crate) const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The OTLP export settings, read from the standard variables with the meaning `init()` gives them: the
+/// traces URL (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` verbatim, else `OTEL_EXPORTER_OTLP_ENDPOINT` plus
+/// `/v1/traces` for HTTP), `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`, `OTEL_EXPORTER_OTLP_(TRACES_)HEADERS` and the
+/// export timeout (`WAXELL_EXPORT_TIMEOUT_MS`, else `OTEL_BSP_EXPORT_TIMEOUT`, else `OTEL_EXPORTER_OTLP_TIMEOUT`,
+/// else 10 s). `waxell replay` uses exactly these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OtlpSettings {
+    /// Full traces URL (HTTP) or collector address (gRPC), when a variable names one.
+    pub traces_endpoint: Option<String>,
+    pub protocol: Protocol,
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+}
+
+impl OtlpSettings {
+    /// Read them from the environment; a bad value is an error naming the variable.
+    pub fn from_env() -> Result<Self, InitError> {
+        let env = from_env()?;
+        Ok(Self {
+            traces_endpoint: env.traces_endpoint,
+            protocol: env.protocol,
+            headers: env.headers,
+            timeout: env.export_timeout,
+        })
+    }
+
+    /// The traces URL for a base URL given as `OTEL_EXPORTER_OTLP_ENDPOINT` would be (`/v1/traces` appended
+    /// for HTTP), so a command-line flag can mean what the variable means.
+    pub fn traces_url_for_base(base: &str, protocol: Protocol) -> String {
+        traces_url(Some(base), None, protocol).unwrap_or_default()
     }
 }
 
@@ -282,7 +323,8 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
     let export_timeout = millis_var("WAXELL_EXPORT_TIMEOUT_MS")?
         .or(millis_var("OTEL_BSP_EXPORT_TIMEOUT")?)
         .or(millis_var("OTEL_EXPORTER_OTLP_TIMEOUT")?)
-        .unwrap_or(Duration::from_secs(3));
+        .unwrap_or(DEFAULT_EXPORT_TIMEOUT);
+    let shutdown_timeout = millis_var("WAXELL_SHUTDOWN_TIMEOUT_MS")?;
     let defaults = BatchSettings::default();
     let max_queue_size = positive_var("OTEL_BSP_MAX_QUEUE_SIZE", "a positive number of spans")?
         .unwrap_or(defaults.max_queue_size);
@@ -314,6 +356,7 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
         protocol,
         headers,
         export_timeout,
+        shutdown_timeout,
         batch,
         breaker_failures,
         breaker_cooldown,

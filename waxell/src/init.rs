@@ -15,8 +15,12 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 use opentelemetry_sdk::Resource;
 
 use crate::config::{self, BatchSettings, Capture, Protocol};
-use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
-use crate::export::{default_trace_file, DropCounter, DroppedSpans, EmbeddedExporter};
+use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate, Spill};
+use crate::export::jsonl::JsonLinesFile;
+#[cfg(feature = "otlp-http")]
+use crate::export::transport::ObservedClient;
+use crate::export::transport::TransportLog;
+use crate::export::{default_trace_file, human, replay_hint, DropCounter, DroppedSpans, EmbeddedExporter};
 use crate::limits::SpanCap;
 use crate::scrub::{self, Scrubber};
 use crate::semconv::*;
@@ -264,20 +268,22 @@ impl Builder {
         self.default_export = Some(on);
         self
     }
-    /// How long shutdown may take before it gives up (default 5 s).
+    /// The exit budget: how long a flush, and shutdown, wait for the collector before they give up and save
+    /// what is unsent to the trace file (else `WAXELL_SHUTDOWN_TIMEOUT_MS`, else 5 s).
     pub fn with_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = Some(timeout);
         self
     }
 
     /// Longest wait for one export, retries included (else `WAXELL_EXPORT_TIMEOUT_MS`, else
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 3 s). A batch that takes longer is dropped and counted.
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, else 10 s). A batch that takes longer is saved to the trace file.
     pub fn with_export_timeout(mut self, timeout: Duration) -> Self {
         self.export_timeout = Some(timeout);
         self
     }
     /// After `failures` consecutive failed exports, stop calling the collector for `cooldown` (spans offered
-    /// meanwhile are dropped and counted), then let one batch probe it (default: 3 failures, 30 s).
+    /// meanwhile are saved to the trace file), then let one batch probe it (default: 3 failures, 30 s). A
+    /// refused connection opens the breaker at once.
     pub fn with_circuit_breaker(mut self, failures: u32, cooldown: Duration) -> Self {
         self.circuit_breaker = Some((failures.max(1), cooldown));
         self
@@ -346,6 +352,23 @@ impl Builder {
         let mut meter_provider: Option<SdkMeterProvider> = None;
         let mut target = Target::None;
         let export_timeout = self.export_timeout.unwrap_or(env.export_timeout);
+        let default_export = self.default_export.unwrap_or(true);
+        // The trace file: the embedded default writes every span there; with a collector, spans it could not
+        // take are saved there (created only then). `None` (WAXELL_TRACE_FILE=off) turns both off.
+        let file_path = match self.trace_file.clone().or(env.trace_file.clone()) {
+            Some(explicit) => explicit,
+            None => Some(default_trace_file()),
+        };
+        let file = match (&file_path, default_export, &endpoint) {
+            (None, _, _) | (_, false, _) => None,
+            (Some(path), true, Some(_)) => Some(Arc::new(JsonLinesFile::lazy(path))),
+            (Some(path), true, None) => Some(Arc::new(JsonLinesFile::open_now(path).map_err(|source| {
+                InitError::TraceFile {
+                    path: path.display().to_string(),
+                    source,
+                }
+            })?)),
+        };
         let limits = Limits {
             fail_open: FailOpenConfig {
                 export_timeout,
@@ -362,14 +385,19 @@ impl Builder {
             },
             batch: env.batch,
             max_spans_per_run: self.max_spans_per_run.unwrap_or(env.max_spans_per_run),
-            counters: Arc::new(DropCounters::default()),
+            counters: Arc::new(DropCounters::new(
+                file.clone().map(|f| Spill::new(f, env.batch.max_queue_size)),
+            )),
         };
-        if self.default_export.unwrap_or(true) {
+        if default_export {
             match &endpoint {
                 Some(url) => {
-                    let (exporter, rt) = otlp_exporter(url, protocol, &headers, export_timeout)?;
+                    let transport = Arc::new(TransportLog::default());
+                    let (exporter, rt) =
+                        otlp_exporter(url, protocol, &headers, export_timeout, Arc::clone(&transport))?;
                     runtime = rt;
-                    provider = provider.with_span_processor(limits.pipeline(exporter)?);
+                    let transport = (protocol != Protocol::Grpc).then_some(transport);
+                    provider = provider.with_span_processor(limits.pipeline(exporter, transport)?);
                     #[cfg(any(feature = "otlp-http", feature = "grpc"))]
                     {
                         meter_provider = Some(otlp_meter_provider(
@@ -384,19 +412,9 @@ impl Builder {
                     target = Target::Otlp(url.clone());
                 }
                 None => {
-                    let file = match self.trace_file.clone().or(env.trace_file.clone()) {
-                        Some(explicit) => explicit,
-                        None => Some(default_trace_file()),
-                    };
-                    let exporter =
-                        EmbeddedExporter::new(self.console.unwrap_or(env.console), file.as_deref()).map_err(
-                            |source| InitError::TraceFile {
-                                path: file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-                                source,
-                            },
-                        )?;
-                    provider = provider.with_span_processor(limits.pipeline(exporter)?);
-                    target = Target::Embedded(file);
+                    let exporter = EmbeddedExporter::new(self.console.unwrap_or(env.console), file);
+                    provider = provider.with_span_processor(limits.pipeline(exporter, None)?);
+                    target = Target::Embedded(file_path);
                 }
             }
         }
@@ -415,7 +433,10 @@ impl Builder {
             meter_provider,
             runtime,
             target,
-            shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
+            shutdown_timeout: self
+                .shutdown_timeout
+                .or(env.shutdown_timeout)
+                .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
             counters: DropCounter(limits.counters),
         })
     }
@@ -470,13 +491,12 @@ impl Limits {
     fn pipeline<E: opentelemetry_sdk::trace::SpanExporter + 'static>(
         &self,
         exporter: E,
+        transport: Option<Arc<TransportLog>>,
     ) -> Result<impl SpanProcessor + 'static, InitError> {
-        let exporter =
-            FailOpenExporter::new(exporter, self.fail_open, Arc::clone(&self.counters)).map_err(|e| {
-                InitError::InvalidSetting {
-                    setting: "export worker",
-                    message: format!("could not start the export thread: {e}"),
-                }
+        let exporter = FailOpenExporter::new(exporter, self.fail_open, Arc::clone(&self.counters), transport)
+            .map_err(|e| InitError::InvalidSetting {
+                setting: "export worker",
+                message: format!("could not start the export thread: {e}"),
             })?;
         let batch = BatchSpanProcessor::builder(exporter)
             .with_batch_config(
@@ -560,13 +580,14 @@ fn otlp_exporter(
     protocol: Protocol,
     headers: &[(String, String)],
     timeout: Duration,
+    transport: Arc<TransportLog>,
 ) -> Result<(SpanExporter, Option<GrpcRuntime>), InitError> {
     let fail = |message: String| InitError::Exporter {
         protocol: protocol_name(protocol),
         endpoint: url.to_owned(),
         message,
     };
-    let _ = (&fail, headers, timeout);
+    let _ = (&fail, headers, timeout, &transport);
     match protocol {
         #[cfg(feature = "grpc")]
         Protocol::Grpc => {
@@ -576,6 +597,8 @@ fn otlp_exporter(
                 .with_tonic()
                 .with_endpoint(url)
                 .with_timeout(timeout)
+                // Retries happen in the fail-open exporter, where a refused connection is final.
+                .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_metadata(metadata(headers).map_err(fail)?)
                 .build()
                 .map_err(|e| fail(e.to_string()))?;
@@ -590,8 +613,15 @@ fn otlp_exporter(
                 .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
+                // The exporter's own retry loop would back off on a refused connection (seconds at exit
+                // with the collector down); the fail-open exporter retries only what can help, from what
+                // this client observed.
+                .with_http_client(ObservedClient::new(
+                    http_client(timeout).map_err(fail)?,
+                    transport,
+                ))
+                .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_headers(headers.iter().cloned().collect())
-                .with_http_client(http_client(timeout).map_err(fail)?)
                 .build()
                 .map_err(|e| fail(e.to_string()))?;
             Ok((exporter, None))
@@ -639,6 +669,7 @@ fn otlp_meter_provider(
                 .with_tonic()
                 .with_endpoint(traces_url)
                 .with_timeout(timeout)
+                .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_metadata(metadata(headers).map_err(fail)?)
                 .build()
         }
@@ -656,6 +687,7 @@ fn otlp_meter_provider(
                 .with_protocol(http_protocol(protocol))
                 .with_endpoint(url)
                 .with_timeout(timeout)
+                .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
                 .with_headers(headers.iter().cloned().collect())
                 .with_http_client(http_client(timeout).map_err(fail)?)
                 .build()
@@ -745,20 +777,26 @@ impl Guard {
     }
 
     /// Export everything ended so far. Runs off the calling thread, so it cannot deadlock a
-    /// current-thread Tokio runtime; bounded by the shutdown timeout.
+    /// current-thread Tokio runtime; waits at most the exit budget (`with_shutdown_timeout`), then stops
+    /// waiting for the collector (what it had not taken is saved to the trace file when its export ends
+    /// badly, or at shutdown).
     pub fn force_flush(&self) -> Result<(), FlushError> {
         let Some(provider) = self.provider.clone() else {
             return Ok(());
         };
         let meter = self.meter_provider.clone();
-        run_bounded("flush", self.shutdown_timeout, move || {
+        let result = run_bounded("flush", self.shutdown_timeout, move || {
             let traces = provider.force_flush().map_err(Bounded::from);
             if let Some(m) = meter {
                 let _ = m.force_flush();
             }
             traces
         })
-        .map_err(FlushError::from)
+        .map_err(FlushError::from);
+        if result.is_err() && self.counters.0.exporting_now() {
+            self.counters.0.abandon_in_flight();
+        }
+        result
     }
 
     /// Flush and shut down now, reporting what went wrong.
@@ -771,13 +809,24 @@ impl Guard {
             return Ok(());
         };
         let meter = self.meter_provider.take();
-        let timeout = self.shutdown_timeout;
+        let budget = self.shutdown_timeout;
         telemetry::uninstall();
-        self.counters.0.begin_shutdown();
-        let result = run_bounded("shutdown", timeout + Duration::from_millis(500), move || {
-            let traces = provider.shutdown_with_timeout(timeout).map_err(Bounded::from);
+        // From here the exporter waits for the collector until the budget's end at most, then saves the rest.
+        self.counters.0.begin_shutdown(budget);
+        let counters = Arc::clone(&self.counters.0);
+        let started = std::time::Instant::now();
+        let result = run_bounded("shutdown", budget + SHUTDOWN_SLACK, move || {
+            let traces = provider
+                .shutdown_with_timeout(budget + SHUTDOWN_SLACK / 2)
+                .map_err(Bounded::from);
             if let Some(m) = meter {
-                let _ = m.shutdown_with_timeout(timeout);
+                // A collector that just failed the traces gets no more of the budget for metrics.
+                let left = budget.saturating_sub(started.elapsed());
+                let _ = m.shutdown_with_timeout(if counters.collector_failed() {
+                    Duration::from_millis(50).min(left)
+                } else {
+                    left
+                });
             }
             traces
         })
@@ -787,13 +836,61 @@ impl Guard {
             // Never blocks, so the guard may be dropped inside async code.
             rt.shutdown_background();
         }
-        self.counters.0.mark_shut_down();
-        let dropped = self.dropped_spans();
-        if dropped.total() > 0 {
-            eprintln!("waxell: {dropped}");
+        self.counters.0.finish_shutdown();
+        for line in exit_report(&self.counters, &self.target, budget) {
+            eprintln!("waxell: {line}");
         }
-        result
+        let _ = result;
+        // The report above told the user; the error says the same to the caller.
+        let (dropped, saved) = (self.counters.dropped(), self.counters.saved());
+        // Spans over the per-run cap are dropped by policy, not because export failed.
+        if dropped.total() > dropped.over_span_cap {
+            Err(ShutdownError::Export(dropped.to_string()))
+        } else if saved.total() > 0 {
+            Err(ShutdownError::Export(format!(
+                "the collector did not take every span: {saved}"
+            )))
+        } else {
+            Ok(())
+        }
     }
+}
+
+/// Extra time for the batch processor to save what is left once the exit budget has run out.
+const SHUTDOWN_SLACK: Duration = Duration::from_millis(1500);
+
+/// The default exit budget.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the exit says about spans that did not reach the collector: where they were saved and the command
+/// that sends them, that the exit stopped waiting, and what was lost for good.
+fn exit_report(counter: &DropCounter, target: &Target, budget: Duration) -> Vec<String> {
+    let mut lines = Vec::new();
+    if counter.gave_up_waiting() {
+        lines.push(format!(
+            "gave up waiting for the collector after the exit budget of {} (WAXELL_SHUTDOWN_TIMEOUT_MS, \
+             Builder::with_shutdown_timeout)",
+            human(budget)
+        ));
+    }
+    let saved = counter.saved();
+    if let (Target::Otlp(url), true, Some(file)) = (target, saved.total() > 0, counter.saved_to()) {
+        let why = counter.last_error().unwrap_or_else(|| "export failed".into());
+        lines.push(format!(
+            "could not send {} spans to {url} ({why}); saved them to {}",
+            saved.total(),
+            file.display()
+        ));
+        lines.push(format!(
+            "send them once the collector is up: {}",
+            replay_hint(file)
+        ));
+    }
+    let dropped = counter.dropped();
+    if dropped.total() > 0 {
+        lines.push(dropped.to_string());
+    }
+    lines
 }
 
 /// Run `work` on its own thread and wait at most `timeout`: export and shutdown block, and on a
@@ -820,8 +917,7 @@ fn run_bounded(
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Err(e) = self.shutdown_inner() {
-            eprintln!("waxell: {e}");
-        }
+        // Whatever went wrong was reported on stderr by the shutdown itself.
+        let _ = self.shutdown_inner();
     }
 }

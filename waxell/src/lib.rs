@@ -32,9 +32,14 @@
 //!
 //! Call [`init`] once at start-up to export: over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, else to the
 //! embedded default (a trace tree on stderr and OTLP JSON lines under `.waxell/traces/`).
+//!
+//! To assert in your own tests which spans, scores and decisions your agent produced, use the `testing`
+//! module (cargo feature `testing`).
 #![forbid(unsafe_code)]
 
 mod capture;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod cloud;
 mod config;
 mod decision;
@@ -79,6 +84,8 @@ pub use secret::Secret;
 /// tracing_subscriber::registry().with(waxell::tracing_layer()).init();
 /// # Ok::<(), waxell::InitError>(())
 /// ```
+///
+/// `tracing` spans are started like waxell's own, so inside a `waxell::testing` capture they are captured too.
 ///
 /// Filter out the HTTP stacks (`hyper`, `h2`, `tonic`, `reqwest`) if your subscriber records their spans, so
 /// exporting does not trace itself.

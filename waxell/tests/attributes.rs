@@ -255,7 +255,9 @@ async fn methods_generics_lifetimes_impl_future_and_async_trait_are_instrumented
 
 #[tool]
 async fn slow_tool() -> u32 {
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // Far longer than the 1 ms timeout: on a loaded machine a short sleep may be over by the time the
+    // timeout first polls, and the call would complete instead of being cancelled.
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
     1
 }
 

@@ -20,7 +20,7 @@ struct Cli {
 #[allow(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Report which isolation layers and limits the local sandbox has on this host, and the fix
     /// for each missing piece (exit status 1 when it cannot run here at all).
     Doctor,
@@ -146,7 +146,7 @@ async fn main() {
         .with_writer(std::io::stderr)
         .init();
     let args = match Cli::parse().command {
-        Command::Serve(args) => args,
+        Command::Serve(args) => *args,
         Command::Doctor => {
             let report = LocalBackend::host_report(&LocalConfig::default());
             print!("{report}");
@@ -352,7 +352,7 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             unreachable!()
         };
-        let error = serve(args).await.unwrap_err();
+        let error = serve(*args).await.unwrap_err();
         assert!(error.contains("with --no-auth"), "{error}");
     }
 
@@ -370,7 +370,7 @@ mod tests {
         let Command::Serve(args) = cli.command else {
             unreachable!()
         };
-        args
+        *args
     }
 
     #[tokio::test]

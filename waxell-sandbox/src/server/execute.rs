@@ -273,3 +273,123 @@ async fn interrupt_abandoned(session: &dyn SandboxSession, target: &Target) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use async_trait::async_trait;
+    use futures_util::StreamExt;
+    use waxell::sandbox::{CodeContext, EntryInfo};
+
+    use super::*;
+
+    /// A session whose run prints `lines` lines of 1 KiB at once, then waits until it is dropped
+    /// (aborted) or `released`, recording whether an interrupt run came.
+    struct Printer {
+        lines: usize,
+        interrupted: Arc<AtomicBool>,
+    }
+
+    #[async_trait]
+    impl SandboxSession for Printer {
+        fn sandbox_id(&self) -> &str {
+            "printer"
+        }
+        async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+            if code.is_empty() {
+                self.interrupted.store(true, Ordering::SeqCst);
+                return Ok(Execution::default());
+            }
+            let message = OutputMessage {
+                line: "x".repeat(1024),
+                error: false,
+            };
+            for _ in 0..self.lines {
+                if let Some(callback) = &options.on_stdout {
+                    callback(&message);
+                }
+            }
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        async fn create_context(
+            &self,
+            _: Option<&str>,
+            _: Option<&str>,
+        ) -> Result<CodeContext, SandboxError> {
+            unimplemented!()
+        }
+        async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+            unimplemented!()
+        }
+        async fn restart_context(&self, _: &str) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn remove_context(&self, _: &str) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn write_file(&self, _: &str, _: &[u8]) -> Result<EntryInfo, SandboxError> {
+            unimplemented!()
+        }
+        async fn read_file(&self, _: &str) -> Result<Vec<u8>, SandboxError> {
+            unimplemented!()
+        }
+        async fn list_files(&self, _: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+            unimplemented!()
+        }
+        async fn set_timeout(&self, _: Duration) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn kill(&self) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+    }
+
+    /// Output a client has not taken yet is capped: past the cap the body ends in an error (the
+    /// connection is cut) after what was buffered before, and the code is interrupted.
+    #[tokio::test]
+    async fn output_past_the_buffer_cap_cuts_the_stream_and_interrupts() {
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let session = Arc::new(Printer {
+            lines: 1000,
+            interrupted: interrupted.clone(),
+        });
+        let cap = 64 * 1024;
+        let response = stream(
+            session,
+            "print".into(),
+            Target::Default,
+            Default::default(),
+            Duration::from_secs(60),
+            cap,
+        );
+        // The client reads nothing while the code prints ~1 MiB.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut body = response.into_body().into_data_stream();
+        let mut delivered = 0;
+        let error = loop {
+            match body.next().await.expect("the body ends in an error, not cleanly") {
+                Ok(chunk) => delivered += chunk.len(),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            delivered <= cap,
+            "{delivered} bytes delivered past a {cap} byte cap"
+        );
+        assert!(
+            delivered > cap / 2,
+            "what was buffered before the cap is delivered: {delivered}"
+        );
+        assert!(error.to_string().contains("does not read"), "{error}");
+        drop(body);
+        for _ in 0..100 {
+            if interrupted.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the abandoned run was not interrupted");
+    }
+}

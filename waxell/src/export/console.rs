@@ -1,14 +1,113 @@
-//! A readable trace tree: span names, durations, tool types, tokens, decisions, scores and errors.
+//! A readable trace tree: span names, durations, tool types, tokens, decisions, scores and errors. The one
+//! renderer: the embedded default prints spans with it as they end, and `waxell show` prints saved trace files
+//! with it, through the same [`View`] of a span.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanId, Status};
+use opentelemetry::trace::Status;
 use opentelemetry::{KeyValue, Value};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue};
+use opentelemetry_proto::tonic::trace::v1 as proto;
 use opentelemetry_sdk::trace::SpanData;
 
 use crate::semconv::*;
+
+/// What the tree shows of one span, from a live `SpanData` or a span read back from an OTLP file.
+#[derive(Debug, Clone)]
+pub(crate) struct View {
+    pub(crate) trace_id: String,
+    pub(crate) id: Vec<u8>,
+    /// Empty for a root.
+    pub(crate) parent: Vec<u8>,
+    pub(crate) name: String,
+    pub(crate) start_nanos: u64,
+    pub(crate) end_nanos: u64,
+    pub(crate) attributes: Vec<KeyValue>,
+    /// Events: name and attributes (scores are `gen_ai.evaluation.result` events).
+    pub(crate) events: Vec<(String, Vec<KeyValue>)>,
+    pub(crate) error: Option<String>,
+}
+
+fn nanos(t: std::time::SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl View {
+    pub(crate) fn from_sdk(span: &SpanData) -> Self {
+        let parent = if span.parent_span_id == opentelemetry::trace::SpanId::INVALID {
+            Vec::new()
+        } else {
+            span.parent_span_id.to_bytes().to_vec()
+        };
+        Self {
+            trace_id: span.span_context.trace_id().to_string(),
+            id: span.span_context.span_id().to_bytes().to_vec(),
+            parent,
+            name: span.name.to_string(),
+            start_nanos: nanos(span.start_time),
+            end_nanos: nanos(span.end_time),
+            attributes: span.attributes.clone(),
+            events: span
+                .events
+                .iter()
+                .map(|e| (e.name.to_string(), e.attributes.clone()))
+                .collect(),
+            error: match &span.status {
+                Status::Error { description } => Some(description.to_string()),
+                _ => None,
+            },
+        }
+    }
+
+    pub(crate) fn from_proto(span: &proto::Span) -> Self {
+        let error = span
+            .status
+            .as_ref()
+            .filter(|s| s.code == proto::status::StatusCode::Error as i32)
+            .map(|s| s.message.clone());
+        Self {
+            trace_id: span.trace_id.iter().map(|b| format!("{b:02x}")).collect(),
+            id: span.span_id.clone(),
+            parent: span.parent_span_id.clone(),
+            name: span.name.clone(),
+            start_nanos: span.start_time_unix_nano,
+            end_nanos: span.end_time_unix_nano,
+            attributes: key_values(&span.attributes),
+            events: span
+                .events
+                .iter()
+                .map(|e| (e.name.clone(), key_values(&e.attributes)))
+                .collect(),
+            error,
+        }
+    }
+}
+
+fn key_values(list: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Vec<KeyValue> {
+    list.iter()
+        .map(|kv| KeyValue::new(kv.key.clone(), value(kv.value.as_ref())))
+        .collect()
+}
+
+fn value(v: Option<&AnyValue>) -> Value {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => Value::from(s.clone()),
+        Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
+        Some(any_value::Value::IntValue(i)) => Value::I64(*i),
+        Some(any_value::Value::DoubleValue(d)) => Value::F64(*d),
+        Some(any_value::Value::ArrayValue(a)) => Value::from(
+            a.values
+                .iter()
+                .map(|v| text(&value(Some(v))))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        Some(other) => Value::from(format!("{other:?}")),
+        None => Value::from(""),
+    }
+}
 
 fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Value> {
     attrs.iter().find(|kv| kv.key.as_str() == key).map(|kv| &kv.value)
@@ -41,7 +140,7 @@ fn duration(d: Duration) -> String {
 }
 
 /// One line of details after the span's name.
-fn details(span: &SpanData) -> String {
+fn details(span: &View) -> String {
     let a = &span.attributes;
     let mut parts = Vec::new();
     if let Some(t) = attr(a, WAXELL_TOOL_TYPE) {
@@ -80,18 +179,17 @@ fn details(span: &SpanData) -> String {
     if attr(a, WAXELL_CANCELLED).is_some() {
         parts.push("⊘ cancelled".into());
     }
-    if let Status::Error { description } = &span.status {
+    if let Some(description) = &span.error {
         parts.push(format!("✗ {}", short(description, 80)));
     }
     parts.join("  ")
 }
 
-fn scores(span: &SpanData) -> Vec<String> {
+fn scores(span: &View) -> Vec<String> {
     span.events
         .iter()
-        .filter(|e| e.name == GEN_AI_EVALUATION_RESULT)
-        .map(|e| {
-            let a = &e.attributes;
+        .filter(|(name, _)| name == GEN_AI_EVALUATION_RESULT)
+        .map(|(_, a)| {
             let name = attr(a, GEN_AI_EVALUATION_NAME).map(text).unwrap_or_default();
             let value = attr(a, GEN_AI_EVALUATION_SCORE_LABEL)
                 .filter(|_| attr(a, WAXELL_SCORE_DATA_TYPE).is_some_and(|t| text(t) != "numeric"))
@@ -105,26 +203,28 @@ fn scores(span: &SpanData) -> Vec<String> {
         .collect()
 }
 
+/// Render the spans of one trace, as the SDK hands them to an exporter, as a tree.
+pub(crate) fn render_sdk_trace(spans: &[SpanData]) -> String {
+    render_trace(&spans.iter().map(View::from_sdk).collect::<Vec<_>>())
+}
+
 /// Render the spans of one trace as a tree.
-pub(crate) fn render_trace(spans: &[SpanData]) -> String {
-    let ids: HashMap<SpanId, usize> = spans
+pub(crate) fn render_trace(spans: &[View]) -> String {
+    let ids: HashMap<&[u8], usize> = spans
         .iter()
         .enumerate()
-        .map(|(i, s)| (s.span_context.span_id(), i))
+        .map(|(i, s)| (s.id.as_slice(), i))
         .collect();
-    let mut children: HashMap<Option<SpanId>, Vec<usize>> = HashMap::new();
+    let mut children: HashMap<Option<&[u8]>, Vec<usize>> = HashMap::new();
     for (i, s) in spans.iter().enumerate() {
-        let parent = Some(s.parent_span_id).filter(|p| ids.contains_key(p));
+        let parent = Some(s.parent.as_slice()).filter(|p| ids.contains_key(p));
         children.entry(parent).or_default().push(i);
     }
     for list in children.values_mut() {
-        list.sort_by_key(|&i| spans[i].start_time);
+        list.sort_by_key(|&i| spans[i].start_nanos);
     }
     let mut out = String::new();
-    let trace_id = spans
-        .first()
-        .map(|s| s.span_context.trace_id().to_string())
-        .unwrap_or_default();
+    let trace_id = spans.first().map(|s| s.trace_id.clone()).unwrap_or_default();
     let _ = writeln!(out, "\n── waxell trace {trace_id} ──");
     let roots = children.get(&None).cloned().unwrap_or_default();
     for root in roots {
@@ -134,15 +234,15 @@ pub(crate) fn render_trace(spans: &[SpanData]) -> String {
 }
 
 fn walk(
-    spans: &[SpanData],
-    children: &HashMap<Option<SpanId>, Vec<usize>>,
+    spans: &[View],
+    children: &HashMap<Option<&[u8]>, Vec<usize>>,
     index: usize,
     prefix: &str,
     last: Option<bool>,
     out: &mut String,
 ) {
     let span = &spans[index];
-    let took = span.end_time.duration_since(span.start_time).unwrap_or_default();
+    let took = Duration::from_nanos(span.end_nanos.saturating_sub(span.start_nanos));
     let (branch, child_prefix) = match last {
         None => (String::new(), String::new()),
         Some(true) => (format!("{prefix}└─ "), format!("{prefix}   ")),
@@ -161,7 +261,7 @@ fn walk(
         }
     );
     let kids = children
-        .get(&Some(span.span_context.span_id()))
+        .get(&Some(span.id.as_slice()))
         .cloned()
         .unwrap_or_default();
     let score_lines = scores(span);

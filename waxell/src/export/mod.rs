@@ -4,27 +4,32 @@
 
 mod console;
 pub(crate) mod fail_open;
+pub(crate) mod jsonl;
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
 mod replay;
+mod show;
+pub(crate) mod transport;
 
-pub use fail_open::{DropCounter, DroppedSpans};
+pub use fail_open::{DropCounter, DroppedSpans, SavedSpans};
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
-pub use replay::{replay, ReplayError, ReplaySummary};
+pub use replay::{replay, replay_with, ReplayError, ReplayReport, ReplaySummary};
+pub use show::{follow, read_trace_file, render_trace_file, ShowError};
+
+pub use crate::config::OtlpSettings;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use opentelemetry::trace::TraceId;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
-use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
+
+use jsonl::JsonLinesFile;
 
 /// The traces URL the standard variables (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`)
 /// name for `protocol`, if any.
@@ -49,61 +54,103 @@ pub fn default_trace_file() -> PathBuf {
         .join(format!("{millis}-{}.jsonl", std::process::id()))
 }
 
+/// The command that sends a saved trace file to the configured OTLP endpoint, as it works on this machine:
+/// `waxell replay FILE` when a `waxell` command is on `PATH`; else, inside a checkout of this repository, the
+/// `cargo run` line that builds it; else the `cargo install` line, then the command. Every message that names
+/// the replay command gets it from here.
+pub fn replay_hint(file: &Path) -> String {
+    command_hint(&format!("replay {}", shell_word(&file.display().to_string())))
+}
+
+/// Like [`replay_hint`], for `waxell show FILE` (print a saved trace as a tree).
+pub fn show_hint(file: &Path) -> String {
+    command_hint(&format!("show {}", shell_word(&file.display().to_string())))
+}
+
+fn command_hint(args: &str) -> String {
+    if on_path("waxell") {
+        format!("waxell {args}")
+    } else if in_source_checkout() {
+        format!("cargo run -q -p waxell --features cli --bin waxell -- {args}")
+    } else {
+        format!(
+            "cargo install --git {} waxell --features cli && waxell {args}",
+            env!("CARGO_PKG_REPOSITORY")
+        )
+    }
+}
+
+fn on_path(command: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| {
+            std::fs::metadata(dir.join(command)).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+    })
+}
+
+/// Whether the working directory is inside a checkout of waxell-rs (where `cargo run -p waxell` works).
+fn in_source_checkout() -> bool {
+    let Ok(cwd) = std::env::current_dir() else {
+        return false;
+    };
+    cwd.ancestors()
+        .any(|dir| dir.join("waxell/src/bin/waxell.rs").is_file() && dir.join("Cargo.toml").is_file())
+}
+
+/// Quote a path for a POSIX shell when it needs it.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:=@,".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// `250 ms`, `3 s`, `1.5 s`.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
 /// Console tree + JSON-lines file exporter.
 pub(crate) struct EmbeddedExporter {
     console: bool,
-    file: Option<(PathBuf, Mutex<BufWriter<File>>)>,
+    file: Option<Arc<JsonLinesFile>>,
     resource: ResourceAttributesWithSchema,
     /// Spans of traces whose root has not ended yet, printed together when it does.
     pending: Mutex<HashMap<TraceId, Vec<SpanData>>>,
-    written: Mutex<usize>,
 }
 
 impl fmt::Debug for EmbeddedExporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedExporter")
             .field("console", &self.console)
-            .field("file", &self.file.as_ref().map(|(p, _)| p))
+            .field("file", &self.file.as_ref().map(|f| f.path()))
             .finish()
     }
 }
 
 impl EmbeddedExporter {
-    pub(crate) fn new(console: bool, file: Option<&Path>) -> std::io::Result<Self> {
-        let file = match file {
-            Some(path) => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let f = OpenOptions::new().create(true).append(true).open(path)?;
-                Some((path.to_path_buf(), Mutex::new(BufWriter::new(f))))
-            }
-            None => None,
-        };
-        Ok(Self {
+    /// `file` is shared with the fail-open pipeline, which saves what this exporter could not take there.
+    pub(crate) fn new(console: bool, file: Option<Arc<JsonLinesFile>>) -> Self {
+        Self {
             console,
             file,
             resource: (&Resource::builder_empty().build()).into(),
             pending: Mutex::new(HashMap::new()),
-            written: Mutex::new(0),
-        })
-    }
-
-    fn write_lines(&self, batch: &[SpanData]) -> OTelSdkResult {
-        let Some((path, writer)) = &self.file else {
-            return Ok(());
-        };
-        let request = ExportTraceServiceRequest {
-            resource_spans: group_spans_by_resource_and_scope(batch.to_vec(), &self.resource),
-        };
-        let line = serde_json::to_string(&request)
-            .map_err(|e| OTelSdkError::InternalFailure(format!("encoding spans as OTLP JSON: {e}")))?;
-        let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
-        writeln!(w, "{line}")
-            .and_then(|_| w.flush())
-            .map_err(|e| OTelSdkError::InternalFailure(format!("writing {}: {e}", path.display())))?;
-        *self.written.lock().unwrap_or_else(|p| p.into_inner()) += batch.len();
-        Ok(())
+        }
     }
 
     fn print_finished_traces(&self, batch: Vec<SpanData>) {
@@ -120,7 +167,7 @@ impl EmbeddedExporter {
         }
         for trace in finished {
             if let Some(spans) = pending.remove(&trace) {
-                eprint!("{}", console::render_trace(&spans));
+                eprint!("{}", console::render_sdk_trace(&spans));
             }
         }
     }
@@ -128,7 +175,12 @@ impl EmbeddedExporter {
 
 impl SpanExporter for EmbeddedExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let written = self.write_lines(&batch);
+        let written = match &self.file {
+            Some(file) => file.write(batch.clone(), &self.resource).map_err(|e| {
+                OTelSdkError::InternalFailure(format!("writing {}: {e}", file.path().display()))
+            }),
+            None => Ok(()),
+        };
         if self.console {
             self.print_finished_traces(batch);
         }
@@ -145,16 +197,16 @@ impl SpanExporter for EmbeddedExporter {
                 .map(|(_, v)| v)
                 .collect();
             for spans in leftovers {
-                eprint!("{}", console::render_trace(&spans));
+                eprint!("{}", console::render_sdk_trace(&spans));
             }
         }
-        if let Some((path, _)) = &self.file {
-            let n = *self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(file) = &self.file {
+            let n = file.written();
             if n > 0 {
                 eprintln!(
-                    "waxell: wrote {n} spans to {} (send them to any OTLP endpoint with `waxell replay {}`)",
-                    path.display(),
-                    path.display()
+                    "waxell: wrote {n} spans to {} (send them to any OTLP endpoint with `{}`)",
+                    file.path().display(),
+                    replay_hint(file.path())
                 );
             }
         }

@@ -1,13 +1,18 @@
-//! Re-send a JSON-lines trace file written by the embedded default to any OTLP endpoint.
+//! Re-send a JSON-lines trace file (written by the embedded default, or saved because the collector could not
+//! take it) to any OTLP endpoint, with the same settings the SDK exports with ([`OtlpSettings`]).
 
-use std::io::BufRead;
 use std::path::Path;
+use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
 
-use crate::config::Protocol;
+use super::jsonl::{read_requests, span_count, TraceFileError};
+use crate::config::{OtlpSettings, Protocol};
 
-/// Why a replay failed; nothing is half-sent silently: the error says which line or request failed.
+/// Why a replay failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
@@ -27,6 +32,15 @@ pub enum ReplayError {
     },
 }
 
+impl From<TraceFileError> for ReplayError {
+    fn from(e: TraceFileError) -> Self {
+        match e {
+            TraceFileError::Read { path, source } => Self::Read { path, source },
+            TraceFileError::Parse { path, line, message } => Self::Parse { path, line, message },
+        }
+    }
+}
+
 /// What a replay sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplaySummary {
@@ -34,120 +48,228 @@ pub struct ReplaySummary {
     pub spans: usize,
 }
 
-/// Send every line of `path` to `endpoint` (for HTTP the full traces URL, e.g.
-/// `http://127.0.0.1:4318/v1/traces`; for gRPC the collector address), with extra `headers`.
-pub fn replay(
-    path: &Path,
-    endpoint: &str,
-    protocol: Protocol,
-    headers: &[(String, String)],
-) -> Result<ReplaySummary, ReplayError> {
-    let shown = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| ReplayError::Read {
-        path: shown.clone(),
-        source,
-    })?;
-    let mut requests = Vec::new();
-    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| ReplayError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let request: ExportTraceServiceRequest =
-            serde_json::from_str(&line).map_err(|e| ReplayError::Parse {
-                path: shown.clone(),
-                line: index + 1,
-                message: e.to_string(),
-            })?;
-        requests.push((index + 1, request));
+/// What one file's replay came to: every request is tried, failures are listed, none stops the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayReport {
+    /// The traces URL (HTTP) or collector address (gRPC) sent to.
+    pub endpoint: String,
+    pub requests: usize,
+    /// Spans in the requests sent.
+    pub spans_sent: usize,
+    /// Spans the collector accepted (sent in a successful request, minus those it reported as rejected).
+    pub spans_accepted: usize,
+    /// One entry per failed request: `line N: why`.
+    pub failures: Vec<String>,
+}
+
+impl ReplayReport {
+    pub fn is_success(&self) -> bool {
+        self.failures.is_empty()
     }
-    let spans = requests
-        .iter()
-        .flat_map(|(_, r)| &r.resource_spans)
-        .flat_map(|rs| &rs.scope_spans)
-        .map(|ss| ss.spans.len())
-        .sum();
-    let send_error = |line: usize, message: String| ReplayError::Send {
-        endpoint: endpoint.to_owned(),
-        line,
-        message,
+}
+
+/// Send every line of `path` with `settings` (its endpoint must be set). The file must parse whole before
+/// anything is sent; then each request is sent once, and the report says what the collector accepted.
+pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport, ReplayError> {
+    let endpoint = settings
+        .traces_endpoint
+        .clone()
+        .ok_or_else(|| ReplayError::Send {
+            endpoint: String::new(),
+            line: 0,
+            message: "no OTLP endpoint configured".into(),
+        })?;
+    let (requests, _, _) = read_requests(path, 0, 0)?;
+    let mut report = ReplayReport {
+        endpoint: endpoint.clone(),
+        requests: requests.len(),
+        spans_sent: 0,
+        spans_accepted: 0,
+        failures: Vec::new(),
     };
-    match protocol {
+    let mut note = |line: usize, spans: usize, outcome: Result<i64, String>| {
+        report.spans_sent += spans;
+        match outcome {
+            Ok(rejected) => {
+                report.spans_accepted += spans.saturating_sub(rejected.max(0) as usize);
+                if rejected > 0 {
+                    report.failures.push(format!(
+                        "line {line}: the collector rejected {rejected} of {spans} spans"
+                    ));
+                }
+            }
+            Err(why) => report.failures.push(format!("line {line}: {why}")),
+        }
+    };
+    match settings.protocol {
         #[cfg(not(feature = "grpc"))]
         Protocol::Grpc => {
-            return Err(send_error(
-                0,
-                "replay over gRPC needs waxell's cargo feature `grpc`".into(),
-            ));
+            for (line, request) in &requests {
+                note(
+                    *line,
+                    span_count(request),
+                    Err("replay over gRPC needs waxell's cargo feature `grpc`".into()),
+                );
+            }
         }
         #[cfg(feature = "grpc")]
         Protocol::Grpc => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| send_error(0, format!("starting a runtime: {e}")))?;
+                .map_err(|e| ReplayError::Send {
+                    endpoint: endpoint.clone(),
+                    line: 0,
+                    message: format!("starting a runtime: {e}"),
+                })?;
             runtime.block_on(async {
                 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-                let mut client = TraceServiceClient::connect(endpoint.to_owned())
-                    .await
-                    .map_err(|e| send_error(0, format!("connecting: {e}")))?;
-                for (line, request) in &requests {
-                    let mut req = tonic::Request::new(request.clone());
-                    for (k, v) in headers {
-                        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                            .map_err(|e| send_error(*line, format!("header {k:?}: {e}")))?;
-                        let value = v.parse().map_err(|_| send_error(*line, format!("header {k:?} has an invalid value")))?;
-                        req.metadata_mut().insert(key, value);
+                let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
+                    .map(|e| e.timeout(settings.timeout).connect_timeout(settings.timeout))
+                    .map_err(|e| e.to_string());
+                let client = match channel {
+                    Ok(e) => e.connect().await.map_err(|e| format!("connecting: {e}")),
+                    Err(e) => Err(e),
+                };
+                let mut client = match client {
+                    Ok(channel) => TraceServiceClient::new(channel),
+                    Err(why) => {
+                        for (line, request) in &requests {
+                            note(*line, span_count(request), Err(why.clone()));
+                        }
+                        return;
                     }
-                    client.export(req).await.map_err(|status| send_error(*line, status.to_string()))?;
+                };
+                for (line, request) in &requests {
+                    let outcome = async {
+                        let mut req = tonic::Request::new(request.clone());
+                        for (k, v) in &settings.headers {
+                            let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                                .map_err(|e| format!("header {k:?}: {e}"))?;
+                            let value = v.parse().map_err(|_| format!("header {k:?} has an invalid value"))?;
+                            req.metadata_mut().insert(key, value);
+                        }
+                        let response = client.export(req).await.map_err(|status| status.to_string())?;
+                        Ok(rejected(Some(response.into_inner())))
+                    }
+                    .await;
+                    note(*line, span_count(request), outcome);
                 }
-                Ok::<(), ReplayError>(())
-            })?;
+            });
         }
         #[cfg(not(feature = "otlp-http"))]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
-            return Err(send_error(
-                0,
-                "replay over HTTP needs waxell's cargo feature `otlp-http`".into(),
-            ));
+            for (line, request) in &requests {
+                note(
+                    *line,
+                    span_count(request),
+                    Err("replay over HTTP needs waxell's cargo feature `otlp-http`".into()),
+                );
+            }
         }
         #[cfg(feature = "otlp-http")]
         Protocol::HttpProtobuf | Protocol::HttpJson => {
-            use prost::Message as _;
-            let client = crate::http::blocking_client(|b| b.timeout(std::time::Duration::from_secs(10)))
-                .map_err(|e| send_error(0, e))?;
+            let timeout = settings.timeout;
+            let client = crate::http::blocking_client(move |b| b.timeout(timeout)).map_err(|message| {
+                ReplayError::Send {
+                    endpoint: endpoint.clone(),
+                    line: 0,
+                    message,
+                }
+            })?;
             for (line, request) in &requests {
-                let (body, content_type) = match protocol {
-                    Protocol::HttpJson => (
-                        serde_json::to_vec(request).map_err(|e| send_error(*line, e.to_string()))?,
-                        "application/json",
-                    ),
-                    _ => (request.encode_to_vec(), "application/x-protobuf"),
-                };
-                let mut builder = client
-                    .post(endpoint)
-                    .header("content-type", content_type)
-                    .body(body);
-                for (k, v) in headers {
-                    builder = builder.header(k.as_str(), v.as_str());
-                }
-                let response = builder.send().map_err(|e| send_error(*line, e.to_string()))?;
-                if !response.status().is_success() {
-                    let status = response.status();
-                    let text = response.text().unwrap_or_default();
-                    return Err(send_error(
-                        *line,
-                        format!("HTTP {status}: {}", text.chars().take(300).collect::<String>()),
-                    ));
-                }
+                let outcome = send_http(&client, &endpoint, settings, request);
+                note(*line, span_count(request), outcome);
             }
         }
     }
+    Ok(report)
+}
+
+/// Spans the collector said it rejected (`partial_success`).
+#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
+fn rejected(response: Option<ExportTraceServiceResponse>) -> i64 {
+    response
+        .and_then(|r| r.partial_success)
+        .map_or(0, |p| p.rejected_spans)
+}
+
+#[cfg(feature = "otlp-http")]
+fn send_http(
+    client: &reqwest::blocking::Client,
+    endpoint: &str,
+    settings: &OtlpSettings,
+    request: &ExportTraceServiceRequest,
+) -> Result<i64, String> {
+    let json = settings.protocol == Protocol::HttpJson;
+    let (body, content_type) = if json {
+        (
+            serde_json::to_vec(request).map_err(|e| e.to_string())?,
+            "application/json",
+        )
+    } else {
+        (request.encode_to_vec(), "application/x-protobuf")
+    };
+    let mut builder = client
+        .post(endpoint)
+        .header("content-type", content_type)
+        .body(body);
+    for (k, v) in &settings.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    let response = builder.send().map_err(|e| match super::transport::classify(&e) {
+        super::transport::Outcome::Refused(why) | super::transport::Outcome::Network(why) => why,
+        other => other.describe(),
+    })?;
+    let status = response.status();
+    let bytes = response.bytes().unwrap_or_default();
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&bytes);
+        return Err(format!(
+            "HTTP {status}: {}",
+            text.trim().chars().take(300).collect::<String>()
+        ));
+    }
+    let decoded = if json {
+        serde_json::from_slice(&bytes).ok()
+    } else {
+        ExportTraceServiceResponse::decode(bytes.as_ref()).ok()
+    };
+    Ok(rejected(decoded))
+}
+
+/// Send every line of `path` to `endpoint` (for HTTP the full traces URL, e.g.
+/// `http://127.0.0.1:4318/v1/traces`; for gRPC the collector address), with extra `headers`; stops at the
+/// first failed request. [`replay_with`] takes the SDK's settings and reports per request.
+pub fn replay(
+    path: &Path,
+    endpoint: &str,
+    protocol: Protocol,
+    headers: &[(String, String)],
+) -> Result<ReplaySummary, ReplayError> {
+    let settings = OtlpSettings {
+        traces_endpoint: Some(endpoint.to_owned()),
+        protocol,
+        headers: headers.to_vec(),
+        timeout: Duration::from_secs(10),
+    };
+    let report = replay_with(path, &settings)?;
+    if let Some(first) = report.failures.first() {
+        let (line, message) = first
+            .strip_prefix("line ")
+            .and_then(|rest| rest.split_once(": "))
+            .map_or((0, first.clone()), |(l, m)| {
+                (l.parse().unwrap_or(0), m.to_owned())
+            });
+        return Err(ReplayError::Send {
+            endpoint: endpoint.to_owned(),
+            line,
+            message,
+        });
+    }
     Ok(ReplaySummary {
-        requests: requests.len(),
-        spans,
+        requests: report.requests,
+        spans: report.spans_sent,
     })
 }

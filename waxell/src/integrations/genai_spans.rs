@@ -18,7 +18,6 @@
 use std::borrow::Cow;
 use std::time::SystemTime;
 
-use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
 use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt as _, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
 use serde_json::Value as Json;
@@ -29,6 +28,7 @@ use crate::llm::{
     AssistantMessage, ChatRequest, ChatResponse, Choice, FunctionDefinition, Message, Tool, ToolCall, Usage,
 };
 use crate::semconv::*;
+use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
 
 /// The tracer behind [`crate::tracing_layer`]: waxell's tracer, with GenAI client spans recorded by
 /// waxell's LLM recorder.
@@ -130,7 +130,8 @@ impl Tracer for GenAiTracer {
                 .map(|kv| &kv.value)
         };
         let operation = find(GEN_AI_OPERATION_NAME).and_then(|op| is_llm_operation(&string_of(op)));
-        let Some(operation) = operation.filter(|_| crate::telemetry::is_enabled()) else {
+        let state = crate::telemetry::state_for(parent_cx);
+        let (Some(operation), Some(state)) = (operation, state) else {
             builder.attributes = Some(attributes);
             return GenAiSpan::Plain(self.inner.build_with_context(builder, parent_cx));
         };
@@ -168,7 +169,7 @@ impl Tracer for GenAiTracer {
             operation,
             &provider,
             &model,
-            Vec::new(),
+            state.capture.content,
         );
         GenAiSpan::Llm(Box::new(LlmSpan {
             call,

@@ -204,7 +204,7 @@ impl CallTelemetry {
         operation: Operation,
         provider: &Provider,
         model: &str,
-        offered_tools: Vec<String>,
+        capture: bool,
     ) -> Self {
         let identity = vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
@@ -216,9 +216,9 @@ impl CallTelemetry {
             started: Instant::now(),
             request_model: model.to_owned(),
             metric_attributes: identity,
-            offered_tools,
+            offered_tools: Vec::new(),
             prices: Arc::clone(&provider.prices),
-            capture: telemetry::capture_content(),
+            capture,
             usage_override: None,
             ended: false,
         }

@@ -33,18 +33,27 @@ impl std::fmt::Debug for Sandbox {
     }
 }
 
-/// Run `work` inside a new span; record `Err` as the span's error status.
+/// Run `work` inside a new span; record `Err` as the span's error status. Every sandbox operation is a
+/// tool call on the sandbox (OpenInference kind TOOL, span `execute_tool sandbox.{operation}` as GenAI names tool spans), so
+/// backends that group spans by kind (Phoenix, MLflow) never show one as UNKNOWN.
 async fn traced<T, F>(
     name: String,
-    attributes: Vec<KeyValue>,
+    mut attributes: Vec<KeyValue>,
     work: F,
     on_ok: impl FnOnce(&T) -> Vec<KeyValue>,
 ) -> Result<T, SandboxError>
 where
     F: Future<Output = Result<T, SandboxError>>,
 {
+    attributes.extend([
+        KeyValue::new(GEN_AI_OPERATION_NAME, OP_EXECUTE_TOOL),
+        KeyValue::new(GEN_AI_TOOL_NAME, name.clone()),
+        KeyValue::new(GEN_AI_TOOL_TYPE, "extension"),
+        KeyValue::new(OI_SPAN_KIND, "TOOL"),
+        KeyValue::new(OI_TOOL_NAME, name.clone()),
+    ]);
     let cx = telemetry::start_current(
-        SpanBuilder::from_name(name)
+        SpanBuilder::from_name(format!("{OP_EXECUTE_TOOL} {name}"))
             .with_kind(SpanKind::Internal)
             .with_attributes(attributes),
     );
