@@ -126,6 +126,7 @@ pub(crate) struct ContainerExec {
     container: String,
     exec_id: String,
     user: String,
+    control: Control,
     /// The kernel's pid inside the container, once it reported ready.
     pid: Option<u32>,
     /// Its output stream ended.
@@ -203,10 +204,13 @@ impl ProcessControl for ContainerExec {
 }
 
 impl ContainerExec {
-    /// The Engine API cannot signal an exec: a helper exec, run as the sandbox user, sends `signal`
-    /// to the kernel (SIGKILL: to the kernel and all its descendants). Fire and forget.
+    /// The Engine API cannot signal an exec: the container's pid 1 does it (see `Control`), or,
+    /// if its channel is gone, a helper exec run as the sandbox user. Fire and forget.
     fn signal(&self, signal: i32) -> io::Result<()> {
         let pid = self.pid.ok_or_else(|| io::Error::other("the kernel's pid is unknown"))?;
+        if self.control.send(signal, pid) {
+            return Ok(());
+        }
         let (docker, container, user) = (self.docker.clone(), self.container.clone(), self.user.clone());
         let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
         handle.spawn(async move {
@@ -226,7 +230,56 @@ impl ContainerExec {
     }
 }
 
-/// Signal a process (SIGKILL: and all its descendants), run inside the container as the sandbox user.
+/// The host's line to the container's pid 1 (its attached stdin): "<signal> <pid>" requests, which
+/// it carries out without starting a process, so signals still arrive when the code has used up
+/// the pids limit (then no exec can start, not even the kill helper).
+#[derive(Clone)]
+pub(crate) struct Control(Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>);
+
+impl Control {
+    /// Attach to the (created, not yet started) container's stdin. On failure signals fall back
+    /// to helper execs.
+    pub(crate) async fn attach(docker: &Docker, container: &str) -> Self {
+        let options = bollard::query_parameters::AttachContainerOptionsBuilder::new()
+            .stdin(true)
+            .stream(true)
+            .build();
+        let attached = match docker.attach_container(container, Some(options)).await {
+            Ok(attached) => attached,
+            Err(e) => {
+                tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
+                return Self(None);
+            }
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(i32, u32)>();
+        let mut input = attached.input;
+        let mut output = attached.output;
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    request = rx.recv() => {
+                        let Some((signal, pid)) = request else { break };
+                        let line = format!("{signal} {pid}\n");
+                        if input.write_all(line.as_bytes()).await.is_err() || input.flush().await.is_err() {
+                            break;
+                        }
+                    }
+                    // Nothing is attached but stdin; this ends when the container goes.
+                    item = output.next() => if item.is_none() { break },
+                }
+            }
+        });
+        Self(Some(tx))
+    }
+
+    /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
+    fn send(&self, signal: i32, pid: u32) -> bool {
+        self.0.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
+    }
+}
+
+/// Fallback of [`Control`]: signal a process (SIGKILL: and all its descendants), run inside the
+/// container as the sandbox user.
 const SIGNAL_TREE: &str = r#"
 import os, sys
 root, sig = int(sys.argv[1]), int(sys.argv[2]); children = {}
@@ -254,6 +307,7 @@ while todo:
 pub(crate) async fn start_kernel_exec(
     docker: &Docker,
     container: &str,
+    control: Control,
     user: &str,
     cmd: Vec<String>,
     env: Vec<String>,
@@ -300,6 +354,7 @@ pub(crate) async fn start_kernel_exec(
         container: container.to_owned(),
         exec_id: exec.id,
         user: user.to_owned(),
+        control,
         pid: None,
         ended,
         killed: false,

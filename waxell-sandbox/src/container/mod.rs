@@ -37,16 +37,17 @@ use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::launcher::HOME_DIR;
 use crate::local::DEFAULT_CONTEXT_ID;
 use crate::naming;
-use engine::{api_error, run_helper, Endpoint};
+use engine::{api_error, run_helper, Control, Endpoint};
 
 /// The kernel, the same file the local backend runs.
 const KERNEL_SOURCE: &str = include_str!("../kernel.py");
 /// The in-container file helper.
 const FILEOP_SOURCE: &str = include_str!("fileop.py");
 /// Runs the kernel source passed as argv[1] under the file name its traceback filter expects.
-const KERNEL_BOOT: &str = "import sys;f='/opt/waxell/kernel.py';exec(compile(sys.argv.pop(1),f,'exec'),{'__name__':'__main__','__file__':f})";
-/// pid 1: reaps orphans (killed kernels' children) and exits on SIGTERM/SIGINT.
-const INIT_SOURCE: &str = "import os,signal\ns={signal.SIGCHLD,signal.SIGTERM,signal.SIGINT}\nsignal.pthread_sigmask(signal.SIG_BLOCK,s)\nwhile True:\n i=signal.sigwaitinfo(s)\n if i.si_signo!=signal.SIGCHLD: os._exit(0)\n try:\n  while os.waitpid(-1,os.WNOHANG)[0]: pass\n except ChildProcessError: pass\n";
+/// It first leads its own process group, which pid 1 kills as a whole (see `init.py`).
+const KERNEL_BOOT: &str = "import os,sys\ntry: os.setsid()\nexcept OSError: pass\nf='/opt/waxell/kernel.py';exec(compile(sys.argv.pop(1),f,'exec'),{'__name__':'__main__','__file__':f})";
+/// pid 1: reaps orphans, and signals kernels for the host (commands on its attached stdin).
+const INIT_SOURCE: &str = include_str!("init.py");
 /// Label marking our containers; its value is the sandbox id (`<host pid>-...`).
 const LABEL: &str = "io.waxell.sandbox";
 /// Default image (built by `waxell-sandbox/container/Dockerfile` or scripts/setup-container.sh).
@@ -181,6 +182,7 @@ struct ContainerGuard {
     docker: Docker,
     id: String,
     name: String,
+    control: Control,
 }
 
 impl ContainerGuard {
@@ -469,6 +471,10 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &st
             INIT_SOURCE.into(),
         ]),
         entrypoint: Some(vec![]),
+        // pid 1 reads signal requests from its stdin (see `Control`).
+        open_stdin: Some(true),
+        attach_stdin: Some(true),
+        stdin_once: Some(false),
         working_dir: Some(HOME_DIR.to_owned()),
         hostname: Some("sandbox".to_owned()),
         env: Some(vec![
@@ -527,10 +533,12 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         )
         .await
         .map_err(|e| create_error(&inner.config, e))?;
+    let control = Control::attach(&inner.docker, &created.id).await;
     let container = ContainerGuard {
         docker: inner.docker.clone(),
         id: created.id,
         name: id,
+        control,
     };
     inner
         .docker
@@ -540,7 +548,7 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         )
         .await
         .map_err(|e| create_error(&inner.config, e))?;
-    let kernel = start_kernel(inner, &container.id, None, &BTreeMap::new()).await?;
+    let kernel = start_kernel(inner, &container, None, &BTreeMap::new()).await?;
     Ok(Prepared { kernel, container })
 }
 
@@ -569,7 +577,7 @@ fn create_error(config: &ContainerConfig, e: bollard::errors::Error) -> SandboxE
 /// Start one kernel in the container and wait for its `ready`.
 async fn start_kernel(
     inner: &BackendInner,
-    container: &str,
+    container: &ContainerGuard,
     cwd: Option<&str>,
     env: &BTreeMap<String, String>,
 ) -> Result<KernelProcess, SandboxError> {
@@ -587,7 +595,16 @@ async fn start_kernel(
         format!("SBX_PRELOAD={}", config.preload.join(",")),
     ];
     let mut kernel =
-        engine::start_kernel_exec(&inner.docker, container, USER, cmd, exec_env, HOME_DIR).await?;
+        engine::start_kernel_exec(
+            &inner.docker,
+            &container.id,
+            container.control.clone(),
+            USER,
+            cmd,
+            exec_env,
+            HOME_DIR,
+        )
+        .await?;
     let ready = kernel.wait_ready(config.ready_timeout).await?;
     if ready.uid == 0 || ready.gid == 0 {
         return Err(SandboxError::Other(format!(
@@ -708,7 +725,7 @@ impl ContainerSandbox {
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
         let result = start_kernel(
             &self.inner.backend,
-            &self.inner.container.id,
+            &self.inner.container,
             cwd,
             &self.inner.env,
         )
