@@ -75,7 +75,7 @@ linux_only! {
     #[cfg(feature = "container")]
     pub mod container;
     #[cfg(feature = "container")]
-    pub use container::{ContainerBackend, ContainerConfig, ContainerSandbox};
+    pub use container::{removals_settled, ContainerBackend, ContainerConfig, ContainerSandbox};
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;
     pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};

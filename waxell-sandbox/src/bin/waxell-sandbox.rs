@@ -329,6 +329,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     // Dropping the last router drops the registry and the backend: live sandboxes are killed and
     // the pool's interpreters, scratch mounts and cgroups removed, before the process exits.
     drop(router);
+    #[cfg(feature = "container")]
+    waxell_sandbox::removals_settled(Duration::from_secs(30)).await;
     tracing::info!("stopped; sandboxes cleaned up");
     Ok(())
 }

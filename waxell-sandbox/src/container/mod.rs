@@ -191,12 +191,28 @@ impl ContainerGuard {
     }
 }
 
+/// Removals started by drops and not finished yet (see [`removals_settled`]).
+static PENDING_REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Wait (at most `limit`) until the containers of dropped sandboxes and pools are removed. A
+/// process about to exit calls it: removal tasks do not run once the runtime shuts down.
+pub async fn removals_settled(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while PENDING_REMOVALS.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
         let (docker, id) = (self.docker.clone(), self.id.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(async move { remove_container(&docker, &id).await });
+                PENDING_REMOVALS.fetch_add(1, Ordering::SeqCst);
+                handle.spawn(async move {
+                    remove_container(&docker, &id).await;
+                    PENDING_REMOVALS.fetch_sub(1, Ordering::SeqCst);
+                });
             }
             Err(_) => {
                 // Outside a runtime (e.g. dropped at exit): remove synchronously on a helper thread.
