@@ -177,6 +177,19 @@ mod side_by_side {
         (median(create), median(run))
     }
 
+    /// Median time to get a sandbox from a full warm pool (refilled, untimed, between takes).
+    async fn acquire<F, Fut>(creates: usize, take: F) -> Duration
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Duration>,
+    {
+        let mut all = Vec::new();
+        for _ in 0..creates {
+            all.push(take().await);
+        }
+        median(all)
+    }
+
     pub(crate) fn backends(_c: &mut Criterion) {
         let rt = runtime();
         rt.block_on(async {
@@ -193,15 +206,57 @@ mod side_by_side {
                 ("container (runc)", measure(&runc, creates, runs).await),
                 ("container (runsc)", measure(&runsc, creates, runs).await),
             ];
+            // Warm pools (size 1): a sandbox is a queue pop plus applying its options.
+            let local_pool = LocalBackend::new(LocalConfig::default().with_pool_size(1)).expect("local sandbox");
+            let pooled = |config: ContainerConfig| async move {
+                ContainerBackend::new(config.with_pool_size(1)).await.expect("container engine")
+            };
+            let runc_pool = pooled(ContainerConfig::default()).await;
+            let mut gvisor_pool = ContainerConfig::default().with_runtime("runsc");
+            if let Ok(host) = std::env::var("WAXELL_RUNSC_DOCKER_HOST") {
+                gvisor_pool = gvisor_pool.with_docker_host(host);
+            }
+            let runsc_pool = pooled(gvisor_pool).await;
+            let local_acquire = acquire(creates, || async {
+                local_pool.warm_up().await.unwrap();
+                let start = Instant::now();
+                let sandbox = local_pool.create_sandbox(&SandboxOptions::default()).await.unwrap();
+                let took = start.elapsed();
+                drop(sandbox);
+                took
+            })
+            .await;
+            let container_acquire = |backend: &ContainerBackend| {
+                let backend = backend.clone();
+                acquire(creates, move || {
+                    let backend = backend.clone();
+                    async move {
+                        backend.warm_up().await.unwrap();
+                        let start = Instant::now();
+                        let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+                        let took = start.elapsed();
+                        drop(sandbox);
+                        took
+                    }
+                })
+            };
+            let acquired = [
+                local_acquire,
+                container_acquire(&runc_pool).await,
+                container_acquire(&runsc_pool).await,
+            ];
             let (local_create, local_run) = rows[0].1;
-            println!("backend              create median   run_code(1+1) median   create / local   run_code - local");
-            for (name, (create, run)) in rows {
+            println!(
+                "backend              create median   run_code(1+1) median   create / local   run_code - local   pool acquire median"
+            );
+            for ((name, (create, run)), acquired) in rows.into_iter().zip(acquired) {
                 println!(
-                    "{name:<20} {:>10.1} ms {:>18.3} ms {:>15.1}x {:>15.3} ms",
+                    "{name:<20} {:>10.1} ms {:>18.3} ms {:>15.1}x {:>15.3} ms {:>17.3} ms",
                     create.as_secs_f64() * 1e3,
                     run.as_secs_f64() * 1e3,
                     create.as_secs_f64() / local_create.as_secs_f64(),
-                    (run.as_secs_f64() - local_run.as_secs_f64()) * 1e3
+                    (run.as_secs_f64() - local_run.as_secs_f64()) * 1e3,
+                    acquired.as_secs_f64() * 1e3
                 );
             }
         });

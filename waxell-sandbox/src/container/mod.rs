@@ -538,6 +538,7 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &st
 
 /// Create and start a container and its default kernel (the cold path).
 async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
+    let began = Instant::now();
     let id = naming::new_sandbox_id();
     let name = format!("waxell-{id}");
     let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -549,6 +550,7 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         )
         .await
         .map_err(|e| create_error(&inner.config, e))?;
+    let created_at = began.elapsed();
     let control = Control::attach(&inner.docker, &created.id).await;
     let container = ContainerGuard {
         docker: inner.docker.clone(),
@@ -564,7 +566,15 @@ async fn prepare(inner: &BackendInner) -> Result<Prepared, SandboxError> {
         )
         .await
         .map_err(|e| create_error(&inner.config, e))?;
+    let started_at = began.elapsed();
     let kernel = start_kernel(inner, &container, None, &BTreeMap::new()).await?;
+    // Where a cold create goes (RUST_LOG=waxell_sandbox=debug), for docs/performance.md.
+    tracing::debug!(
+        create_ms = created_at.as_secs_f64() * 1e3,
+        attach_start_ms = (started_at - created_at).as_secs_f64() * 1e3,
+        kernel_ready_ms = (began.elapsed() - started_at).as_secs_f64() * 1e3,
+        "container sandbox prepared"
+    );
     Ok(Prepared { kernel, container })
 }
 
