@@ -234,7 +234,12 @@ impl ContainerExec {
 /// it carries out without starting a process, so signals still arrive when the code has used up
 /// the pids limit (then no exec can start, not even the kill helper).
 #[derive(Clone)]
-pub(crate) struct Control(Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>);
+pub(crate) struct Control {
+    requests: Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>,
+    /// Becomes true when pid 1's attach stream ends: the container is gone (under gVisor a fork or
+    /// memory bomb ends the whole sandbox, and an exec's stream is then not always closed).
+    gone: Option<tokio::sync::watch::Receiver<bool>>,
+}
 
 impl Control {
     /// Attach to the (created, not yet started) container's stdin. On failure signals fall back
@@ -248,33 +253,58 @@ impl Control {
             Ok(attached) => attached,
             Err(e) => {
                 tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
-                return Self(None);
+                return Self {
+                    requests: None,
+                    gone: None,
+                };
             }
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(i32, u32)>();
+        let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
         let mut input = attached.input;
         let mut output = attached.output;
         tokio::spawn(async move {
+            let mut requests_open = true;
             loop {
                 tokio::select! {
-                    request = rx.recv() => {
-                        let Some((signal, pid)) = request else { break };
+                    request = rx.recv(), if requests_open => {
+                        let Some((signal, pid)) = request else {
+                            requests_open = false;
+                            continue;
+                        };
                         let line = format!("{signal} {pid}\n");
                         if input.write_all(line.as_bytes()).await.is_err() || input.flush().await.is_err() {
-                            break;
+                            requests_open = false;
                         }
                     }
-                    // Nothing is attached but stdin; this ends when the container goes.
-                    item = output.next() => if item.is_none() { break },
+                    // Nothing is attached but stdin: this ends when pid 1 exits, i.e. the container stops.
+                    item = output.next() => if matches!(item, None | Some(Err(_))) { break },
                 }
             }
+            let _ = gone_tx.send(true);
         });
-        Self(Some(tx))
+        Self {
+            requests: Some(tx),
+            gone: Some(gone_rx),
+        }
     }
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
     fn send(&self, signal: i32, pid: u32) -> bool {
-        self.0.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
+        self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
+    }
+
+    /// Resolves when the container has stopped (never, if pid 1 could not be attached).
+    fn gone(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let gone = self.gone.clone();
+        async move {
+            match gone {
+                Some(mut gone) => {
+                    let _ = gone.wait_for(|gone| *gone).await;
+                }
+                None => std::future::pending().await,
+            }
+        }
     }
 }
 
@@ -348,6 +378,8 @@ pub(crate) async fn start_kernel_exec(
     };
     let tail: StderrTail = Default::default();
     let ended = Arc::new(AtomicBool::new(false));
+    // The kernel's stream also ends when the container stops, whether or not the engine closes it.
+    let output: OutputStream = Box::pin(output.take_until(control.gone()));
     let reader = tokio_util::io::StreamReader::new(stdout_only(output, tail.clone(), ended.clone()));
     let control = ContainerExec {
         docker: docker.clone(),
