@@ -1,4 +1,4 @@
-//! The `waxell` command (`waxell::cli`, the code of the `waxell` binary), run in process against OTLP
+//! The `waxell` command (the binary's `cli.rs`, compiled into this test), run in process against OTLP
 //! receivers on 127.0.0.1: `replay` reads the SDK's variables with the SDK's meaning, flags override them,
 //! per-file reports and the exit code; `show` prints the tree the embedded default prints at run time.
 //! Each test runs in its own process (cargo-nextest), so setting variables is local to it.
@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use waxell::{agent, tool};
+
+// The command's code lives with the binary, not in the library's public API; compiled here as well so it
+// runs in process, beside the receivers.
+#[path = "../../waxell/src/bin/waxell/cli.rs"]
+mod cli;
 use waxell_tests::faults::nothing_listening_url;
 use waxell_tests::OtlpReceiver;
 
@@ -46,7 +51,7 @@ fn write_trace_file(dir: &Path) -> PathBuf {
 
 fn cli(args: &[&str]) -> (u8, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = waxell::cli::run(
+    let code = cli::run(
         std::iter::once("waxell").chain(args.iter().copied()),
         &mut out,
         &mut err,

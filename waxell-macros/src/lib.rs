@@ -4,6 +4,7 @@
 //! Every attribute works on sync and async functions, methods with `self`, generic functions, functions with
 //! lifetimes and `impl Trait` arguments, `fn -> impl Future` whose tail is an `async` block, and under
 //! `#[async_trait]`. Common arguments: `skip(arg, ...)`, `skip_all`, `capture = false`.
+#![warn(missing_docs)]
 
 mod attr;
 mod derive;

@@ -38,9 +38,11 @@ pub enum IsolationMode {
 /// Whether a layer or limit is in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// In force as documented.
     Enforced,
     /// In force in a weaker form (the detail says how).
     Partial,
+    /// Not in force on this host (the check's `fix` says how to get it).
     Missing,
 }
 
@@ -52,18 +54,29 @@ pub enum Feature {
     User,
     /// The invoking user's supplementary groups (rootless only).
     Groups,
+    /// Private pid, net, ipc, uts and cgroup namespaces.
     Namespaces,
+    /// The seccomp programs (deny list, `clone3` guard, x32 guard).
     Seccomp,
+    /// No network at all, loopback included.
     Network,
+    /// `/usr` and the Python installation mounted read-only.
     ReadOnlyRuntime,
+    /// A private, size-capped `/tmp`.
     PrivateTmp,
     /// Total size of the home directory (`/home/user`).
     ScratchSize,
+    /// `no_new_privs`: setuid binaries grant nothing.
     NoNewPrivileges,
+    /// The memory cap (cgroup, or rlimits plus the host-side watchdog).
     MemoryLimit,
+    /// The process and thread cap.
     ProcessLimit,
+    /// The CPU quota in cores.
     CpuQuota,
+    /// The lifetime CPU-seconds cap (RLIMIT_CPU).
     CpuTime,
+    /// The largest-file cap (RLIMIT_FSIZE).
     FileSize,
 }
 
@@ -91,7 +104,9 @@ impl Feature {
 /// One line of the report.
 #[derive(Debug, Clone)]
 pub struct Check {
+    /// The layer or limit checked.
     pub feature: Feature,
+    /// Whether it is in force.
     pub status: Status,
     /// What is in force, or why not.
     pub detail: String,
@@ -106,6 +121,7 @@ pub struct HostReport {
     pub mode: Option<IsolationMode>,
     /// Why the local sandbox cannot run here, with the fix.
     pub unavailable: Option<String>,
+    /// One check per layer or limit that applies in this mode (empty when the sandbox is unavailable).
     pub checks: Vec<Check>,
 }
 

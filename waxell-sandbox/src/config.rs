@@ -64,6 +64,7 @@ impl Default for Limits {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LocalConfig {
+    /// Resource caps of each sandbox.
     pub limits: Limits,
     /// Pre-started interpreters kept ready (0 = no pool, every create starts cold).
     pub pool_size: usize,
@@ -87,6 +88,7 @@ pub struct LocalConfig {
     /// systemd's foreign range (`0x7FFE0000`); `LocalBackend::new` checks it against `/etc/subuid`,
     /// `/etc/subgid` and `/etc/passwd`.
     pub uid_base: u32,
+    /// How many uids the backend may lease from `uid_base` on (also the most sandboxes at once, as root).
     pub uid_span: u32,
     /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
     pub scratch_root: Option<PathBuf>,
@@ -111,33 +113,41 @@ impl Default for LocalConfig {
 }
 
 impl LocalConfig {
+    /// The defaults: no warm pool, 60 s runs, 300 s lifetime, [`Limits::default`].
     pub fn new() -> Self {
         Self::default()
     }
+    /// Use these resource caps.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
+    /// Keep this many interpreters started ahead of `create` (0 turns the pool off).
     pub fn with_pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
     }
+    /// Run this Python interpreter instead of looking one up (`WAXELL_SANDBOX_PYTHON`, venv, python3).
     pub fn with_python(mut self, python: impl Into<PathBuf>) -> Self {
         self.python = Some(python.into());
         self
     }
+    /// Import these modules in every interpreter before it reports ready (replaces the list).
     pub fn with_preload<I: IntoIterator<Item = S>, S: Into<String>>(mut self, modules: I) -> Self {
         self.preload = modules.into_iter().map(Into::into).collect();
         self
     }
+    /// Per-run timeout when the run does not set one; on expiry the code gets `KeyboardInterrupt`.
     pub fn with_run_timeout(mut self, timeout: Duration) -> Self {
         self.run_timeout = timeout;
         self
     }
+    /// How long interrupted code gets to stop before the interpreter is killed (state then lost).
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         self.interrupt_grace = grace;
         self
     }
+    /// Sandbox lifetime when `create` does not set one; the sandbox is killed when it runs out.
     pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
         self.lifetime = lifetime;
         self
@@ -145,49 +155,61 @@ impl LocalConfig {
 }
 
 impl Limits {
+    /// The defaults: 512 MiB memory, 128 processes, 1 CPU, 600 CPU seconds, 1 Mi output characters.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Memory cap in bytes (at least 32 MiB); exceeding it is reported as `OutOfMemory`.
     pub fn with_memory_bytes(mut self, bytes: u64) -> Self {
         self.memory_bytes = bytes;
         self
     }
+    /// Most processes plus threads at once.
     pub fn with_max_processes(mut self, n: u64) -> Self {
         self.max_processes = n;
         self
     }
+    /// Lifetime CPU seconds of each interpreter; when spent it dies.
     pub fn with_cpu_seconds(mut self, seconds: u64) -> Self {
         self.cpu_seconds = seconds;
         self
     }
+    /// CPU quota in cores (fractions allowed, e.g. `0.5`).
     pub fn with_cpus(mut self, cpus: f64) -> Self {
         self.cpus = cpus;
         self
     }
+    /// Characters of output per execution before it is truncated (reported as `OutputTruncated`).
     pub fn with_output_chars(mut self, n: usize) -> Self {
         self.output_chars = n;
         self
     }
+    /// Raw bytes per execution before the host kills the interpreter (also caps one result).
     pub fn with_output_hard_bytes(mut self, n: usize) -> Self {
         self.output_hard_bytes = n;
         self
     }
+    /// Largest file in bytes the code may write and the file API may move.
     pub fn with_max_file_bytes(mut self, n: u64) -> Self {
         self.max_file_bytes = n;
         self
     }
+    /// Size in bytes of the private `/tmp`.
     pub fn with_tmp_bytes(mut self, n: u64) -> Self {
         self.tmp_bytes = n;
         self
     }
+    /// Size in bytes of `/home/user`; keep it below the memory cap (its pages count against it).
     pub fn with_scratch_bytes(mut self, n: u64) -> Self {
         self.scratch_bytes = n;
         self
     }
+    /// Files and directories each tmpfs mount may hold.
     pub fn with_tmpfs_inodes(mut self, n: u64) -> Self {
         self.tmpfs_inodes = n;
         self
     }
+    /// Address-space cap in bytes (`None`: none); turns memory exhaustion into `MemoryError`.
     pub fn with_address_space_bytes(mut self, n: Option<u64>) -> Self {
         self.address_space_bytes = n;
         self

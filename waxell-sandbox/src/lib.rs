@@ -41,6 +41,7 @@
 //! found: run scripts/setup-sandbox.sh ..."). There is no unisolated fallback.
 
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 
 // Used only by the Linux modules (and the stub's constructor) elsewhere.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]

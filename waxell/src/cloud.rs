@@ -82,9 +82,9 @@ pub(crate) fn from_env() -> Result<Option<CloudExport>, InitError> {
     let (endpoint, tenant_id) = match discovered {
         Ok(found) => found,
         Err(reason) => {
-            eprintln!(
-                "waxell: endpoint discovery at {api_url} failed ({reason}); exporting to the API URL itself"
-            );
+            crate::console::current().message(format_args!(
+                "endpoint discovery at {api_url} failed ({reason}); exporting to the API URL itself"
+            ));
             (None, None)
         }
     };

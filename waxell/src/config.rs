@@ -125,8 +125,11 @@ pub(crate) const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct OtlpSettings {
     /// Full traces URL (HTTP) or collector address (gRPC), when a variable names one.
     pub traces_endpoint: Option<String>,
+    /// The OTLP wire protocol (default HTTP/protobuf).
     pub protocol: Protocol,
+    /// Extra request headers (name, value), e.g. an API key; sent with every request.
     pub headers: Vec<(String, String)>,
+    /// Longest wait for one request.
     pub timeout: Duration,
 }
 

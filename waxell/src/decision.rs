@@ -15,24 +15,30 @@ use crate::telemetry::{self, State};
 /// taken as the thought.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Reasoning {
+    /// What the agent thought at this step (`waxell.reasoning.thought`).
     pub thought: String,
+    /// What the thought rests on, one item each (`waxell.reasoning.evidence`; may be empty).
     #[serde(default)]
     pub evidence: Vec<String>,
+    /// What the step concluded (`waxell.reasoning.conclusion`; empty = not recorded).
     #[serde(default)]
     pub conclusion: String,
 }
 
 impl Reasoning {
+    /// A record with this thought, no evidence and no conclusion.
     pub fn new(thought: impl Into<String>) -> Self {
         Self {
             thought: thought.into(),
             ..Self::default()
         }
     }
+    /// Add one piece of evidence (call it again for more).
     pub fn evidence(mut self, item: impl Into<String>) -> Self {
         self.evidence.push(item.into());
         self
     }
+    /// Set the conclusion.
     pub fn conclusion(mut self, conclusion: impl Into<String>) -> Self {
         self.conclusion = conclusion.into();
         self
@@ -55,13 +61,16 @@ pub trait DecisionOptions: 'static {
 /// too; any other value is taken as the chosen option itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision<C> {
+    /// The option chosen.
     pub chosen: C,
+    /// Why it was chosen, when given.
     pub reasoning: Option<String>,
     /// In `[0, 1]`; also recorded as the score `decision_confidence:{name}`.
     pub confidence: Option<f64>,
 }
 
 impl<C> Decision<C> {
+    /// A decision for `chosen` with no reasoning and no confidence.
     pub fn new(chosen: C) -> Self {
         Self {
             chosen,
@@ -69,10 +78,12 @@ impl<C> Decision<C> {
             confidence: None,
         }
     }
+    /// Say why this option was chosen.
     pub fn reasoning(mut self, reasoning: impl Into<String>) -> Self {
         self.reasoning = Some(reasoning.into());
         self
     }
+    /// How sure the decision is, in `[0, 1]` (values outside are recorded as given).
     pub fn confidence(mut self, confidence: f64) -> Self {
         self.confidence = Some(confidence);
         self

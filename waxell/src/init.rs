@@ -15,6 +15,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 use opentelemetry_sdk::Resource;
 
 use crate::config::{self, BatchSettings, Capture, Protocol};
+use crate::console::Console;
 use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate, Spill};
 use crate::export::jsonl::JsonLinesFile;
 #[cfg(feature = "otlp-http")]
@@ -181,6 +182,7 @@ pub struct Builder {
     scrub: Option<bool>,
     scrub_patterns: Vec<(String, String)>,
     console: Option<bool>,
+    console_writer: Option<Console>,
     trace_file: Option<Option<PathBuf>>,
     default_export: Option<bool>,
     processors: Vec<
@@ -247,9 +249,38 @@ impl Builder {
         self.scrub_patterns.push((kind.into(), regex.into()));
         self
     }
-    /// Print the trace tree on stderr (embedded default only; default on, `WAXELL_CONSOLE`).
+    /// Print the trace tree on the console (embedded default only; default on, `WAXELL_CONSOLE`); see
+    /// [`with_console_writer`](Self::with_console_writer) for where it goes.
     pub fn with_console(mut self, on: bool) -> Self {
         self.console = Some(on);
+        self
+    }
+    /// Write the console (the embedded default's trace tree and every message waxell prints: the exit
+    /// report, warnings) to `writer` instead of standard error. Takes effect when [`init`](Self::init) runs
+    /// and stays until the next `init()`; the library prints nothing anywhere else.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// /// A writer that keeps what it is given, for a test or a UI to show.
+    /// #[derive(Clone, Default)]
+    /// struct Shared(Arc<Mutex<Vec<u8>>>);
+    /// impl Write for Shared {
+    ///     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+    ///         self.0.lock().unwrap().write(buf)
+    ///     }
+    ///     fn flush(&mut self) -> std::io::Result<()> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let console = Shared::default();
+    /// let builder = waxell::builder().with_console_writer(console.clone());
+    /// # drop(builder);
+    /// ```
+    pub fn with_console_writer(mut self, writer: impl std::io::Write + Send + 'static) -> Self {
+        self.console_writer = Some(Console::writer(writer));
         self
     }
     /// Where the embedded default writes OTLP JSON lines; `None` turns the file off (`WAXELL_TRACE_FILE`).
@@ -297,6 +328,8 @@ impl Builder {
 
     /// Build the pipeline, install it globally, and return the guard that shuts it down.
     pub fn init(self) -> Result<Guard, InitError> {
+        let console = self.console_writer.clone().unwrap_or_default();
+        crate::console::set_current(console.clone());
         let env = config::from_env()?;
         let capture = Capture {
             content: self.capture_content.unwrap_or(env.capture.content),
@@ -412,7 +445,8 @@ impl Builder {
                     target = Target::Otlp(url.clone());
                 }
                 None => {
-                    let exporter = EmbeddedExporter::new(self.console.unwrap_or(env.console), file);
+                    let exporter =
+                        EmbeddedExporter::new(self.console.unwrap_or(env.console), file, console.clone());
                     provider = provider.with_span_processor(limits.pipeline(exporter, None)?);
                     target = Target::Embedded(file_path);
                 }
@@ -438,6 +472,7 @@ impl Builder {
                 .or(env.shutdown_timeout)
                 .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
             counters: DropCounter(limits.counters),
+            console,
         })
     }
 }
@@ -721,6 +756,8 @@ pub struct Guard {
     shutdown_timeout: Duration,
     /// Drop tallies of the default export pipeline (all zero when telemetry is off).
     counters: DropCounter,
+    /// Where the exit report goes.
+    console: Console,
 }
 
 impl std::fmt::Debug for Guard {
@@ -740,11 +777,12 @@ impl Guard {
             target: Target::None,
             shutdown_timeout: Duration::ZERO,
             counters: DropCounter::default(),
+            console: Console::default(),
         }
     }
 
     /// Spans dropped so far by the default export (queue full, export failed or timed out, circuit breaker
-    /// open, per-run span cap), by reason. Reported once on stderr at shutdown when any were dropped.
+    /// open, per-run span cap), by reason. Reported once on the console at shutdown when any were dropped.
     pub fn dropped_spans(&self) -> DroppedSpans {
         self.counters.dropped()
     }
@@ -838,7 +876,7 @@ impl Guard {
         }
         self.counters.0.finish_shutdown();
         for line in exit_report(&self.counters, &self.target, budget) {
-            eprintln!("waxell: {line}");
+            self.console.message(line);
         }
         let _ = result;
         // The report above told the user; the error says the same to the caller.
@@ -917,7 +955,7 @@ fn run_bounded(
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        // Whatever went wrong was reported on stderr by the shutdown itself.
+        // Whatever went wrong was reported on the console by the shutdown itself.
         let _ = self.shutdown_inner();
     }
 }

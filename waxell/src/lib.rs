@@ -36,12 +36,12 @@
 //! To assert in your own tests which spans, scores and decisions your agent produced, use the `testing`
 //! module (cargo feature `testing`).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod capture;
-#[cfg(feature = "cli")]
-pub mod cli;
 mod cloud;
 mod config;
+mod console;
 mod decision;
 pub mod e2b;
 pub mod export;

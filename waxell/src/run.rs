@@ -24,17 +24,24 @@ use crate::telemetry::{self, State};
 /// Which attribute produced the span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// `#[agent]`.
     Agent,
+    /// `#[tool]`.
     Tool,
+    /// `#[reasoning]`.
     Reasoning,
+    /// `#[decision]`.
     Decision,
+    /// `#[step]`.
     Step,
+    /// `#[retrieval]`.
     Retrieval,
 }
 
 /// Everything about an instrumented function that is known at compile time.
 #[derive(Debug)]
 pub struct Meta {
+    /// The attribute on the function.
     pub kind: Kind,
     /// Full span name, e.g. `execute_tool run_basic_code`.
     pub span_name: &'static str,

@@ -14,8 +14,11 @@ use crate::telemetry;
 /// A score's value: numeric, boolean or categorical.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScoreValue {
+    /// A number, e.g. a 0-1 quality rating or a latency in ms.
     Numeric(f64),
+    /// Pass/fail.
     Boolean(bool),
+    /// One label out of a set, e.g. `"helpful"`.
     Categorical(String),
 }
 

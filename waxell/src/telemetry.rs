@@ -130,7 +130,7 @@ fn global_state() -> Arc<State> {
         return Arc::clone(state);
     }
     let capture = config::capture_from_env().unwrap_or_else(|err| {
-        eprintln!("waxell: {err}; using the defaults");
+        crate::console::current().message(format_args!("{err}; using the defaults"));
         Capture::default()
     });
     let state = Arc::new(State {

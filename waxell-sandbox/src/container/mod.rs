@@ -4,7 +4,7 @@
 //!
 //! The container's pid 1 is a tiny reaper; every context is the *same* kernel (`kernel.py`, sent with
 //! the exec so image and host never disagree) started as an attached exec whose stdin/stdout carry the
-//! same JSON-lines protocol as the local backend's pipes ([`crate::kernel`]). Files move through
+//! same JSON-lines protocol as the local backend's pipes (`kernel.rs`). Files move through
 //! execs of a helper run as the sandbox user, so the host never resolves a path the code controls.
 //!
 //! Isolation per container: no network, read-only root, size-capped tmpfs `/home/user` and `/tmp`,
@@ -72,9 +72,13 @@ pub struct ContainerConfig {
     pub pool_size: usize,
     /// Modules imported before a kernel reports ready.
     pub preload: Vec<String>,
+    /// Default time limit of one `run_code` (then interrupt, then kill after `interrupt_grace`).
     pub run_timeout: Duration,
+    /// How long a timed-out run may take to honour the interrupt before its kernel is killed.
     pub interrupt_grace: Duration,
+    /// Default sandbox lifetime; the container is removed when it expires.
     pub lifetime: Duration,
+    /// How long a kernel may take to report ready.
     pub ready_timeout: Duration,
 }
 
@@ -96,9 +100,11 @@ impl Default for ContainerConfig {
 }
 
 impl ContainerConfig {
+    /// The defaults (image `waxell-sandbox:latest`, the engine's default runtime).
     pub fn new() -> Self {
         Self::default()
     }
+    /// Use this image.
     pub fn with_image(mut self, image: impl Into<String>) -> Self {
         self.image = image.into();
         self
@@ -108,30 +114,37 @@ impl ContainerConfig {
         self.runtime = Some(runtime.into());
         self
     }
+    /// Use this engine socket (`unix:///path` or a path) instead of `DOCKER_HOST`.
     pub fn with_docker_host(mut self, host: impl Into<String>) -> Self {
         self.docker_host = Some(host.into());
         self
     }
+    /// Resource limits of each container.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
+    /// Keep this many ready containers warm.
     pub fn with_pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
     }
+    /// Modules each kernel imports before it reports ready.
     pub fn with_preload<I: IntoIterator<Item = S>, S: Into<String>>(mut self, modules: I) -> Self {
         self.preload = modules.into_iter().map(Into::into).collect();
         self
     }
+    /// Default time limit of one `run_code`.
     pub fn with_run_timeout(mut self, timeout: Duration) -> Self {
         self.run_timeout = timeout;
         self
     }
+    /// Grace period between the interrupt and the kill of a timed-out run.
     pub fn with_interrupt_grace(mut self, grace: Duration) -> Self {
         self.interrupt_grace = grace;
         self
     }
+    /// Default sandbox lifetime.
     pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
         self.lifetime = lifetime;
         self
@@ -282,6 +295,7 @@ impl ContainerBackend {
         &self.inner.runtime_name
     }
 
+    /// The configuration this backend was made with.
     pub fn config(&self) -> &ContainerConfig {
         &self.inner.config
     }

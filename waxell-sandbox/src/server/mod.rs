@@ -54,7 +54,7 @@ use registry::Registry;
 use waxell::e2b::wire::SANDBOX_PORT_HEADER;
 pub use waxell::e2b::wire::{CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID, ENVD_PORT};
 /// `envdVersion` this server reports: current envd, so SDKs use octet-stream uploads and no `username`.
-pub const ENVD_VERSION: &str = "0.6.13";
+pub(crate) const ENVD_VERSION: &str = "0.6.13";
 
 /// Limits and security settings of the server. Closed by default: [`ServerConfig::new`] makes up a
 /// random API key (read it with [`ServerConfig::api_key`]), accepts only loopback `Host` names and
@@ -157,7 +157,7 @@ impl std::fmt::Debug for ServerConfig {
 }
 
 /// A new random API key in the shape E2B's JS SDK insists on (`e2b_` and hex).
-pub fn generate_api_key() -> String {
+pub(crate) fn generate_api_key() -> String {
     use rand::Rng;
     let bytes: [u8; 20] = rand::rng().random();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

@@ -84,12 +84,22 @@ fn open(path: &Path) -> std::io::Result<BufWriter<File>> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TraceFileError {
+    /// The file could not be opened or read.
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        /// The file.
+        path: String,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
+    /// A line is not one OTLP JSON `ExportTraceServiceRequest`.
     #[error("{path} line {line}: not an OTLP JSON trace request: {message}")]
     Parse {
+        /// The file.
         path: String,
+        /// The line's number, counting from 1.
         line: usize,
+        /// What the JSON decoder reported.
         message: String,
     },
 }

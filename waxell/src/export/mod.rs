@@ -1,4 +1,5 @@
-//! The embedded default, used when no OTLP endpoint is configured: a readable trace tree on stderr and the
+//! The embedded default, used when no OTLP endpoint is configured: a readable trace tree on the console
+//! (stderr unless `Builder::with_console_writer` says otherwise) and the
 //! spans as OTLP JSON lines (the OpenTelemetry file-exporter format, one `ExportTraceServiceRequest` per
 //! line) in a file that [`replay`] can send to any OTLP endpoint later.
 
@@ -31,20 +32,9 @@ use opentelemetry_sdk::Resource;
 
 use jsonl::JsonLinesFile;
 
-/// The traces URL the standard variables (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_ENDPOINT`)
-/// name for `protocol`, if any.
-pub fn traces_endpoint_from_env(protocol: crate::Protocol) -> Option<String> {
-    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-    crate::config::traces_url(
-        var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
-        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
-        protocol,
-    )
-}
-
 /// Where the embedded default writes spans when `WAXELL_TRACE_FILE` is not set:
 /// `.waxell/traces/<unix-millis>-<pid>.jsonl` under the working directory.
-pub fn default_trace_file() -> PathBuf {
+pub(crate) fn default_trace_file() -> PathBuf {
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -60,11 +50,6 @@ pub fn default_trace_file() -> PathBuf {
 /// the replay command gets it from here.
 pub fn replay_hint(file: &Path) -> String {
     command_hint(&format!("replay {}", shell_word(&file.display().to_string())))
-}
-
-/// Like [`replay_hint`], for `waxell show FILE` (print a saved trace as a tree).
-pub fn show_hint(file: &Path) -> String {
-    command_hint(&format!("show {}", shell_word(&file.display().to_string())))
 }
 
 fn command_hint(args: &str) -> String {
@@ -97,7 +82,7 @@ fn in_source_checkout() -> bool {
         return false;
     };
     cwd.ancestors()
-        .any(|dir| dir.join("waxell/src/bin/waxell.rs").is_file() && dir.join("Cargo.toml").is_file())
+        .any(|dir| dir.join("waxell/src/bin/waxell/main.rs").is_file() && dir.join("Cargo.toml").is_file())
 }
 
 /// Quote a path for a POSIX shell when it needs it.
@@ -127,6 +112,8 @@ pub(crate) fn human(d: Duration) -> String {
 /// Console tree + JSON-lines file exporter.
 pub(crate) struct EmbeddedExporter {
     console: bool,
+    /// Where the tree and the closing line are printed.
+    out: crate::console::Console,
     file: Option<Arc<JsonLinesFile>>,
     resource: ResourceAttributesWithSchema,
     /// Spans of traces whose root has not ended yet, printed together when it does.
@@ -144,9 +131,10 @@ impl fmt::Debug for EmbeddedExporter {
 
 impl EmbeddedExporter {
     /// `file` is shared with the fail-open pipeline, which saves what this exporter could not take there.
-    pub(crate) fn new(console: bool, file: Option<Arc<JsonLinesFile>>) -> Self {
+    pub(crate) fn new(console: bool, file: Option<Arc<JsonLinesFile>>, out: crate::console::Console) -> Self {
         Self {
             console,
+            out,
             file,
             resource: (&Resource::builder_empty().build()).into(),
             pending: Mutex::new(HashMap::new()),
@@ -167,7 +155,7 @@ impl EmbeddedExporter {
         }
         for trace in finished {
             if let Some(spans) = pending.remove(&trace) {
-                eprint!("{}", console::render_sdk_trace(&spans));
+                self.out.print(&console::render_sdk_trace(&spans));
             }
         }
     }
@@ -197,17 +185,17 @@ impl SpanExporter for EmbeddedExporter {
                 .map(|(_, v)| v)
                 .collect();
             for spans in leftovers {
-                eprint!("{}", console::render_sdk_trace(&spans));
+                self.out.print(&console::render_sdk_trace(&spans));
             }
         }
         if let Some(file) = &self.file {
             let n = file.written();
             if n > 0 {
-                eprintln!(
-                    "waxell: wrote {n} spans to {} (send them to any OTLP endpoint with `{}`)",
+                self.out.message(format_args!(
+                    "wrote {n} spans to {} (send them to any OTLP endpoint with `{}`)",
                     file.path().display(),
                     replay_hint(file.path())
-                );
+                ));
             }
         }
         Ok(())
@@ -215,5 +203,15 @@ impl SpanExporter for EmbeddedExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.resource = resource.into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Tests run in the package directory, inside the checkout: the hint must recognise it (it looks for the
+    /// binary's source, which moves if the binary does).
+    #[test]
+    fn a_checkout_is_recognised_by_the_binarys_source() {
+        assert!(super::in_source_checkout());
     }
 }

@@ -16,18 +16,32 @@ use crate::config::{OtlpSettings, Protocol};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
+    /// The file could not be opened or read.
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        /// The file.
+        path: String,
+        /// What the operating system reported.
+        source: std::io::Error,
+    },
+    /// A line is not one OTLP JSON `ExportTraceServiceRequest`.
     #[error("{path} line {line}: not an OTLP JSON trace request: {message}")]
     Parse {
+        /// The file.
         path: String,
+        /// The line's number, counting from 1.
         line: usize,
+        /// What the JSON decoder reported.
         message: String,
     },
+    /// A request could not be sent, or the collector refused it (also: no endpoint in the settings).
     #[error("sending line {line} to {endpoint}: {message}")]
     Send {
+        /// The traces URL (HTTP) or collector address (gRPC); empty when none was configured.
         endpoint: String,
+        /// The line whose request failed (0 when nothing could be sent at all).
         line: usize,
+        /// The transport's error or the collector's answer.
         message: String,
     },
 }
@@ -44,7 +58,9 @@ impl From<TraceFileError> for ReplayError {
 /// What a replay sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplaySummary {
+    /// Export requests sent, one per line of the file.
     pub requests: usize,
+    /// Spans in those requests.
     pub spans: usize,
 }
 
@@ -54,6 +70,7 @@ pub struct ReplaySummary {
 pub struct ReplayReport {
     /// The traces URL (HTTP) or collector address (gRPC) sent to.
     pub endpoint: String,
+    /// Export requests tried, one per line of the file.
     pub requests: usize,
     /// Spans in the requests sent.
     pub spans_sent: usize,
@@ -64,6 +81,8 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// Whether every request was accepted (some spans in it may still have been rejected: compare
+    /// [`spans_accepted`](Self::spans_accepted) with [`spans_sent`](Self::spans_sent)).
     pub fn is_success(&self) -> bool {
         self.failures.is_empty()
     }

@@ -61,6 +61,7 @@ pub struct WaxellLayer {
 }
 
 impl WaxellLayer {
+    /// The layer with the provider inferred from the host and the built-in prices.
     pub fn new() -> Self {
         Self::default()
     }

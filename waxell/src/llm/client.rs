@@ -259,6 +259,7 @@ impl ClientBuilder {
         self
     }
 
+    /// Time allowed to open the TCP (and TLS) connection, per attempt (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

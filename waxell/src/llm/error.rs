@@ -23,24 +23,38 @@ pub enum Error {
     },
     /// No complete response (or, when streaming, no next chunk) within the configured time.
     #[error("the LLM request timed out after {after:?} (after {attempts} attempt(s))")]
-    Timeout { after: Duration, attempts: u32 },
+    Timeout {
+        /// The time allowed for the attempt (or for the next chunk) that ran out.
+        after: Duration,
+        /// How many requests were sent, retries included.
+        attempts: u32,
+    },
     /// The request could not be sent or the connection failed.
     #[error("could not reach the LLM server at {url}: {message} (after {attempts} attempt(s))")]
     Connection {
+        /// The URL the request went to.
         url: String,
+        /// What the HTTP client reported (refused, DNS, TLS, ...).
         message: String,
+        /// How many requests were sent, retries included.
         attempts: u32,
     },
     /// The server answered 2xx but the body is not a Chat Completions response.
     #[error("malformed LLM response ({reason}); received: {received}")]
     MalformedResponse {
+        /// What is wrong with it (the JSON error, a missing field).
         reason: String,
         /// The start of what was received.
         received: String,
     },
     /// The stream ended (or broke) before the server said it was done.
     #[error("the LLM response stream was cut after {chunks} chunk(s): {reason}")]
-    StreamCut { chunks: usize, reason: String },
+    StreamCut {
+        /// Chunks received before the cut.
+        chunks: usize,
+        /// What ended it (a read error, end of stream without `[DONE]`).
+        reason: String,
+    },
     /// The request cannot be sent as given (e.g. no model named anywhere).
     #[error("invalid LLM request: {0}")]
     InvalidRequest(String),

@@ -24,6 +24,7 @@ pub struct ModelPrice {
 }
 
 impl ModelPrice {
+    /// A price in USD per million input and output tokens, cached input billed as ordinary input.
     pub const fn new(input_per_million: f64, output_per_million: f64) -> Self {
         Self {
             input_per_million,
@@ -39,6 +40,7 @@ impl ModelPrice {
         self
     }
 
+    /// Bill input tokens served from the prompt cache at this price (USD per million).
     pub const fn with_cached_input(mut self, cached_input_per_million: f64) -> Self {
         self.cached_input_per_million = Some(cached_input_per_million);
         self

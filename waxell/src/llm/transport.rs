@@ -22,7 +22,9 @@ pub type DataStream = Pin<Box<dyn Stream<Item = Result<String, Error>> + Send>>;
 /// Host and port the requests go to (`server.address` / `server.port` on the span).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerAddress {
+    /// Host name or IP address, as the URL names it.
     pub host: String,
+    /// Port, the scheme's default when the URL names none.
     pub port: u16,
 }
 

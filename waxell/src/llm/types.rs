@@ -35,27 +35,37 @@ pub struct ChatRequest {
     /// Function tools the model may call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<Tool>,
+    /// How the model may use `tools`: see [`ToolChoice`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// Whether the model may call several tools in one turn (`None`: the server's default, usually yes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    /// Plain text, JSON mode or a JSON Schema the answer must match.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
+    /// Sampling temperature, usually 0 to 2; lower is more deterministic.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling: only tokens within this cumulative probability (0 to 1) are considered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Most tokens the answer may have; older models and most compatible servers take this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     /// Newer OpenAI models (o-series, gpt-5) take this instead of `max_tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<u32>,
+    /// Sequences at which the server stops generating (not included in the answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// Ask for deterministic sampling where the server supports it (best effort).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
+    /// Penalty (-2 to 2) on tokens by how often they already appeared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frequency_penalty: Option<f64>,
+    /// Penalty (-2 to 2) on tokens that already appeared at all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub presence_penalty: Option<f64>,
     /// Number of choices to generate.
@@ -99,54 +109,67 @@ impl ChatRequest {
         self.tools = tools.into_iter().collect();
         self
     }
+    /// How the model may use the tools: see [`ToolChoice`].
     pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
         self.tool_choice = Some(choice);
         self
     }
+    /// Whether the model may call several tools in one turn.
     pub fn parallel_tool_calls(mut self, allowed: bool) -> Self {
         self.parallel_tool_calls = Some(allowed);
         self
     }
+    /// Ask for plain text, JSON mode or JSON matching a schema.
     pub fn response_format(mut self, format: ResponseFormat) -> Self {
         self.response_format = Some(format);
         self
     }
+    /// Sampling temperature, usually 0 to 2.
     pub fn temperature(mut self, temperature: f64) -> Self {
         self.temperature = Some(temperature);
         self
     }
+    /// Nucleus-sampling probability mass, 0 to 1.
     pub fn top_p(mut self, top_p: f64) -> Self {
         self.top_p = Some(top_p);
         self
     }
+    /// Cap the answer at this many tokens (`max_tokens`).
     pub fn max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
         self
     }
+    /// Cap the answer at this many tokens with `max_completion_tokens`, which newer OpenAI models require.
     pub fn max_completion_tokens(mut self, max_tokens: u32) -> Self {
         self.max_completion_tokens = Some(max_tokens);
         self
     }
+    /// Stop generating at any of these sequences.
     pub fn stop(mut self, sequences: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.stop = sequences.into_iter().map(Into::into).collect();
         self
     }
+    /// Seed for best-effort deterministic sampling.
     pub fn seed(mut self, seed: i64) -> Self {
         self.seed = Some(seed);
         self
     }
+    /// Frequency penalty, -2 to 2.
     pub fn frequency_penalty(mut self, penalty: f64) -> Self {
         self.frequency_penalty = Some(penalty);
         self
     }
+    /// Presence penalty, -2 to 2.
     pub fn presence_penalty(mut self, penalty: f64) -> Self {
         self.presence_penalty = Some(penalty);
         self
     }
+    /// Generate this many choices; only the first is recorded as the span's output.
     pub fn n(mut self, choices: u32) -> Self {
         self.n = Some(choices);
         self
     }
+    /// End-user identifier forwarded to the provider (for its abuse monitoring).
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self
@@ -209,36 +232,52 @@ pub struct StreamOptions {
 #[serde(tag = "role", rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Message {
+    /// Instructions that steer the model.
     System {
+        /// The instructions.
         content: String,
+        /// Optional participant name, forwarded as is.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// What the user said.
     User {
+        /// The user's text.
         content: String,
+        /// Optional participant name, forwarded as is.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
     /// A previous model turn: text, tool calls, or both.
     Assistant {
+        /// The text, if the turn had any (`None` for a turn with tool calls only).
         #[serde(default)]
         content: Option<String>,
+        /// The tool calls the model made in this turn.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// Optional participant name, forwarded as is.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
     /// The result of running a tool the model called.
-    Tool { tool_call_id: String, content: String },
+    Tool {
+        /// The [`ToolCall::id`] this answers.
+        tool_call_id: String,
+        /// What the tool returned, as text.
+        content: String,
+    },
 }
 
 impl Message {
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::System {
             content: content.into(),
             name: None,
         }
     }
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::User {
             content: content.into(),
@@ -308,6 +347,7 @@ pub struct Tool {
     /// Always `function`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The function's name, description and argument schema.
     pub function: FunctionDefinition,
 }
 
@@ -329,12 +369,15 @@ impl Tool {
 /// Name, description and argument schema of a function tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionDefinition {
+    /// The name the model calls the function by.
     pub name: String,
+    /// What the function does, for the model to decide when to call it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// JSON Schema of the arguments object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
+    /// OpenAI's strict mode: the arguments must match `parameters` exactly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
 }
@@ -343,8 +386,11 @@ pub struct FunctionDefinition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ToolChoice {
+    /// The model decides whether to call a tool (the server's default when tools are offered).
     Auto,
+    /// The model must not call a tool.
     None,
+    /// The model must call at least one tool.
     Required,
     /// Force a call to this function.
     Function(String),
@@ -367,13 +413,17 @@ impl Serialize for ToolChoice {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ResponseFormat {
+    /// Plain text (the default).
     Text,
     /// Any valid JSON object ("JSON mode").
     JsonObject,
     /// JSON matching `schema` ("structured outputs").
     JsonSchema {
+        /// A name for the schema (letters, digits, `_` and `-`).
         name: String,
+        /// The JSON Schema the answer must match.
         schema: Value,
+        /// Whether the server must enforce the schema exactly (OpenAI's strict mode).
         strict: bool,
     },
 }
@@ -405,10 +455,12 @@ impl Serialize for ResponseFormat {
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The id to quote in the [`Message::tool`] result of this call.
     pub id: String,
     /// Always `function`.
     #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
+    /// The function called and its arguments.
     pub function: FunctionCall,
 }
 
@@ -438,7 +490,9 @@ impl ToolCall {
 /// Function name and its arguments as the model wrote them (a JSON string, not always valid JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FunctionCall {
+    /// The function to call.
     pub name: String,
+    /// Its arguments as a JSON string, exactly as the model wrote them (may be invalid JSON).
     #[serde(default)]
     pub arguments: String,
 }
@@ -447,17 +501,22 @@ pub struct FunctionCall {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChatResponse {
+    /// The server's id of the completion (empty when the server sent none).
     #[serde(default)]
     pub id: String,
     /// The model that actually answered (may carry a version suffix).
     #[serde(default)]
     pub model: String,
+    /// Unix time in seconds when the server created the completion (0 when not sent).
     #[serde(default)]
     pub created: u64,
+    /// The answers; usually one, more when the request set `n`.
     #[serde(default)]
     pub choices: Vec<Choice>,
+    /// Token counts, when the server reports them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Identifies the backend configuration that answered (OpenAI), when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_fingerprint: Option<String>,
 }
@@ -495,9 +554,12 @@ impl ChatResponse {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Choice {
+    /// Position of this choice among the response's choices.
     #[serde(default)]
     pub index: u32,
+    /// The model's turn.
     pub message: AssistantMessage,
+    /// Why generation stopped (`stop`, `length`, `tool_calls`, `content_filter`, ...).
     #[serde(default)]
     pub finish_reason: Option<String>,
 }
@@ -506,10 +568,13 @@ pub struct Choice {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AssistantMessage {
+    /// Always `assistant`.
     #[serde(default = "assistant_role")]
     pub role: String,
+    /// The text of the answer (`None` when the model only called tools or refused).
     #[serde(default)]
     pub content: Option<String>,
+    /// The tool calls the model made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// Set when the model declined for safety reasons.
@@ -531,10 +596,13 @@ pub struct Usage {
     /// All output tokens, reasoning ones included.
     #[serde(default)]
     pub completion_tokens: u64,
+    /// Input plus output tokens, as the server reported it.
     #[serde(default)]
     pub total_tokens: u64,
+    /// Breakdown of the input tokens (the cached part).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Breakdown of the output tokens (the reasoning part).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
@@ -574,16 +642,20 @@ impl Usage {
     }
 }
 
+/// Breakdown of [`Usage::prompt_tokens`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PromptTokensDetails {
+    /// Input tokens served from the provider's prompt cache.
     #[serde(default)]
     pub cached_tokens: Option<u64>,
 }
 
+/// Breakdown of [`Usage::completion_tokens`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CompletionTokensDetails {
+    /// Output tokens spent on hidden reasoning (o-series and other reasoning models).
     #[serde(default)]
     pub reasoning_tokens: Option<u64>,
 }
@@ -592,17 +664,22 @@ pub struct CompletionTokensDetails {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChatChunk {
+    /// The completion's id; the same on every chunk of one stream.
     #[serde(default)]
     pub id: String,
+    /// The model that answers.
     #[serde(default)]
     pub model: String,
+    /// Unix time in seconds when the server created the completion.
     #[serde(default)]
     pub created: u64,
+    /// What this chunk adds to each choice (empty on the final usage-only chunk).
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
     /// Only on the last chunk, when usage was requested; its `choices` is then empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Identifies the backend configuration that answered (OpenAI), when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_fingerprint: Option<String>,
 }
@@ -623,10 +700,13 @@ impl ChatChunk {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ChunkChoice {
+    /// The choice this fragment belongs to.
     #[serde(default)]
     pub index: u32,
+    /// What this chunk adds to the choice's message.
     #[serde(default)]
     pub delta: Delta,
+    /// Set on the choice's last chunk: why generation stopped.
     #[serde(default)]
     pub finish_reason: Option<String>,
 }
@@ -635,12 +715,16 @@ pub struct ChunkChoice {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Delta {
+    /// `assistant` on the first chunk of a choice, else `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Text to append to the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Fragments of tool calls to assemble by `index`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
+    /// Text to append to a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
 }
@@ -650,20 +734,27 @@ pub struct Delta {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolCallDelta {
+    /// Which tool call of the choice this fragment belongs to.
     pub index: u32,
+    /// The call's id (first fragment only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Always `function` when present (first fragment only).
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Name (first fragment only) and a piece of the arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionCallDelta>,
 }
 
+/// The function part of a [`ToolCallDelta`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct FunctionCallDelta {
+    /// The function's name (first fragment only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// A piece of the arguments' JSON string, to append to the earlier ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,
 }

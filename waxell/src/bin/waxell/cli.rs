@@ -1,6 +1,7 @@
 //! The `waxell` command (feature `cli`): send saved trace files to an OTLP endpoint (`replay`), read them as
-//! a tree with no backend at all (`show`, `show --follow DIR`). The binary is `waxell/src/bin/waxell.rs`;
-//! the logic lives here so it can be tested in process against the OTLP receivers.
+//! a tree with no backend at all (`show`, `show --follow DIR`), over the library's public `waxell::export`
+//! API. It lives with the binary (nothing in the library exists for it); `tests/tests/cli.rs` compiles this
+//! file too, to run the command in process against the OTLP receivers.
 //!
 //! ```text
 //! cargo install --path waxell --features cli      # from a checkout of the repository
@@ -15,8 +16,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::export::OtlpSettings;
-use crate::Protocol;
+use waxell::export::OtlpSettings;
+use waxell::Protocol;
 
 /// Send saved waxell traces to an OpenTelemetry (OTLP) collector, or print them as a tree.
 #[derive(Debug, Parser)]
@@ -105,7 +106,7 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
 
 /// Run the command with `args` (the first is the program name), writing to `out` and `err`; returns the
 /// exit code: 0 success, 1 a failed request or unreadable file, 2 bad usage or settings.
-pub fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
+pub(crate) fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -166,7 +167,7 @@ where
         }
         Command::Show { files, follow } => match follow {
             Some(dir) => {
-                let result = crate::export::follow(
+                let result = waxell::export::follow(
                     &dir,
                     Duration::from_millis(300),
                     |tree| {
@@ -186,7 +187,7 @@ where
             None => {
                 let mut code = 0;
                 for file in files {
-                    match crate::export::render_trace_file(&file) {
+                    match waxell::export::render_trace_file(&file) {
                         Ok(tree) => {
                             let _ = write!(out, "{tree}");
                         }
@@ -205,7 +206,7 @@ where
 fn replay(files: &[PathBuf], settings: &OtlpSettings, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let mut failed = false;
     for file in files {
-        match crate::export::replay_with(file, settings) {
+        match waxell::export::replay_with(file, settings) {
             Ok(report) => {
                 let _ = writeln!(
                     out,

@@ -1,7 +1,9 @@
-//! The `waxell` command (`cargo install --path waxell --features cli`); see `waxell::cli`.
+//! The `waxell` command (`cargo install --path waxell --features cli`): `replay` and `show`, in `cli.rs`.
+
+mod cli;
 
 fn main() -> std::process::ExitCode {
-    let code = waxell::cli::run(
+    let code = cli::run(
         std::env::args_os(),
         &mut std::io::stdout(),
         &mut std::io::stderr(),
