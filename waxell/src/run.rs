@@ -283,10 +283,11 @@ impl Inner {
             _ => {}
         }
         if self.meta.capture && self.state.capture.content {
-            let text = match &value {
+            // One shared string for both attribute families (and cheap to copy for the fail-open exporter).
+            let text = shared(match &value {
                 Captured::Json(v) if !v.is_string() => self.state.json_content(v.clone()),
                 other => self.state.content(&other.to_text()),
-            };
+            });
             if self.meta.kind == Kind::Tool {
                 span.set_attribute(KeyValue::new(GEN_AI_TOOL_CALL_RESULT, text.clone()));
             }

@@ -464,6 +464,13 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
                     let c = &worker_counters;
                     let mut f = c.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                     f.busy = false;
+                    // A delivered batch needs no copy: drop it here, after the waiter is told, rather than on
+                    // the batch processor's thread, whose next batch waits for it.
+                    let delivered = if result.is_ok() && !f.abandoned {
+                        f.copy.take()
+                    } else {
+                        None
+                    };
                     if f.abandoned {
                         // Nobody waits any more: settle the batch here (unless shutdown already saved it).
                         f.abandoned = false;
@@ -481,6 +488,7 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
                         drop(f);
                         c.in_flight_changed.notify_all();
                     }
+                    drop(delivered);
                 }
             })?;
         Ok(Self {
