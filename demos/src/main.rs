@@ -322,7 +322,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    let result = runtime.block_on(async {
+        let result = run(args).await;
+        // Dropped container sandboxes are removed by tasks that must finish before the runtime goes.
+        waxell_sandbox::removals_settled(std::time::Duration::from_secs(30)).await;
+        result
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

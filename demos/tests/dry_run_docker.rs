@@ -30,7 +30,7 @@ fn dry_run_demo_runs_in_a_container() {
         .filter(|s| s.span.name == "execute_tool docker.run_code")
         .collect();
     assert!(!runs.is_empty(), "container run_code spans exported");
-    for run in runs {
+    for run in &runs {
         assert_eq!(
             attr_string(&run.span, "waxell.sandbox.backend").as_deref(),
             Some("docker")
@@ -40,10 +40,38 @@ fn dry_run_demo_runs_in_a_container() {
             Some("runc")
         );
     }
+    // The demo removed its containers before it exited.
+    for run in &runs {
+        let id = attr_string(&run.span, "waxell.sandbox.id").expect("sandbox id");
+        assert_eq!(
+            engine_status(&format!("/containers/waxell-{id}/json")),
+            404,
+            "container of sandbox {id} left behind"
+        );
+    }
     let chart = std::fs::read_dir(&out_dir)
         .expect("output dir")
         .flatten()
         .any(|e| e.path().extension().is_some_and(|x| x == "png"));
     assert!(chart, "the chart made in the container was saved");
     let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// The HTTP status the engine at DOCKER_HOST answers for a GET of `path`.
+fn engine_status(path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let host =
+        std::env::var("DOCKER_HOST").expect("DOCKER_HOST (eval \"$(bash scripts/setup-container.sh)\")");
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(host.trim_start_matches("unix://")).expect("engine socket");
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: d\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("an HTTP status")
 }
