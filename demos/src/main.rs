@@ -322,7 +322,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
+    let result = runtime.block_on(async move {
         let result = run(args).await;
         // Dropped container sandboxes are removed by tasks that must finish before the runtime goes.
         waxell_sandbox::removals_settled(std::time::Duration::from_secs(30)).await;
