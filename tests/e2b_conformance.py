@@ -132,7 +132,11 @@ started = datetime.datetime.now()
 after = step("run after the timeout", lambda: sbx.run_code("progress", timeout=30))
 waited = (datetime.datetime.now() - started).total_seconds()
 if after is not None:
-    check("state kept after the timeout", after.text == "sleeping", after.text)
+    check(
+        "state kept after the timeout",
+        after.text == "sleeping",
+        f"text={after.text!r} error={after.error} logs={after.logs}",
+    )
     check("abandoned code was interrupted, not awaited", waited < 20, waited)
 
 # 6. environment variables: the sandbox's and a run's own.

@@ -1,7 +1,8 @@
 //! The `waxell` command (the binary's `cli.rs`, compiled into this test), run in process against OTLP
 //! receivers on 127.0.0.1: `replay` reads the SDK's variables with the SDK's meaning, flags override them,
 //! per-file reports and the exit code; `show` prints the tree the embedded default prints at run time.
-//! Each test runs in its own process (cargo-nextest), so setting variables is local to it.
+//! A test that sets the SDK's variables or writes its trace file through `init()`'s process-wide pipeline
+//! runs in a child process of its own (`own_process!`), so neither leaks into the other tests.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,12 +65,13 @@ fn cli(args: &[&str]) -> (u8, String, String) {
 }
 
 fn set(name: &str, value: &str) {
-    // SAFETY-free in edition 2021; each test is its own process.
+    // SAFETY-free in edition 2021; callers run in a process of their own (`own_process!`).
     std::env::set_var(name, value);
 }
 
 #[test]
 fn replay_takes_the_base_endpoint_and_the_headers_from_the_sdk_variables() {
+    waxell_tests::own_process!();
     let dir = temp_dir("env");
     let file = write_trace_file(&dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
@@ -96,6 +98,7 @@ fn replay_takes_the_base_endpoint_and_the_headers_from_the_sdk_variables() {
 
 #[test]
 fn replay_without_a_required_header_fails_says_why_and_exits_non_zero() {
+    waxell_tests::own_process!();
     let dir = temp_dir("noheader");
     let file = write_trace_file(&dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
@@ -115,6 +118,7 @@ fn replay_without_a_required_header_fails_says_why_and_exits_non_zero() {
 
 #[test]
 fn replay_flags_override_the_variables_with_the_same_meaning() {
+    waxell_tests::own_process!();
     let dir = temp_dir("flags");
     let file = write_trace_file(&dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
@@ -152,6 +156,7 @@ fn replay_flags_override_the_variables_with_the_same_meaning() {
 
 #[test]
 fn replay_over_grpc_and_to_a_dead_endpoint() {
+    waxell_tests::own_process!();
     let dir = temp_dir("grpc");
     let file = write_trace_file(&dir);
     let receiver = OtlpReceiver::start_grpc();
@@ -256,6 +261,7 @@ fn show_prints_the_tree_the_embedded_default_printed() {
 
 #[test]
 fn show_follow_prints_each_new_run_as_it_is_written() {
+    waxell_tests::own_process!();
     let source = temp_dir("follow-src");
     let file = write_trace_file(&source);
     let lines = std::fs::read_to_string(&file).unwrap();

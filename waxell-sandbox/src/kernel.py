@@ -153,6 +153,14 @@ class Kernel:
                 return msg
 
     # ---- execution ------------------------------------------------------------------------------
+    def on_interrupt(self, signum, frame):
+        """SIGINT: a KeyboardInterrupt in the running cell only. The host interrupts a cell after its
+        `started`; one arriving after the cell ended came late (the cell finished meanwhile, or the
+        signal went to another thread and waited for the main one), and raised outside the cell it
+        could land between reading the next request and starting it, and drop that request."""
+        if self.executing:
+            raise KeyboardInterrupt
+
     def serve(self):
         for name in PRELOAD:
             try:
@@ -210,6 +218,10 @@ class Kernel:
         try:
             with self.state_lock:
                 self.executing = True
+            # From here a KeyboardInterrupt ends this cell with a `done`. The host interrupts only
+            # after this frame: earlier, between reading the request and starting it, the interrupt
+            # would drop the request and no `done` would ever come.
+            self.send({"type": "started", "id": exec_id})
             try:
                 value = self.run_cell(code)
             finally:
@@ -392,8 +404,9 @@ def mime_bundle(obj):
 
 def main():
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    Kernel().serve()
+    kernel = Kernel()
+    signal.signal(signal.SIGINT, kernel.on_interrupt)
+    kernel.serve()
 
 
 if __name__ == "__main__":

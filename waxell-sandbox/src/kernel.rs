@@ -45,6 +45,10 @@ pub(crate) struct ReadyInfo {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum KernelMessage {
     Ready(ReadyInfo),
+    /// The kernel began running the cell: from now on an interrupt ends it with a `done`.
+    Started {
+        id: Option<u64>,
+    },
     Stream {
         id: Option<u64>,
         name: String,
@@ -178,6 +182,8 @@ pub(crate) struct KernelProcess {
     alive: bool,
     /// An execution whose `done` was never read (its caller's future was dropped).
     unfinished: Option<u64>,
+    /// The kernel's `started` for `unfinished` was read: it may be interrupted now.
+    unfinished_started: bool,
     /// `done` frames not followed by an idle main thread (written by cell code).
     forged_done: u64,
 }
@@ -211,6 +217,7 @@ impl KernelProcess {
             stderr_tail,
             alive: true,
             unfinished: None,
+            unfinished_started: false,
             forged_done: 0,
         }
     }
@@ -375,9 +382,14 @@ impl KernelProcess {
     /// if it does not finish within `grace`.
     pub(crate) async fn settle_abandoned(&mut self, grace: Duration) {
         let Some(id) = self.unfinished.take() else { return };
-        if self.interrupt().is_err() {
-            self.kill();
-            return;
+        // Not started yet: the interrupt waits for its `started` (see `execute`).
+        let mut signalled = false;
+        if self.unfinished_started {
+            if self.interrupt().is_err() {
+                self.kill();
+                return;
+            }
+            signalled = true;
         }
         let deadline = Instant::now() + grace;
         loop {
@@ -386,13 +398,20 @@ impl KernelProcess {
                 _ = tokio::time::sleep_until(deadline) => break,
             };
             match line {
-                Ok(Some(line)) => {
-                    if let Ok(KernelMessage::Done { id: Some(done), .. }) = serde_json::from_slice(&line) {
-                        if done == id && self.confirm_done(deadline).await {
-                            return;
+                Ok(Some(line)) => match serde_json::from_slice(&line) {
+                    Ok(KernelMessage::Started { id: Some(started) }) if started == id && !signalled => {
+                        if self.interrupt().is_err() {
+                            break;
                         }
+                        signalled = true;
                     }
-                }
+                    Ok(KernelMessage::Done { id: Some(done), .. })
+                        if done == id && self.confirm_done(deadline).await =>
+                    {
+                        return;
+                    }
+                    _ => {}
+                },
                 _ => break,
             }
         }
@@ -421,6 +440,9 @@ impl KernelProcess {
             .map_err(|e| SandboxError::Transport(format!("sending to the kernel: {e}")))?;
         // Cleared when `done` is read; still set if this future is dropped before that.
         self.unfinished = Some(id);
+        self.unfinished_started = false;
+        // The timeout passed before the kernel started the cell: interrupt when it does.
+        let mut interrupt_on_start = false;
         let mut deadline = Instant::now() + limits.timeout;
         let finished = loop {
             let line = tokio::select! {
@@ -431,8 +453,14 @@ impl KernelProcess {
                         break false;
                     }
                     interrupted = true;
-                    // Interrupt first: KeyboardInterrupt ends the cell and the state survives.
-                    let _ = self.interrupt();
+                    // Interrupt first: KeyboardInterrupt ends the cell and the state survives. Before the
+                    // kernel's `started`, a SIGINT could land between its reading the request and starting
+                    // it and drop the request (no `done`, so a kill): wait for `started` (within the grace).
+                    if self.unfinished_started {
+                        let _ = self.interrupt();
+                    } else {
+                        interrupt_on_start = true;
+                    }
                     deadline = Instant::now() + limits.grace;
                     continue;
                 }
@@ -455,6 +483,12 @@ impl KernelProcess {
                 continue;
             };
             match message {
+                KernelMessage::Started { id: Some(mid) } if mid == id && !self.unfinished_started => {
+                    self.unfinished_started = true;
+                    if interrupt_on_start {
+                        let _ = self.interrupt();
+                    }
+                }
                 KernelMessage::Stream {
                     id: Some(mid),
                     name,

@@ -536,6 +536,27 @@ async fn an_abandoned_run_is_interrupted_before_the_next_one() {
     );
 }
 
+/// Regression: a timeout that passes before the kernel has started the cell (1 ms, or a loaded host)
+/// interrupted it between reading the request and starting it; the request was lost, no `done` came,
+/// and the kernel was killed with its state. The interrupt now waits for the kernel's `started`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_before_the_cell_starts_keeps_the_state() {
+    let backend = backend();
+    let sandbox = sandbox(&backend).await;
+    assert_eq!(eval(&sandbox, "kept = 41\nkept").await, "41");
+    for _ in 0..20 {
+        let execution = run_with_timeout(&sandbox, "kept += 0", Duration::from_millis(1)).await;
+        if let Some(error) = &execution.error {
+            assert!(error.value.contains("the state is kept"), "{error:?}");
+        }
+    }
+    assert_eq!(
+        eval(&sandbox, "kept + 1").await,
+        "42",
+        "the state survived every interrupt"
+    );
+}
+
 #[test]
 fn bad_configuration_is_refused_with_a_clear_error() {
     let missing =
@@ -621,25 +642,27 @@ fn a_shared_or_foreign_scratch_root_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
+    // It kills every sandbox process of its host process, so it runs alone in a process of its own.
+    if ran_in_own_process("a_pooled_interpreter_killed_while_waiting_is_not_handed_out") {
+        return;
+    }
     let backend = backend_with(config().with_pool_size(1));
     backend.warm_up().await.unwrap();
-    // Kill everything in this process's pooled sandbox from outside.
-    let ours = format!("{}-", std::process::id());
-    for entry in std::fs::read_dir(waxell_sandbox::cgroup_subtree_dir("pids"))
-        .unwrap()
-        .flatten()
-    {
-        if entry.file_name().to_string_lossy().starts_with(&ours) {
-            let procs = std::fs::read_to_string(entry.path().join("cgroup.procs")).unwrap();
-            for pid in procs.lines() {
-                std::process::Command::new("kill")
-                    .args(["-9", pid])
-                    .status()
-                    .unwrap();
-            }
-        }
+    // Kill the pooled sandbox from outside: every process below this one (launcher, init, interpreter).
+    let pooled = own_descendants();
+    assert!(pooled.len() >= 3, "launcher, init and interpreter: {pooled:?}");
+    for pid in &pooled {
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Died while waiting: SIGKILL is delivered at once, but a loaded machine may take a moment to tear
+    // the processes down (one killed but not yet dead when taken from the pool dies in use instead).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pooled.iter().any(|pid| process_alive(*pid)) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     assert_eq!(eval(&sandbox, "6 * 7").await, "42");
 }

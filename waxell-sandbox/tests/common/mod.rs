@@ -150,3 +150,48 @@ pub fn process_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// For a test that acts on every sandbox process of its host process (say, kills them from outside):
+/// re-runs this test binary with only `test` selected, in a child process, and asserts that it passed.
+/// Returns `true` in the parent, which then returns, and `false` in the child, which runs the test.
+/// Under `cargo test` the other tests of the binary run beside it and own sandboxes of this process too.
+pub fn ran_in_own_process(test: &str) -> bool {
+    const CHILD_VAR: &str = "WAXELL_SANDBOX_TEST_OWN_PROCESS";
+    if std::env::var(CHILD_VAR).is_ok_and(|running| running == test) {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VAR, test)
+        .output()
+        .expect("run the test in a child process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} failed in its own process ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+/// Every live descendant of this process: alone in its process (`ran_in_own_process`), a test's sandboxes.
+pub fn own_descendants() -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut queue = vec![std::process::id()];
+    while let Some(pid) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+                if process_alive(child) && !found.contains(&child) {
+                    found.push(child);
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    found
+}
