@@ -8,6 +8,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 bash "$here/setup-sandbox.sh"
 
+# Podman + runc + runsc, the container sandbox image (built from Debian packages, cached) and the
+# Docker API services the container backend's tests use. Its stdout is the env for scripts/test.sh.
+bash "$here/setup-container.sh" >/dev/null
+
 if [ -f "$here/setup-e2b-peer.sh" ]; then
     bash "$here/setup-e2b-peer.sh"
 fi

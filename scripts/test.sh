@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
+# DOCKER_HOST / WAXELL_RUNSC_DOCKER_HOST for the container backend's tests (already set up: instant).
+eval "$(bash scripts/setup-container.sh)"
 cargo nextest run --workspace --all-features --profile ci
 # The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
 # collector configured nothing leaves the machine.

@@ -7,6 +7,7 @@
 //! OPENAI_API_KEY=sk-... cargo run -p demos                          # live LLM (OPENAI_BASE_URL, --model)
 //! cargo run -p demos -- --base-url http://localhost:11434/v1 --model llama3.2  # any OpenAI-compatible server
 //! cargo run -p demos -- --dry-run --sandbox e2b                     # E2B's cloud (E2B_API_KEY)
+//! cargo run -p demos -- --dry-run --sandbox docker                  # a container (DOCKER_HOST)
 //! cargo run -p demos -- --dry-run --sandbox-url http://127.0.0.1:49982  # a `waxell-sandbox serve`
 //! ```
 //! With `OTEL_EXPORTER_OTLP_ENDPOINT` set, spans go to that collector (e.g. Jaeger, see docs/jaeger.md)
@@ -38,6 +39,9 @@ enum SandboxKind {
     Local,
     /// E2B's cloud (needs E2B_API_KEY).
     E2b,
+    /// A container of a Docker-compatible engine at DOCKER_HOST (image `waxell-sandbox:latest`;
+    /// scripts/setup-container.sh builds it); `--container-runtime runsc` for gVisor.
+    Docker,
 }
 
 /// The Code Sandbox Agent demo.
@@ -50,6 +54,9 @@ struct Args {
     /// Which sandbox to use.
     #[arg(long, value_enum, default_value = "auto")]
     sandbox: SandboxKind,
+    /// OCI runtime for `--sandbox docker`, e.g. `runsc` (gVisor); default: the engine's.
+    #[arg(long, value_name = "NAME")]
+    container_runtime: Option<String>,
     /// Use a `waxell-sandbox serve` (E2B protocol) at this URL instead.
     #[arg(long, value_name = "URL")]
     sandbox_url: Option<String>,
@@ -104,7 +111,7 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
 }
 
 /// The backend and one line saying which it is and why.
-fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+async fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
     if args.sandbox_url.is_none() && matches!(args.sandbox, SandboxKind::Auto | SandboxKind::Local) {
         return local_or_fallback(args.sandbox);
     }
@@ -121,10 +128,20 @@ fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)>
             }
             Box::new(waxell::e2b::E2bBackend::from_env()?)
         }
+        (None, SandboxKind::Docker) => {
+            let mut config = waxell_sandbox::ContainerConfig::default();
+            if let Some(runtime) = &args.container_runtime {
+                config = config.with_runtime(runtime.clone());
+            }
+            Box::new(waxell_sandbox::ContainerBackend::new(config).await?)
+        }
         (None, _) => unreachable!("handled above"),
     };
     let why = match &args.sandbox_url {
         Some(url) => format!("a waxell-sandbox serve at {url} (--sandbox-url)"),
+        None if args.sandbox == SandboxKind::Docker => {
+            "a container of the engine at DOCKER_HOST (--sandbox docker)".to_owned()
+        }
         None => "E2B's cloud (--sandbox e2b)".to_owned(),
     };
     Ok((backend, why))
@@ -254,10 +271,11 @@ async fn run(args: Args) -> DemoResult<()> {
             SandboxKind::Auto => "auto",
             SandboxKind::Local => "local",
             SandboxKind::E2b => "e2b",
+            SandboxKind::Docker => "docker",
         })
     ));
     let llm = llm_client(&args)?;
-    let (backend, why) = sandbox_backend(&args)?;
+    let (backend, why) = sandbox_backend(&args).await?;
     progress.note(&format!("sandbox ▸ {why}"));
     if !args.skip_sandbox_check {
         let target = match (&args.sandbox_url, args.sandbox) {
@@ -304,7 +322,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    let result = runtime.block_on(async move {
+        let result = run(args).await;
+        // Dropped container sandboxes are removed by tasks that must finish before the runtime goes.
+        waxell_sandbox::removals_settled(std::time::Duration::from_secs(30)).await;
+        result
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -55,16 +55,30 @@ fn peer_python() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_passes_the_conformance_script() {
-    let python = peer_python();
     let backend = LocalBackend::new(LocalConfig::default().with_pool_size(1))
         .expect("local sandbox backend (run scripts/setup-sandbox.sh)");
+    conformance(Arc::new(backend)).await;
+}
+
+/// The same script against `serve --backend docker` (engine at DOCKER_HOST, scripts/setup-container.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_passes_the_conformance_script_against_containers() {
+    let config = waxell_sandbox::ContainerConfig::default().with_pool_size(1);
+    let backend = waxell_sandbox::ContainerBackend::new(config)
+        .await
+        .expect("container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)");
+    conformance(Arc::new(backend)).await;
+}
+
+async fn conformance(backend: Arc<dyn waxell::sandbox::SandboxBackend>) {
+    let python = peer_python();
     let config = ServerConfig::new()
         .with_api_key(API_KEY)
         .with_keepalive_interval(Duration::from_millis(500));
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let recorder = seen.clone();
-    let app = router(Arc::new(backend), config.clone()).layer(middleware::from_fn(
-        move |request: Request, next: Next| {
+    let app =
+        router(backend, config.clone()).layer(middleware::from_fn(move |request: Request, next: Next| {
             let recorder = recorder.clone();
             async move {
                 let headers = request.headers().clone();
@@ -82,8 +96,7 @@ async fn official_python_sdk_passes_the_conformance_script() {
                 recorder.lock().unwrap().push(entry);
                 response
             }
-        },
-    ));
+        }));
     // Through the server's own connection layer (timeouts, caps), as `waxell-sandbox serve` runs.
     let url = e2b_support::serve_with_limits(app, config).await;
     let mut command = tokio::process::Command::new(&python);

@@ -7,6 +7,11 @@
 //! `run_code("1+1")`, both with the system `/usr/bin/python3` so only the mode differs. Run as root
 //! with `WAXELL_BENCH_ROOTLESS_USER=<an unprivileged user>`: the rootless half is this binary
 //! re-run as that user (`setpriv`), reporting its figures back as JSON.
+//!
+//! With `--features container` it also measures, side by side in the same run, the container backend
+//! under runc (engine at `DOCKER_HOST`) and under gVisor's runsc (`WAXELL_RUNSC_DOCKER_HOST`, else
+//! `DOCKER_HOST` with runtime `runsc`): create to ready (cold) and the warm `run_code("1+1")`, then
+//! prints the ratios to the local backend. `eval "$(bash scripts/setup-container.sh)"` first.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -141,6 +146,132 @@ fn run_code_round_trip(c: &mut Criterion) {
     samples.report("run_code/1+1");
 }
 
+/// Median create-to-ready and warm `run_code("1+1")` of one backend, measured in one interleaved loop.
+#[cfg(feature = "container")]
+mod side_by_side {
+    use super::*;
+    use waxell::sandbox::SandboxBackend;
+    use waxell_sandbox::{ContainerBackend, ContainerConfig};
+
+    fn median(mut all: Vec<Duration>) -> Duration {
+        all.sort();
+        all[all.len() / 2]
+    }
+
+    async fn measure(backend: &dyn SandboxBackend, creates: usize, runs: usize) -> (Duration, Duration) {
+        let mut create = Vec::new();
+        let mut run = Vec::new();
+        for _ in 0..creates {
+            let start = Instant::now();
+            let sandbox = backend.create(&SandboxOptions::default()).await.unwrap();
+            create.push(start.elapsed());
+            for _ in 0..runs {
+                let start = Instant::now();
+                let execution = sandbox.run_code("1+1", &RunOptions::default()).await.unwrap();
+                run.push(start.elapsed());
+                assert_eq!(execution.text(), Some("2"));
+            }
+            sandbox.kill().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (median(create), median(run))
+    }
+
+    /// Median time to get a sandbox from a full warm pool (refilled, untimed, between takes).
+    async fn acquire<F, Fut>(creates: usize, take: F) -> Duration
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Duration>,
+    {
+        let mut all = Vec::new();
+        for _ in 0..creates {
+            all.push(take().await);
+        }
+        median(all)
+    }
+
+    pub(crate) fn backends(_c: &mut Criterion) {
+        let rt = runtime();
+        rt.block_on(async {
+            let local = LocalBackend::new(LocalConfig::default()).expect("local sandbox");
+            let runc = ContainerBackend::new(ContainerConfig::default()).await.expect("container engine at DOCKER_HOST");
+            let mut gvisor = ContainerConfig::default().with_runtime("runsc");
+            if let Ok(host) = std::env::var("WAXELL_RUNSC_DOCKER_HOST") {
+                gvisor = gvisor.with_docker_host(host);
+            }
+            let runsc = ContainerBackend::new(gvisor).await.expect("runsc engine");
+            let (creates, runs) = (9, 200);
+            let rows = [
+                ("local (bubblewrap)", measure(&local, creates, runs).await),
+                ("container (runc)", measure(&runc, creates, runs).await),
+                ("container (runsc)", measure(&runsc, creates, runs).await),
+            ];
+            // Warm pools (size 1): a sandbox is a queue pop plus applying its options.
+            let local_pool = LocalBackend::new(LocalConfig::default().with_pool_size(1)).expect("local sandbox");
+            let pooled = |config: ContainerConfig| async move {
+                ContainerBackend::new(config.with_pool_size(1)).await.expect("container engine")
+            };
+            let runc_pool = pooled(ContainerConfig::default()).await;
+            let mut gvisor_pool = ContainerConfig::default().with_runtime("runsc");
+            if let Ok(host) = std::env::var("WAXELL_RUNSC_DOCKER_HOST") {
+                gvisor_pool = gvisor_pool.with_docker_host(host);
+            }
+            let runsc_pool = pooled(gvisor_pool).await;
+            let local_acquire = acquire(creates, || async {
+                local_pool.warm_up().await.unwrap();
+                let start = Instant::now();
+                let sandbox = local_pool.create_sandbox(&SandboxOptions::default()).await.unwrap();
+                let took = start.elapsed();
+                drop(sandbox);
+                took
+            })
+            .await;
+            let container_acquire = |backend: &ContainerBackend| {
+                let backend = backend.clone();
+                acquire(creates, move || {
+                    let backend = backend.clone();
+                    async move {
+                        backend.warm_up().await.unwrap();
+                        let start = Instant::now();
+                        let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+                        let took = start.elapsed();
+                        drop(sandbox);
+                        took
+                    }
+                })
+            };
+            let acquired = [
+                local_acquire,
+                container_acquire(&runc_pool).await,
+                container_acquire(&runsc_pool).await,
+            ];
+            let (local_create, local_run) = rows[0].1;
+            println!(
+                "backend              create median   run_code(1+1) median   create / local   run_code - local   pool acquire median"
+            );
+            for ((name, (create, run)), acquired) in rows.into_iter().zip(acquired) {
+                println!(
+                    "{name:<20} {:>10.1} ms {:>18.3} ms {:>15.1}x {:>15.3} ms {:>17.3} ms",
+                    create.as_secs_f64() * 1e3,
+                    run.as_secs_f64() * 1e3,
+                    create.as_secs_f64() / local_create.as_secs_f64(),
+                    (run.as_secs_f64() - local_run.as_secs_f64()) * 1e3,
+                    acquired.as_secs_f64() * 1e3
+                );
+            }
+        });
+    }
+}
+
+#[cfg(feature = "container")]
+criterion_group!(
+    benches,
+    create_cold,
+    create_warm,
+    run_code_round_trip,
+    side_by_side::backends
+);
+#[cfg(not(feature = "container"))]
 criterion_group!(benches, create_cold, create_warm, run_code_round_trip);
 
 /// Set in the re-run child that measures rootless mode.

@@ -1,17 +1,23 @@
 //! Host side of one kernel: the JSON-lines protocol, per-run timeouts (interrupt, then kill) and
 //! output caps. Everything the kernel sends is untrusted (user code can write to the protocol fd):
 //! lines are size-capped, parsed strictly, and messages for other executions are ignored.
+//!
+//! The protocol is transport-neutral: the local backend talks to a bwrap child over pipes
+//! ([`KernelProcess::attach`]), the container backend to an exec'd process over the Engine API's
+//! attached streams ([`KernelProcess::from_parts`]); [`ProcessControl`] is what differs (how to
+//! interrupt, confirm `done`, learn how it ended and kill).
 
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cgroup::Cgroup;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 use waxell::sandbox::{Execution, ExecutionError, ExecutionResult, OutputMessage, RunOptions, SandboxError};
@@ -82,9 +88,57 @@ pub(crate) struct ExecLimits {
     pub(crate) memory_bytes: u64,
 }
 
+/// Protocol input of a kernel (its stdin).
+pub(crate) type KernelWriter = Pin<Box<dyn AsyncWrite + Send>>;
+/// Protocol output of a kernel (its stdout).
+pub(crate) type KernelReader = Pin<Box<dyn AsyncRead + Send>>;
+/// Where a kernel's own stderr (the launcher's or engine's messages) is collected, size-capped.
+pub(crate) type StderrTail = Arc<Mutex<String>>;
+
+/// Counts OOM kills in the sandbox (the local backend's memory cgroup).
+pub(crate) trait OomCounter: Send + Sync {
+    fn oom_kills(&self) -> u64;
+}
+
+impl OomCounter for Cgroup {
+    fn oom_kills(&self) -> u64 {
+        Cgroup::oom_kills(self)
+    }
+}
+
+/// How a kernel ended on its own (its protocol output closed).
+pub(crate) struct ExitInfo {
+    /// The process was killed by the OOM killer (when the backend can tell).
+    pub(crate) oom_killed: bool,
+    /// Exit status or the launcher's first error line, for `KernelDied`.
+    pub(crate) detail: String,
+}
+
+/// The process behind one kernel: a local bwrap child or an exec in a container.
+#[async_trait::async_trait]
+pub(crate) trait ProcessControl: Send + Sync {
+    /// Whether it has exited (cheap, non-blocking; `false` when unknown).
+    fn has_exited(&mut self) -> bool;
+    /// Its protocol output closed: wait briefly for the exit and say how it ended.
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo;
+    /// Interrupt the running cell (SIGINT: KeyboardInterrupt, the state survives).
+    fn interrupt(&self) -> io::Result<()>;
+    /// Whether the interpreter's main thread is idle between cells (a `done` is only believed
+    /// then); `true` when the backend cannot tell.
+    fn main_thread_idle(&self) -> bool {
+        true
+    }
+    /// Kill it and everything it started; idempotent.
+    fn kill(&mut self);
+    /// After `ready`: the kernel's pid inside its namespace and its request fd.
+    fn on_ready(&mut self, _ready: &ReadyInfo) {}
+    /// Host pids of the interpreter and its init (local backend only).
+    fn set_inner_pids(&mut self, _pids: [u32; 2]) {}
+}
+
 /// Reads newline-terminated lines with a size cap, cancel-safely (state lives in `self`).
 struct LineReader {
-    pipe: pipe::Receiver,
+    pipe: KernelReader,
     buf: Vec<u8>,
     scanned: usize,
 }
@@ -116,30 +170,20 @@ impl LineReader {
     }
 }
 
-/// One running interpreter (one bwrap launcher process tree).
+/// One running interpreter (one bwrap launcher process tree, or one exec in a container).
 pub(crate) struct KernelProcess {
-    child: Child,
-    to_kernel: pipe::Sender,
+    process: Box<dyn ProcessControl>,
+    /// Host pid of the local launcher (bwrap), for the identity check.
+    launcher_pid: Option<u32>,
+    to_kernel: KernelWriter,
     from_kernel: LineReader,
-    stderr_tail: Arc<Mutex<String>>,
+    stderr_tail: StderrTail,
     /// False once killed or dead: the context must start a new kernel.
     alive: bool,
-    /// The launcher has been waited for; its pid must not be signalled any more.
-    reaped: bool,
-    /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
-    inner_pids: Vec<(u32, u64)>,
     /// An execution whose `done` was never read (its caller's future was dropped).
     unfinished: Option<u64>,
     /// The kernel's `started` for `unfinished` was read: it may be interrupted now.
     unfinished_started: bool,
-    /// The launcher's exit status once reaped.
-    exit_status: Option<std::process::ExitStatus>,
-    /// Inode of the request pipe (host -> kernel) and the kernel's fd for it (from `ready`).
-    request_ino: u64,
-    request_fd: Option<i32>,
-    /// The interpreter's host pid and a pidfd on it: interrupts are SIGINT through the pidfd (never
-    /// a recycled pid), and `done` is believed only while this process's main thread is idle.
-    interpreter: Option<(u32, OwnedFd)>,
     /// `done` frames not followed by an idle main thread (written by cell code).
     forged_done: u64,
 }
@@ -147,81 +191,102 @@ pub(crate) struct KernelProcess {
 impl std::fmt::Debug for KernelProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelProcess")
-            .field("pid", &self.child.id())
+            .field("launcher_pid", &self.launcher_pid)
             .field("alive", &self.alive)
             .finish()
     }
 }
 
 impl KernelProcess {
+    /// A kernel reached through any transport; `stderr_tail` is filled by whoever reads its stderr.
+    pub(crate) fn from_parts(
+        process: Box<dyn ProcessControl>,
+        to_kernel: KernelWriter,
+        from_kernel: KernelReader,
+        stderr_tail: StderrTail,
+    ) -> Self {
+        Self {
+            process,
+            launcher_pid: None,
+            to_kernel,
+            from_kernel: LineReader {
+                pipe: from_kernel,
+                buf: Vec::new(),
+                scanned: 0,
+            },
+            stderr_tail,
+            alive: true,
+            unfinished: None,
+            unfinished_started: false,
+            forged_done: 0,
+        }
+    }
+
+    /// A local launcher child with piped stdin, stdout and stderr.
     pub(crate) fn attach(mut child: Child) -> Result<Self, SandboxError> {
         let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
         let request_ino = rustix::fs::fstat(&stdin).map_err(io::Error::from)?.st_ino;
         let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
         let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
-        let stderr_tail = Arc::new(Mutex::new(String::new()));
-        let mut kernel = Self {
-            to_kernel: pipe::Sender::from_owned_fd(stdin)?,
-            from_kernel: LineReader {
-                pipe: pipe::Receiver::from_owned_fd(stdout)?,
-                buf: Vec::new(),
-                scanned: 0,
-            },
-            stderr_tail: stderr_tail.clone(),
+        let stderr_tail: StderrTail = Arc::new(Mutex::new(String::new()));
+        let launcher_pid = child.id();
+        let mut process = LocalChild {
             child,
-            alive: true,
             reaped: false,
             inner_pids: Vec::new(),
-            unfinished: None,
-            unfinished_started: false,
             exit_status: None,
             request_ino,
             request_fd: None,
             interpreter: None,
-            forged_done: 0,
         };
+        let (to_kernel, from_kernel) =
+            match (pipe::Sender::from_owned_fd(stdin), pipe::Receiver::from_owned_fd(stdout)) {
+                (Ok(to), Ok(from)) => (to, from),
+                (Err(e), _) | (_, Err(e)) => {
+                    process.kill();
+                    return Err(e.into());
+                }
+            };
         match pipe::Receiver::from_owned_fd(stderr) {
             Ok(mut stderr) => {
+                let tail = stderr_tail.clone();
                 tokio::spawn(async move {
                     let mut chunk = [0u8; 4096];
                     while let Ok(n) = stderr.read(&mut chunk).await {
                         if n == 0 {
                             break;
                         }
-                        let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
-                        if tail.len() < STDERR_TAIL_LIMIT {
-                            tail.push_str(&String::from_utf8_lossy(&chunk[..n]));
-                        }
+                        append_tail(&tail, &chunk[..n]);
                     }
                 });
             }
             Err(e) => {
-                kernel.kill();
+                process.kill();
                 return Err(e.into());
             }
         }
+        let mut kernel = Self::from_parts(
+            Box::new(process),
+            Box::pin(to_kernel),
+            Box::pin(from_kernel),
+            stderr_tail,
+        );
+        kernel.launcher_pid = Some(launcher_pid);
         Ok(kernel)
     }
 
-    /// Whether the launcher has exited (a cheap, non-blocking check).
+    /// Whether the kernel has exited (a cheap, non-blocking check).
     pub(crate) fn has_exited(&mut self) -> bool {
-        self.reap_within(Duration::ZERO);
-        self.reaped || !self.alive
+        !self.alive || self.process.has_exited()
     }
 
-    /// Host pid of the bwrap launcher.
+    /// Host pid of the bwrap launcher (0 for kernels that are not local children).
     pub(crate) fn launcher_pid(&self) -> u32 {
-        self.child.id()
+        self.launcher_pid.unwrap_or(0)
     }
 
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
-        self.interpreter = rustix::process::Pid::from_raw(pids[0] as i32)
-            .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
-            .map(|fd| (pids[0], fd));
-        self.inner_pids = pids
-            .iter()
-            .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
-            .collect();
+        self.process.set_inner_pids(pids);
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -256,7 +321,7 @@ impl KernelProcess {
         };
         match serde_json::from_slice::<KernelMessage>(&line) {
             Ok(KernelMessage::Ready(info)) => {
-                self.request_fd = Some(info.request_fd);
+                self.process.on_ready(&info);
                 Ok(info)
             }
             _ => {
@@ -269,46 +334,19 @@ impl KernelProcess {
         }
     }
 
-    /// SIGINT to the interpreter (KeyboardInterrupt in the cell; the state survives).
     fn interrupt(&self) -> io::Result<()> {
-        let Some((_, pidfd)) = &self.interpreter else {
-            return Err(io::Error::other("the interpreter's pid is unknown"));
-        };
-        rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::INT).map_err(io::Error::from)
+        self.process.interrupt()
     }
 
-    /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
-    /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
-    /// frame written by cell code, from any thread, cannot fake it.
     fn main_thread_idle(&self) -> bool {
-        let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
-            return true; // nothing to check against: fall back to believing `done`
-        };
-        let syscall = match std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) {
-            Ok(syscall) => syscall,
-            // Gone: the run ends through EOF anyway.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
-            // Unreadable: a rootless host without CAP_SYS_PTRACE when the cell made itself
-            // non-dumpable. Believe `done` rather than fail every run (docs/sandbox.md, limits).
-            Err(e) => {
-                tracing::debug!("cannot check the interpreter's main thread: {e}");
-                return true;
-            }
-        };
-        let mut fields = syscall.split_whitespace();
-        let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
-        let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
-        let pipe = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
-            .map(|target| target.as_os_str() == format!("pipe:[{}]", self.request_ino).as_str())
-            .unwrap_or(false);
-        in_read && on_fd && pipe
+        self.process.main_thread_idle()
     }
 
     /// A `done` for the current run is real only if the main thread then goes idle (within
     /// `DONE_CONFIRM_LIMIT`, the real kernel gets there in microseconds, and past `until` by at
     /// most 50 ms, so a flood of forged frames cannot hold off the run's timeout while a real
     /// `done` just at the deadline is still confirmed).
-    async fn confirm_done(&self, until: Instant) -> bool {
+    async fn confirm_done(&mut self, until: Instant) -> bool {
         let now = Instant::now();
         let deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
         loop {
@@ -387,7 +425,7 @@ impl KernelProcess {
         code: &str,
         options: &RunOptions,
         limits: &ExecLimits,
-        cgroup: &Cgroup,
+        cgroup: &dyn OomCounter,
     ) -> Result<Execution, SandboxError> {
         // Unguessable: a frame cell code writes for a later run cannot name it.
         let id = unguessable_id();
@@ -518,14 +556,17 @@ impl KernelProcess {
                 _ => {}
             }
         };
-        let oom = cgroup.oom_kills() > oom_before;
+        let mut oom = cgroup.oom_kills() > oom_before;
         if !finished {
+            let mut detail = String::from("no exit status");
             if abort.is_none() {
-                // The kernel went away by itself: let the launcher exit so its status is the real one.
-                self.reap_within(Duration::from_millis(100));
+                // The kernel went away by itself: let it exit so its status is the real one.
+                let exit = self.process.exit_info(&self.stderr_tail()).await;
+                oom |= exit.oom_killed;
+                detail = exit.detail;
             }
             self.kill();
-            execution.error = Some(self.death_report(abort, oom, limits));
+            execution.error = Some(death_report(abort, oom, limits, detail));
             return Ok(execution);
         }
         if interrupted {
@@ -557,7 +598,10 @@ impl KernelProcess {
         Ok(execution)
     }
 
-    fn death_report(&self, abort: Option<Abort>, oom: bool, limits: &ExecLimits) -> ExecutionError {
+}
+
+fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: String) -> ExecutionError {
+    {
         match (abort, oom) {
             (Some(Abort::Timeout), _) => report(
                 "TimeoutError",
@@ -589,48 +633,129 @@ impl KernelProcess {
             (None, false) => report(
                 "KernelDied",
                 format!(
-                    "the interpreter exited unexpectedly ({}); the state is lost and the context restarts on the \
-                     next run",
-                    self.exit_detail()
+                    "the interpreter exited unexpectedly ({detail}); the state is lost and the context restarts on \
+                     the next run"
                 ),
                 String::new(),
             ),
         }
     }
 
-    /// Wait up to `limit` for the launcher to exit and record its status.
-    fn reap_within(&mut self, limit: Duration) {
-        let deadline = std::time::Instant::now() + limit;
-        while !self.reaped {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    self.exit_status = Some(status);
-                    self.reaped = true;
-                }
-                // Only possible if the child was already reaped: nothing left to wait for.
-                Err(_) => self.reaped = true,
-                Ok(None) if std::time::Instant::now() >= deadline => return,
-                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
-            }
-        }
+}
+
+impl KernelProcess {
+    /// Kill the kernel (see [`ProcessControl::kill`]); later runs need a new one.
+    pub(crate) fn kill(&mut self) {
+        self.alive = false;
+        self.unfinished = None;
+        self.process.kill();
+    }
+}
+
+impl Drop for KernelProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn append_tail(tail: &StderrTail, bytes: &[u8]) {
+    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if tail.len() < STDERR_TAIL_LIMIT {
+        tail.push_str(&String::from_utf8_lossy(bytes));
+    }
+}
+
+/// A local bwrap launcher child.
+struct LocalChild {
+    child: Child,
+    /// The launcher has been waited for; its pid must not be signalled any more.
+    reaped: bool,
+    /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
+    inner_pids: Vec<(u32, u64)>,
+    /// The launcher's exit status once reaped.
+    exit_status: Option<std::process::ExitStatus>,
+    /// Inode of the request pipe (host -> kernel) and the kernel's fd for it (from `ready`).
+    request_ino: u64,
+    request_fd: Option<i32>,
+    /// The interpreter's host pid and a pidfd on it: interrupts are SIGINT through the pidfd (never
+    /// a recycled pid), and `done` is believed only while this process's main thread is idle.
+    interpreter: Option<(u32, OwnedFd)>,
+}
+
+#[async_trait::async_trait]
+impl ProcessControl for LocalChild {
+    fn has_exited(&mut self) -> bool {
+        self.reap_within(Duration::ZERO);
+        self.reaped
     }
 
-    /// Why the launcher ended, for `KernelDied`: bwrap's first error line, else its exit status
-    /// (bwrap exits with 128 + signal when the interpreter was killed, e.g. 152 for SIGXCPU).
-    fn exit_detail(&self) -> String {
-        let stderr = self.stderr_tail();
-        match (stderr.lines().next(), self.exit_status) {
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
+        self.reap_within(Duration::from_millis(100));
+        // bwrap's first error line, else its exit status (bwrap exits with 128 + signal when the
+        // interpreter was killed, e.g. 152 for SIGXCPU). OOM kills are counted by the cgroup.
+        let detail = match (stderr_tail.lines().next(), self.exit_status) {
             (Some(line), _) if !line.is_empty() => line.to_owned(),
             (_, Some(status)) => status.to_string(),
             _ => "no exit status".to_owned(),
+        };
+        ExitInfo {
+            oom_killed: false,
+            detail,
         }
+    }
+
+    /// SIGINT to the interpreter (KeyboardInterrupt in the cell; the state survives).
+    fn interrupt(&self) -> io::Result<()> {
+        let Some((_, pidfd)) = &self.interpreter else {
+            return Err(io::Error::other("the interpreter's pid is unknown"));
+        };
+        rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::INT).map_err(io::Error::from)
+    }
+
+    /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
+    /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
+    /// frame written by cell code, from any thread, cannot fake it.
+    fn main_thread_idle(&self) -> bool {
+        let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
+            return true; // nothing to check against: fall back to believing `done`
+        };
+        let syscall = match std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) {
+            Ok(syscall) => syscall,
+            // Gone: the run ends through EOF anyway.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            // Unreadable: a rootless host without CAP_SYS_PTRACE when the cell made itself
+            // non-dumpable. Believe `done` rather than fail every run (docs/sandbox.md, limits).
+            Err(e) => {
+                tracing::debug!("cannot check the interpreter's main thread: {e}");
+                return true;
+            }
+        };
+        let mut fields = syscall.split_whitespace();
+        let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
+        let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
+        let pipe = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+            .map(|target| target.as_os_str() == format!("pipe:[{}]", self.request_ino).as_str())
+            .unwrap_or(false);
+        in_read && on_fd && pipe
+    }
+
+    fn on_ready(&mut self, ready: &ReadyInfo) {
+        self.request_fd = Some(ready.request_fd);
+    }
+
+    fn set_inner_pids(&mut self, pids: [u32; 2]) {
+        self.interpreter = rustix::process::Pid::from_raw(pids[0] as i32)
+            .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
+            .map(|fd| (pids[0], fd));
+        self.inner_pids = pids
+            .iter()
+            .filter_map(|&pid| Some((pid, process_start_time(pid)?)))
+            .collect();
     }
 
     /// SIGKILL the launcher's process group; with `--die-with-parent` and the pid namespace the whole
     /// tree goes. Reaps the launcher so no zombie stays.
-    pub(crate) fn kill(&mut self) {
-        self.alive = false;
-        self.unfinished = None;
+    fn kill(&mut self) {
         if !self.reaped {
             if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
                 let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
@@ -663,9 +788,22 @@ impl KernelProcess {
     }
 }
 
-impl Drop for KernelProcess {
-    fn drop(&mut self) {
-        self.kill();
+impl LocalChild {
+    /// Wait up to `limit` for the launcher to exit and record its status.
+    fn reap_within(&mut self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        while !self.reaped {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    self.exit_status = Some(status);
+                    self.reaped = true;
+                }
+                // Only possible if the child was already reaped: nothing left to wait for.
+                Err(_) => self.reaped = true,
+                Ok(None) if std::time::Instant::now() >= deadline => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
     }
 }
 

@@ -72,6 +72,11 @@ linux_only! {
     #[allow(unsafe_code)]
     mod spawn;
     mod watchdog;
+    // Containers reuse the kernel protocol (kernel.rs), hence Linux-only for now.
+    #[cfg(feature = "container")]
+    pub mod container;
+    #[cfg(feature = "container")]
+    pub use container::{removals_settled, ContainerBackend, ContainerConfig, ContainerSandbox};
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;
     pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};

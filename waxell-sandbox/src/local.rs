@@ -706,6 +706,10 @@ impl SandboxSession for LocalSandbox {
         &self.inner.id
     }
 
+    fn runtime(&self) -> Option<&str> {
+        Some("bubblewrap")
+    }
+
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
         self.check_alive()?;
         if options.language.is_some() && options.context_id.is_some() {

@@ -142,3 +142,103 @@ fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
     let left = leftovers(pid);
     assert!(left.is_empty(), "left behind after SIGTERM: {left:#?}");
 }
+
+/// Names of the engine's containers (at DOCKER_HOST) whose sandbox label starts with `<pid>-`.
+#[cfg(feature = "container")]
+fn containers_of(pid: u32) -> Vec<String> {
+    let host =
+        std::env::var("DOCKER_HOST").expect("DOCKER_HOST (eval \"$(bash scripts/setup-container.sh)\")");
+    let socket = host.trim_start_matches("unix://");
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("engine socket");
+    stream
+        // HTTP/1.0: the answer is not chunked.
+        .write_all(b"GET /containers/json?all=true HTTP/1.0\r\nHost: d\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    let (_, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let end = body.rfind(']').map(|i| i + 1).unwrap_or(body.len());
+    let list: Vec<serde_json::Value> = serde_json::from_str(&body[..end]).expect("container list");
+    list.iter()
+        .filter(|c| {
+            c["Labels"]["io.waxell.sandbox"]
+                .as_str()
+                .is_some_and(|owner| owner.starts_with(&format!("{pid}-")))
+        })
+        .map(|c| c["Names"][0].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// `serve --backend docker`: sandboxes are containers, and SIGTERM removes them all, pooled and live.
+#[cfg(feature = "container")]
+#[test]
+fn serve_backend_docker_creates_containers_and_sigterm_removes_them() {
+    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool-size",
+            "1",
+            "--backend",
+            "docker",
+        ])
+        .env_remove("WAXELL_SANDBOX_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start waxell-sandbox serve --backend docker");
+    let mut server = Server(child);
+    let pid = server.0.id();
+    let mut lines = BufReader::new(server.0.stdout.take().unwrap()).lines();
+    let mut vars = std::collections::HashMap::new();
+    while vars.len() < 3 {
+        let line = lines.next().expect("the banner").expect("stdout");
+        if let Some((name, value)) = line
+            .trim()
+            .strip_prefix("export ")
+            .and_then(|l| l.split_once('='))
+        {
+            vars.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    let address = vars["E2B_API_URL"].trim_start_matches("http://").to_owned();
+    let (status, body) = request(
+        &address,
+        "POST",
+        "/v2/sandboxes",
+        &[("X-API-KEY", &vars["E2B_API_KEY"])],
+        "{}",
+    );
+    assert!(status.contains(" 201 "), "{status}: {body}");
+    // The live sandbox's container and the pooled one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while containers_of(pid).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "expected 2 containers: {:?}",
+            containers_of(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not exit within 40 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "serve exited with {status} on SIGTERM");
+    let left = containers_of(pid);
+    assert!(left.is_empty(), "containers left behind after SIGTERM: {left:?}");
+}

@@ -154,6 +154,8 @@ pub const WAXELL_LLM_CHUNK_COUNT: &str = "waxell.llm.chunk_count";
 // Sandbox boundary (every backend: local, e2b).
 pub const WAXELL_SANDBOX_BACKEND: &str = "waxell.sandbox.backend";
 pub const WAXELL_SANDBOX_ID: &str = "waxell.sandbox.id";
+/// What isolated the code: `bubblewrap`, or a container runtime such as `runc` or `runsc` (gVisor).
+pub const WAXELL_SANDBOX_RUNTIME: &str = "waxell.sandbox.runtime";
 pub const WAXELL_SANDBOX_TEMPLATE: &str = "waxell.sandbox.template";
 pub const WAXELL_SANDBOX_LANGUAGE: &str = "waxell.sandbox.language";
 pub const WAXELL_SANDBOX_CONTEXT_ID: &str = "waxell.sandbox.context_id";

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use waxell::sandbox::SandboxBackend;
 use waxell_sandbox::server::{self, ServerConfig, CODE_INTERPRETER_PORT, ENVD_PORT};
 use waxell_sandbox::{Limits, LocalBackend, LocalConfig};
 
@@ -100,23 +101,36 @@ struct ServeArgs {
     /// Largest file the code may write or the files API may move, in MiB.
     #[arg(long, default_value_t = 64)]
     max_file_mib: u64,
+    /// Which sandboxes to serve: `local` (bubblewrap) or `docker` (containers of the engine at
+    /// DOCKER_HOST; needs the `container` feature).
+    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
+    /// Image for `--backend docker`.
+    #[arg(long, default_value = "waxell-sandbox:latest")]
+    image: String,
+    /// OCI runtime for `--backend docker`, e.g. `runsc` (gVisor); default: the engine's.
+    #[arg(long)]
+    container_runtime: Option<String>,
     /// Python modules imported before an interpreter is pooled (comma-separated, e.g.
     /// `numpy,pandas,matplotlib.pyplot`): slower pool refills, faster first cells.
     #[arg(long, value_delimiter = ',')]
     preload: Vec<String>,
 }
 
-/// The local backend's settings from the command line; `LocalBackend::new` validates them.
-fn local_config(args: &ServeArgs) -> LocalConfig {
+fn limits(args: &ServeArgs) -> Limits {
     const MIB: u64 = 1 << 20;
-    let limits = Limits::default()
+    Limits::default()
         .with_memory_bytes(args.memory_mib.saturating_mul(MIB))
         .with_cpus(args.cpus)
         .with_max_processes(args.max_processes)
         .with_scratch_bytes(args.scratch_mib.saturating_mul(MIB))
-        .with_max_file_bytes(args.max_file_mib.saturating_mul(MIB));
+        .with_max_file_bytes(args.max_file_mib.saturating_mul(MIB))
+}
+
+/// The local backend's settings from the command line; `LocalBackend::new` validates them.
+fn local_config(args: &ServeArgs) -> LocalConfig {
     LocalConfig::default()
-        .with_limits(limits)
+        .with_limits(limits(args))
         .with_pool_size(args.pool_size)
         .with_preload(args.preload.iter().cloned())
         .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)))
@@ -142,6 +156,33 @@ async fn main() {
     if let Err(message) = serve(args).await {
         eprintln!("waxell-sandbox serve: {message}");
         std::process::exit(1);
+    }
+}
+
+/// The backend `--backend` names, with the same limits, pool and timeouts.
+async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
+    match args.backend.as_str() {
+        #[cfg(feature = "container")]
+        "docker" => {
+            let mut config = waxell_sandbox::ContainerConfig::default()
+                .with_image(args.image.clone())
+                .with_limits(limits(args))
+                .with_pool_size(args.pool_size)
+                .with_preload(args.preload.iter().cloned())
+                .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)));
+            if let Some(runtime) = &args.container_runtime {
+                config = config.with_runtime(runtime.clone());
+            }
+            let backend = waxell_sandbox::ContainerBackend::new(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(backend))
+        }
+        #[cfg(not(feature = "container"))]
+        "docker" => Err("--backend docker needs waxell-sandbox built with the `container` feature".into()),
+        _ => Ok(Arc::new(
+            LocalBackend::new(local_config(args)).map_err(|e| e.to_string())?,
+        )),
     }
 }
 
@@ -190,7 +231,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             "--api-key on the command line is visible to other local users (ps); prefer WAXELL_SANDBOX_API_KEY"
         );
     }
-    let backend = LocalBackend::new(local_config(&args)).map_err(|e| e.to_string())?;
+    let backend = backend(&args).await?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
@@ -260,7 +301,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stdout.flush();
     }
 
-    let router = server::router(Arc::new(backend), config.clone());
+    let router = server::router(backend, config.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for (listener, address) in listeners.into_iter().zip(bound) {
@@ -288,6 +329,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     // Dropping the last router drops the registry and the backend: live sandboxes are killed and
     // the pool's interpreters, scratch mounts and cgroups removed, before the process exits.
     drop(router);
+    #[cfg(feature = "container")]
+    waxell_sandbox::removals_settled(Duration::from_secs(30)).await;
     tracing::info!("stopped; sandboxes cleaned up");
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Shared helpers: a backend with short timeouts, and a check that a sandbox left nothing behind.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod suite;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -89,7 +89,13 @@ impl Sandbox {
             "sandbox.create".into(),
             attributes,
             backend.create(options),
-            |session| vec![KeyValue::new(WAXELL_SANDBOX_ID, session.sandbox_id().to_owned())],
+            |session| {
+                let mut attributes = vec![KeyValue::new(WAXELL_SANDBOX_ID, session.sandbox_id().to_owned())];
+                if let Some(runtime) = session.runtime() {
+                    attributes.push(KeyValue::new(WAXELL_SANDBOX_RUNTIME, runtime.to_owned()));
+                }
+                attributes
+            },
         )
         .await?;
         Ok(Self {
@@ -119,10 +125,14 @@ impl Sandbox {
     }
 
     fn base_attributes(&self) -> Vec<KeyValue> {
-        vec![
+        let mut attributes = vec![
             KeyValue::new(WAXELL_SANDBOX_BACKEND, self.backend),
             KeyValue::new(WAXELL_SANDBOX_ID, self.session.sandbox_id().to_owned()),
-        ]
+        ];
+        if let Some(runtime) = self.session.runtime() {
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_RUNTIME, runtime.to_owned()));
+        }
+        attributes
     }
 
     /// Run code (span `execute_tool {backend}.run_code`, a TOOL span). Errors of the code are in

@@ -31,6 +31,12 @@ pub trait SandboxSession: Send + Sync {
     /// The sandbox's id.
     fn sandbox_id(&self) -> &str;
 
+    /// What isolates the code, recorded on spans as `waxell.sandbox.runtime` (`bubblewrap`, `runc`,
+    /// `runsc`, ...); `None` when the backend does not know (a remote service).
+    fn runtime(&self) -> Option<&str> {
+        None
+    }
+
     /// Run code; errors raised by the code come back in [`Execution::error`], not as `Err`.
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError>;
 

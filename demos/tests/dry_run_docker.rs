@@ -1,0 +1,77 @@
+//! The dry-run demo end to end with `--sandbox docker`: every line of the agents' code runs in a
+//! container of the engine at DOCKER_HOST (scripts/setup-container.sh), and the exported sandbox spans
+//! say so (backend `docker`, runtime `runc`).
+
+use std::process::Command;
+use std::time::Duration;
+
+use waxell_tests::{attr_string, OtlpReceiver};
+
+#[test]
+fn dry_run_demo_runs_in_a_container() {
+    let rx = OtlpReceiver::start_http();
+    let out_dir = std::env::temp_dir().join(format!("waxell-demo-docker-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        .args(["--dry-run", "--quiet", "--sandbox", "docker", "--output-dir"])
+        .arg(&out_dir)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("the demo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let spans = rx.wait_for_spans(30, Duration::from_secs(10));
+    let runs: Vec<_> = spans
+        .iter()
+        .filter(|s| s.span.name == "execute_tool docker.run_code")
+        .collect();
+    assert!(!runs.is_empty(), "container run_code spans exported");
+    for run in &runs {
+        assert_eq!(
+            attr_string(&run.span, "waxell.sandbox.backend").as_deref(),
+            Some("docker")
+        );
+        assert_eq!(
+            attr_string(&run.span, "waxell.sandbox.runtime").as_deref(),
+            Some("runc")
+        );
+    }
+    // The demo removed its containers before it exited.
+    for run in &runs {
+        let id = attr_string(&run.span, "waxell.sandbox.id").expect("sandbox id");
+        assert_eq!(
+            engine_status(&format!("/containers/waxell-{id}/json")),
+            404,
+            "container of sandbox {id} left behind"
+        );
+    }
+    let chart = std::fs::read_dir(&out_dir)
+        .expect("output dir")
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "png"));
+    assert!(chart, "the chart made in the container was saved");
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// The HTTP status the engine at DOCKER_HOST answers for a GET of `path`.
+fn engine_status(path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let host =
+        std::env::var("DOCKER_HOST").expect("DOCKER_HOST (eval \"$(bash scripts/setup-container.sh)\")");
+    let mut stream =
+        std::os::unix::net::UnixStream::connect(host.trim_start_matches("unix://")).expect("engine socket");
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: d\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("an HTTP status")
+}

@@ -1,0 +1,516 @@
+//! The Docker Engine API as the container backend uses it: connecting (honouring `DOCKER_HOST`),
+//! errors that name the missing piece, and execs (attached kernels, one-shot helpers, kills).
+
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::Docker;
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use waxell::sandbox::SandboxError;
+
+use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, ReadyInfo, StderrTail};
+
+/// Sockets tried, in order, when `DOCKER_HOST` is unset.
+const DEFAULT_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/podman/podman.sock"];
+
+/// Where the engine is and how to reach it.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) socket: PathBuf,
+}
+
+impl Endpoint {
+    /// `configured`, else `DOCKER_HOST` (`unix://` only), else the first default socket that exists.
+    pub(crate) fn resolve(configured: Option<&str>) -> Result<Self, SandboxError> {
+        let from_env = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+        let host = configured.map(str::to_owned).or(from_env);
+        let socket = match host {
+            Some(host) => match host.strip_prefix("unix://") {
+                Some(path) => PathBuf::from(path),
+                None if host.starts_with('/') => PathBuf::from(host),
+                None => {
+                    return Err(SandboxError::InvalidArgument(format!(
+                        "docker host {host:?}: only unix:// sockets are supported (no TCP/TLS client is built in)"
+                    )))
+                }
+            },
+            None => DEFAULT_SOCKETS
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKETS[0])),
+        };
+        Ok(Self { socket })
+    }
+
+    /// Connect and check the engine answers: errors name a missing socket or a permission problem.
+    pub(crate) async fn connect(&self) -> Result<Docker, SandboxError> {
+        let socket = &self.socket;
+        match std::fs::metadata(socket) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SandboxError::Unavailable(format!(
+                    "no container engine socket at {}: start Docker, or Podman's Docker API service \
+                     (`podman system service --time=0 unix://{}`), or set DOCKER_HOST=unix:///path/to/socket \
+                     (scripts/setup-container.sh does this for the tests)",
+                    socket.display(),
+                    socket.display()
+                )))
+            }
+            _ => {}
+        }
+        if let Err(e) = std::os::unix::net::UnixStream::connect(socket) {
+            return Err(match e.kind() {
+                io::ErrorKind::PermissionDenied => SandboxError::Unavailable(format!(
+                    "permission denied on the container engine socket {}: add this user to the `docker` group \
+                     (or the socket's group), use a rootless engine's socket, or run as root",
+                    socket.display()
+                )),
+                io::ErrorKind::ConnectionRefused => SandboxError::Unavailable(format!(
+                    "the container engine socket {} refuses connections: the engine is not running",
+                    socket.display()
+                )),
+                _ => SandboxError::Unavailable(format!(
+                    "cannot connect to the container engine socket {}: {e}",
+                    socket.display()
+                )),
+            });
+        }
+        let path = socket.to_string_lossy();
+        let docker = Docker::connect_with_unix(&path, 120, bollard::API_DEFAULT_VERSION)
+            .map_err(|e| SandboxError::Unavailable(format!("container engine at {path}: {e}")))?;
+        docker.ping().await.map_err(|e| {
+            SandboxError::Unavailable(format!("the container engine at {path} does not answer: {e}"))
+        })?;
+        Ok(docker)
+    }
+}
+
+/// Whether the engine is Podman (its Docker-compatible service), from `/version`.
+pub(crate) async fn is_podman(docker: &Docker) -> bool {
+    match docker.version().await {
+        Ok(version) => version
+            .components
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name.to_ascii_lowercase().contains("podman")),
+        Err(_) => false,
+    }
+}
+
+/// Map an Engine API error; `what` says what was being done.
+pub(crate) fn api_error(what: &str, e: bollard::errors::Error) -> SandboxError {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => SandboxError::NotFound(format!("{what}: {message}")),
+        bollard::errors::Error::DockerResponseServerError { status_code, message } => {
+            SandboxError::Other(format!("{what}: the engine answered {status_code}: {message}"))
+        }
+        other => SandboxError::Transport(format!("{what}: {other}")),
+    }
+}
+
+/// An exec'd process inside a container, as the kernel's [`ProcessControl`].
+pub(crate) struct ContainerExec {
+    docker: Docker,
+    container: String,
+    exec_id: String,
+    user: String,
+    control: Control,
+    /// The kernel's pid inside the container, once it reported ready.
+    pid: Option<u32>,
+    /// Its output stream ended.
+    ended: Arc<AtomicBool>,
+    killed: bool,
+}
+
+#[async_trait::async_trait]
+impl ProcessControl for ContainerExec {
+    fn has_exited(&mut self) -> bool {
+        self.killed || self.ended.load(Ordering::SeqCst)
+    }
+
+    async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo {
+        let mut code = None;
+        for _ in 0..50 {
+            match self.docker.inspect_exec(&self.exec_id).await {
+                Ok(inspect) if inspect.running != Some(true) => {
+                    code = inspect.exit_code;
+                    break;
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(_) => break,
+            }
+        }
+        // The container itself may have gone (gVisor's sandbox is OOM-killed as a whole).
+        // Without an exec status the container itself is going down: wait for the engine to see it.
+        let mut state = None;
+        for _ in 0..if code.is_none() { 40 } else { 1 } {
+            state = self
+                .docker
+                .inspect_container(&self.container, None)
+                .await
+                .ok()
+                .and_then(|c| c.state);
+            if state.as_ref().is_none_or(|s| s.running != Some(true)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let container_down = state.as_ref().map(|s| s.running != Some(true)).unwrap_or(true);
+        // A container SIGKILLed without us asking (removal marks the sandbox killed first) is the
+        // host's OOM killer: engines do not always set OOMKilled (Podman with runsc does not).
+        let container_oom = state.as_ref().is_some_and(|s| {
+            s.oom_killed == Some(true) || (s.running != Some(true) && s.exit_code == Some(137))
+        });
+        // SIGKILL we did not send: in a container with a memory cap that is the OOM killer.
+        let oom_killed = code == Some(137) || container_oom;
+        let detail = match (stderr_tail.lines().next(), code) {
+            _ if container_down => "the sandbox's container exited".to_owned(),
+            (Some(line), _) if !line.is_empty() => line.to_owned(),
+            (_, Some(code)) => format!("exit status {code}"),
+            _ => "no exit status".to_owned(),
+        };
+        ExitInfo { oom_killed, detail }
+    }
+
+    fn interrupt(&self) -> io::Result<()> {
+        self.signal(2)
+    }
+
+    fn on_ready(&mut self, ready: &ReadyInfo) {
+        self.pid = Some(ready.pid);
+    }
+
+    fn kill(&mut self) {
+        if self.killed {
+            return;
+        }
+        self.killed = true;
+        if !self.ended.load(Ordering::SeqCst) {
+            let _ = self.signal(9);
+        }
+    }
+}
+
+impl ContainerExec {
+    /// The Engine API cannot signal an exec: the container's pid 1 does it (see `Control`), or,
+    /// if its channel is gone, a helper exec run as the sandbox user. Fire and forget.
+    fn signal(&self, signal: i32) -> io::Result<()> {
+        let pid = self.pid.ok_or_else(|| io::Error::other("the kernel's pid is unknown"))?;
+        if self.control.send(signal, pid) {
+            return Ok(());
+        }
+        let (docker, container, user) = (self.docker.clone(), self.container.clone(), self.user.clone());
+        let handle = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+        handle.spawn(async move {
+            let cmd = vec![
+                "python3".to_owned(),
+                "-I".to_owned(),
+                "-c".to_owned(),
+                SIGNAL_TREE.to_owned(),
+                pid.to_string(),
+                signal.to_string(),
+            ];
+            if let Err(e) = run_helper(&docker, &container, &user, cmd, None).await {
+                tracing::debug!("signalling kernel {pid} in container {container}: {e}");
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The host's line to the container's pid 1 (its attached stdin): "<signal> <pid>" requests, which
+/// it carries out without starting a process, so signals still arrive when the code has used up
+/// the pids limit (then no exec can start, not even the kill helper).
+#[derive(Clone)]
+pub(crate) struct Control {
+    requests: Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>,
+    /// Becomes true when pid 1's attach stream ends: the container is gone (under gVisor a fork or
+    /// memory bomb ends the whole sandbox, and an exec's stream is then not always closed).
+    gone: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Control {
+    /// Attach to the (created, not yet started) container's stdin. On failure signals fall back
+    /// to helper execs.
+    pub(crate) async fn attach(docker: &Docker, container: &str) -> Self {
+        let options = bollard::query_parameters::AttachContainerOptionsBuilder::new()
+            .stdin(true)
+            .stream(true)
+            .build();
+        let attached = match docker.attach_container(container, Some(options)).await {
+            Ok(attached) => attached,
+            Err(e) => {
+                tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
+                return Self {
+                    requests: None,
+                    gone: None,
+                };
+            }
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(i32, u32)>();
+        let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
+        let mut input = attached.input;
+        let mut output = attached.output;
+        tokio::spawn(async move {
+            let mut requests_open = true;
+            loop {
+                tokio::select! {
+                    request = rx.recv(), if requests_open => {
+                        let Some((signal, pid)) = request else {
+                            requests_open = false;
+                            continue;
+                        };
+                        let line = format!("{signal} {pid}\n");
+                        if input.write_all(line.as_bytes()).await.is_err() || input.flush().await.is_err() {
+                            requests_open = false;
+                        }
+                    }
+                    // Nothing is attached but stdin: this ends when pid 1 exits, i.e. the container stops.
+                    item = output.next() => if matches!(item, None | Some(Err(_))) { break },
+                }
+            }
+            let _ = gone_tx.send(true);
+        });
+        Self {
+            requests: Some(tx),
+            gone: Some(gone_rx),
+        }
+    }
+
+    /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
+    fn send(&self, signal: i32, pid: u32) -> bool {
+        self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
+    }
+
+    /// Resolves when the container has stopped (never, if pid 1 could not be attached).
+    fn gone(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let gone = self.gone.clone();
+        async move {
+            match gone {
+                Some(mut gone) => {
+                    let _ = gone.wait_for(|gone| *gone).await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// Fallback of [`Control`]: signal a process (SIGKILL: and all its descendants), run inside the
+/// container as the sandbox user.
+const SIGNAL_TREE: &str = r#"
+import os, sys
+root, sig = int(sys.argv[1]), int(sys.argv[2]); children = {}
+if sig != 9:
+    os.kill(root, sig); sys.exit(0)
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            ppid = int(open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(p))
+        except (OSError, ValueError, IndexError):
+            pass
+todo = [root]
+while todo:
+    p = todo.pop()
+    todo.extend(children.get(p, []))
+    try:
+        os.kill(p, sig)
+    except OSError:
+        pass
+"#;
+
+/// Start a kernel as an attached exec: its stdin/stdout carry the same JSON-lines protocol as the
+/// local backend's pipes; its stderr goes to the tail kept for error messages.
+pub(crate) async fn start_kernel_exec(
+    docker: &Docker,
+    container: &str,
+    control: Control,
+    user: &str,
+    cmd: Vec<String>,
+    env: Vec<String>,
+    working_dir: &str,
+) -> Result<KernelProcess, SandboxError> {
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                cmd: Some(cmd),
+                env: Some(env),
+                user: Some(user.to_owned()),
+                working_dir: Some(working_dir.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| api_error("starting the kernel (exec create)", e))?;
+    let started = docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: None,
+            }),
+        )
+        .await
+        .map_err(|e| api_error("starting the kernel (exec start)", e))?;
+    let StartExecResults::Attached { output, input } = started else {
+        return Err(SandboxError::Other(
+            "the engine started the kernel detached".into(),
+        ));
+    };
+    let tail: StderrTail = Default::default();
+    let ended = Arc::new(AtomicBool::new(false));
+    // The kernel's stream also ends when the container stops, whether or not the engine closes it.
+    let output: OutputStream = Box::pin(output.take_until(control.gone()));
+    let reader = tokio_util::io::StreamReader::new(stdout_only(output, tail.clone(), ended.clone()));
+    let control = ContainerExec {
+        docker: docker.clone(),
+        container: container.to_owned(),
+        exec_id: exec.id,
+        user: user.to_owned(),
+        control,
+        pid: None,
+        ended,
+        killed: false,
+    };
+    Ok(KernelProcess::from_parts(Box::new(control), input, Box::pin(reader), tail))
+}
+
+type OutputStream = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// The exec's stdout as a byte stream; stderr goes to `tail`; `ended` is set at the end.
+fn stdout_only(
+    mut output: OutputStream,
+    tail: StderrTail,
+    ended: Arc<AtomicBool>,
+) -> impl Stream<Item = io::Result<bytes::Bytes>> + Send {
+    futures_util::stream::poll_fn(move |cx| loop {
+        match output.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(LogOutput::StdOut { message }))) => return Poll::Ready(Some(Ok(message))),
+            Poll::Ready(Some(Ok(LogOutput::StdErr { message }))) => {
+                let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                if tail.len() < 8 << 10 {
+                    tail.push_str(&String::from_utf8_lossy(&message));
+                }
+            }
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(Some(Err(e))) => {
+                ended.store(true, Ordering::SeqCst);
+                return Poll::Ready(Some(Err(io::Error::other(e))));
+            }
+            Poll::Ready(None) => {
+                ended.store(true, Ordering::SeqCst);
+                return Poll::Ready(None);
+            }
+            Poll::Pending => return Poll::Pending,
+        }
+    })
+}
+
+/// What a one-shot helper exec produced.
+pub(crate) struct HelperOutput {
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: Vec<u8>,
+    pub(crate) exit_code: i64,
+}
+
+/// Run a helper to completion as `user`, optionally feeding `stdin` (the helper must know how much
+/// to read: half-closing an attached stream is not portable across engines). Output is capped.
+pub(crate) async fn run_helper(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    cmd: Vec<String>,
+    stdin: Option<&[u8]>,
+) -> Result<HelperOutput, SandboxError> {
+    const OUTPUT_CAP: usize = 256 << 20;
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(stdin.is_some()),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(false),
+                cmd: Some(cmd),
+                user: Some(user.to_owned()),
+                working_dir: Some(crate::launcher::HOME_DIR.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| api_error("sandbox helper (exec create)", e))?;
+    let started = docker
+        .start_exec(&exec.id, None)
+        .await
+        .map_err(|e| api_error("sandbox helper (exec start)", e))?;
+    let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = started
+    else {
+        return Err(SandboxError::Other("the engine started a helper detached".into()));
+    };
+    let feed = async {
+        if let Some(data) = stdin {
+            input.write_all(data).await?;
+            input.flush().await?;
+        }
+        Ok::<_, io::Error>(())
+    };
+    let collect = async {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) if stdout.len() < OUTPUT_CAP => {
+                    stdout.extend_from_slice(&message)
+                }
+                Ok(LogOutput::StdErr { message }) if stderr.len() < 64 << 10 => {
+                    stderr.extend_from_slice(&message)
+                }
+                Ok(_) => {}
+                Err(e) => return Err(SandboxError::Transport(format!("sandbox helper output: {e}"))),
+            }
+        }
+        Ok((stdout, stderr))
+    };
+    let (fed, collected) = tokio::join!(feed, collect);
+    fed.map_err(|e| SandboxError::Transport(format!("sandbox helper input: {e}")))?;
+    let (stdout, stderr) = collected?;
+    drop(input);
+    let mut exit_code = -1;
+    for _ in 0..200 {
+        let inspect = docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| api_error("sandbox helper (exec inspect)", e))?;
+        if inspect.running != Some(true) {
+            exit_code = inspect.exit_code.unwrap_or(-1);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(HelperOutput {
+        stdout,
+        stderr,
+        exit_code,
+    })
+}
