@@ -362,3 +362,21 @@ pub fn is_child(child: &Span, parent: &Span) -> bool {
     child.parent_span_id == parent.span_id && child.trace_id == parent.trace_id
 }
 pub mod faults;
+
+/// Why the container tests cannot run here, if they cannot: they need the engine named by `DOCKER_HOST`,
+/// which `scripts/setup-container.sh` prints and `scripts/test.sh` exports. Without it a plain `cargo test`
+/// skips them with this reason, unless `WAXELL_REQUIRE_CONTAINER_TESTS=1` makes that a failure.
+pub fn container_engine_missing() -> Option<String> {
+    if std::env::var("DOCKER_HOST").is_ok_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let why =
+        "DOCKER_HOST is not set: run `eval \"$(bash scripts/setup-container.sh)\"` as root, or point it \
+               at a Docker or Podman socket"
+            .to_owned();
+    assert!(
+        std::env::var("WAXELL_REQUIRE_CONTAINER_TESTS").as_deref() != Ok("1"),
+        "WAXELL_REQUIRE_CONTAINER_TESTS=1 but {why}"
+    );
+    Some(why)
+}

@@ -85,6 +85,13 @@ mod containers {
                 Box::new(backend) as Box<dyn SandboxBackend>
             })
         }
+        fn unavailable(&self) -> Option<String> {
+            common::container_engine_missing("DOCKER_HOST").or_else(|| {
+                (self.runtime == Some("runsc"))
+                    .then(|| common::container_engine_missing("WAXELL_RUNSC_DOCKER_HOST"))
+                    .flatten()
+            })
+        }
         fn is_gone<'a>(&'a self, id: &'a str) -> BoxFut<'a, bool> {
             Box::pin(async move {
                 let backend = ContainerBackend::new(self.config()).await.expect("engine");
@@ -105,6 +112,13 @@ mod containers {
     /// Spans record which runtime isolated the code; the kernel under runsc sees gVisor's kernel.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn runtime_is_recorded_and_real() {
+        if let Some(why) = (Container {
+            runtime: Some("runsc"),
+        })
+        .unavailable()
+        {
+            return eprintln!("skipped: {why}");
+        }
         for (runtime, expected) in [(None, "runc"), (Some("runsc"), "runsc")] {
             let backend = Container { runtime }.backend(Limits::default(), None).await;
             let sandbox = waxell::sandbox::Sandbox::create(backend.as_ref(), &Default::default())
@@ -120,6 +134,9 @@ mod containers {
     /// Errors name the missing piece.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn missing_pieces_are_named() {
+        if let Some(why) = (Container { runtime: None }).unavailable() {
+            return eprintln!("skipped: {why}");
+        }
         let missing_socket = ContainerBackend::new(
             ContainerConfig::default().with_docker_host("unix:///nonexistent/docker.sock"),
         )

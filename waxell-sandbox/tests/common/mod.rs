@@ -195,3 +195,22 @@ pub fn own_descendants() -> Vec<u32> {
     }
     found
 }
+
+/// Why the container tests cannot run here, if they cannot: they need an engine named by `env_var`
+/// (`DOCKER_HOST`, or `WAXELL_RUNSC_DOCKER_HOST` for the runsc service), which `scripts/setup-container.sh`
+/// prints and `scripts/test.sh` exports. Without it a plain `cargo test` skips them with this reason, unless
+/// `WAXELL_REQUIRE_CONTAINER_TESTS=1` makes their absence a failure.
+pub fn container_engine_missing(env_var: &str) -> Option<String> {
+    if std::env::var(env_var).is_ok_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let why = format!(
+        "{env_var} is not set: run `eval \"$(bash scripts/setup-container.sh)\"` as root, or point it at a \
+         Docker or Podman socket"
+    );
+    assert!(
+        std::env::var("WAXELL_REQUIRE_CONTAINER_TESTS").as_deref() != Ok("1"),
+        "WAXELL_REQUIRE_CONTAINER_TESTS=1 but {why}"
+    );
+    Some(why)
+}

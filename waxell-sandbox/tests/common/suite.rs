@@ -27,6 +27,10 @@ pub trait Harness: Send + Sync {
     fn backend(&self, limits: Limits, lifetime: Option<Duration>) -> BoxFut<'_, Box<dyn SandboxBackend>>;
     /// Whether everything the sandbox `id` owned on the host (container, cgroups, scratch) is gone.
     fn is_gone<'a>(&'a self, id: &'a str) -> BoxFut<'a, bool>;
+    /// Why this backend cannot be tested on this host (no container engine configured), if so.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
 }
 
 pub async fn create(backend: &dyn SandboxBackend) -> Box<dyn SandboxSession> {
@@ -534,6 +538,10 @@ macro_rules! backend_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 let harness = $harness;
+                if let Some(why) = harness.unavailable() {
+                    eprintln!("skipped: {why}");
+                    return;
+                }
                 common::suite::$name(&harness).await;
             }
         )*
