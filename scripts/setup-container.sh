@@ -9,13 +9,18 @@
 #   * Podman's Docker-compatible API service on a unix socket with runc, and a second one whose runtime
 #     is gVisor's runsc (Podman's Docker API ignores the per-container runtime, so one service per
 #     runtime), through a wrapper adding runsc's own `--network=none` (runsc refuses to start in the
-#     root network namespace otherwise).
-# Prints nothing on stdout except `export DOCKER_HOST=unix://...` and `export WAXELL_RUNSC_DOCKER_HOST=...`
-# for the caller to eval. Idempotent; runs as root.
+#     root network namespace otherwise);
+#   * Docker Engine itself (Debian's docker.io: dockerd, containerd, runc) on a socket of its own, with
+#     runsc registered as a second runtime and the same image imported, so the tests also run against the
+#     engine most users have (Docker Desktop runs this engine too) and not only Podman's emulation of it.
+#     It manages no networking (`--bridge=none --iptables=false`): sandboxes have no network anyway.
+# Prints nothing on stdout except `export DOCKER_HOST=unix://...`, `export WAXELL_RUNSC_DOCKER_HOST=...`
+# and `export WAXELL_DOCKER_ENGINE_HOST=...` for the caller to eval. Idempotent; runs as root.
 #
 # Environment:
 #   WAXELL_CONTAINER_SOCKET  socket path of the runc API service (default /run/waxell/podman.sock)
 #   WAXELL_RUNSC_SOCKET      socket path of the runsc API service (default /run/waxell/podman-runsc.sock)
+#   WAXELL_DOCKERD_SOCKET    socket path of Docker Engine (default /run/waxell/docker.sock)
 #   WAXELL_CONTAINER_IMAGE   image name (default waxell-sandbox:latest)
 #   WAXELL_CACHE_DIR         where the rootfs tarball is cached (default /var/cache/waxell)
 #   DEBIAN_MIRROR            debootstrap mirror (default http://deb.debian.org/debian)
@@ -23,6 +28,7 @@ set -euo pipefail
 
 SOCKET="${WAXELL_CONTAINER_SOCKET:-/run/waxell/podman.sock}"
 RUNSC_SOCKET="${WAXELL_RUNSC_SOCKET:-/run/waxell/podman-runsc.sock}"
+DOCKERD_SOCKET="${WAXELL_DOCKERD_SOCKET:-/run/waxell/docker.sock}"
 IMAGE="${WAXELL_CONTAINER_IMAGE:-waxell-sandbox:latest}"
 CACHE="${WAXELL_CACHE_DIR:-/var/cache/waxell}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -38,7 +44,7 @@ fi
 
 # --- packages ------------------------------------------------------------------------------------
 missing=()
-for pair in podman:podman runc:runc runsc:runsc debootstrap:debootstrap curl:curl; do
+for pair in podman:podman runc:runc runsc:runsc debootstrap:debootstrap curl:curl dockerd:docker.io; do
     command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -126,5 +132,43 @@ start_service() { # socket runtime-path name
 }
 start_service "$SOCKET" /usr/bin/runc runc
 start_service "$RUNSC_SOCKET" "$STATE/bin/runsc" runsc
+
+# --- Docker Engine -------------------------------------------------------------------------------
+# Its own data root and exec root, so it shares nothing with a Docker the host may already run.
+DOCKERD_ROOT="$STATE/docker"
+if ! ping "$DOCKERD_SOCKET"; then
+    rm -f "$DOCKERD_SOCKET"
+    mkdir -p "$DOCKERD_ROOT/data" "$DOCKERD_ROOT/exec"
+    log "starting Docker Engine on $DOCKERD_SOCKET"
+    setsid nohup dockerd --host "unix://$DOCKERD_SOCKET" --data-root "$DOCKERD_ROOT/data" \
+        --exec-root "$DOCKERD_ROOT/exec" --pidfile "$DOCKERD_ROOT/dockerd.pid" \
+        --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
+        --add-runtime "runsc=$STATE/bin/runsc" \
+        --default-ulimit nofile=1024:1024 --default-ulimit nproc=1024:1024 \
+        >"$STATE/dockerd.log" 2>&1 </dev/null &
+    for _ in $(seq 1 300); do ping "$DOCKERD_SOCKET" && break; sleep 0.1; done
+    ping "$DOCKERD_SOCKET" || { log "dockerd did not answer; see $STATE/dockerd.log"; tail -5 "$STATE/dockerd.log" >&2; exit 1; }
+fi
+engine_label() { # the recipe label of $IMAGE in Docker Engine, if it has it
+    curl -sf --max-time 5 --unix-socket "$DOCKERD_SOCKET" "http://d/images/$IMAGE/json" |
+        python3 -c 'import json,sys; print((json.load(sys.stdin)["Config"].get("Labels") or {}).get("io.waxell.recipe",""))' 2>/dev/null || true
+}
+if [ "$(engine_label)" != "$key" ]; then
+    log "importing the sandbox image into Docker Engine"
+    if [ -s "$tarball" ]; then
+        DOCKER_HOST="unix://$DOCKERD_SOCKET" docker import \
+            --change 'USER 1000:1000' --change 'WORKDIR /home/user' \
+            --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' --change "LABEL $label" \
+            --change 'CMD ["python3"]' \
+            "$tarball" "$IMAGE" >/dev/null
+    else # the rootfs cache was cleared but Podman has the image: copy it across
+        podman --runtime /usr/bin/runc save --format docker-archive "$IMAGE" |
+            DOCKER_HOST="unix://$DOCKERD_SOCKET" docker load >/dev/null
+        DOCKER_HOST="unix://$DOCKERD_SOCKET" docker tag "localhost/$IMAGE" "$IMAGE"
+    fi
+fi
+log "Docker Engine on unix://$DOCKERD_SOCKET"
+
 echo "export DOCKER_HOST=unix://$SOCKET"
 echo "export WAXELL_RUNSC_DOCKER_HOST=unix://$RUNSC_SOCKET"
+echo "export WAXELL_DOCKER_ENGINE_HOST=unix://$DOCKERD_SOCKET"

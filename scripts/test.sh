@@ -11,6 +11,14 @@ eval "$(bash scripts/setup-container.sh)"
 # As root the set-up above provides the engines, so the container tests must run, not skip.
 if [ "$(id -u)" = 0 ]; then export WAXELL_REQUIRE_CONTAINER_TESTS=1; fi
 cargo nextest run --workspace --all-features --profile ci
+# The container tests again against Docker Engine itself (the run above used Podman's Docker API): the
+# backend's suites under runc and runsc (one engine, the runtime chosen per container), `serve --backend
+# docker`, the E2B conformance script and the dry-run demo.
+if [ -n "${WAXELL_DOCKER_ENGINE_HOST:-}" ]; then
+  DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" WAXELL_RUNSC_DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" \
+    cargo nextest run --workspace --all-features --profile ci \
+    -E 'test(/^containers::|serve_backend_docker|conformance_script_against_containers|runs_in_a_container/)'
+fi
 # The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
 # collector configured nothing leaves the machine.
 for example in async_openai genai rig; do

@@ -462,9 +462,16 @@ async fn sweep_stale(docker: &Docker) {
 
 fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &str) -> ContainerCreateBody {
     let limits = &config.limits;
+    // The scratch must belong to the container user, and the engines disagree on how to say so.
     // Podman copies the image directory's ownership onto a tmpfs unless told `U` (chown to the
-    // container user); Docker honours `mode`.
-    let owner = if podman { ",U" } else { "" };
+    // container user) and rejects tmpfs's own `uid=`; Docker Engine mounts it root-owned 0755
+    // whatever `mode` says (seen with 20.10) and takes `uid=`/`gid=`.
+    let owner = if podman {
+        ",U".to_owned()
+    } else {
+        let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
+        format!(",uid={uid},gid={gid}")
+    };
     let tmpfs = HashMap::from([
         (
             "/tmp".to_owned(),
