@@ -131,6 +131,98 @@ mod containers {
         }
     }
 
+    /// A host process that dies without cleaning up (here SIGKILL, with a warm pool and a sandbox
+    /// mid-session, under runc and runsc) leaves no container behind: pid 1 ends when the host's
+    /// attach stream closes, and the engine removes the container. The check asks the engine itself
+    /// (over its socket with curl): a `ContainerBackend::new` would sweep the leftovers and hide them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_killed_host_process_leaves_no_container() {
+        const CHILD: &str = "WAXELL_SANDBOX_TEST_KILLED_HOST";
+        const TEST: &str = "containers::a_killed_host_process_leaves_no_container";
+        let runtimes = [None, Some("runsc")];
+        if std::env::var(CHILD).is_ok() {
+            let mut held = Vec::new();
+            for runtime in runtimes {
+                let config = Container { runtime }.config().with_pool_size(1);
+                let backend = ContainerBackend::new(config).await.expect("engine");
+                backend.warm_up().await.expect("warm pool");
+                let sandbox = waxell::sandbox::Sandbox::create(&backend, &Default::default())
+                    .await
+                    .unwrap();
+                common::suite::eval(sandbox.session(), "x = 41 + 1").await;
+                backend.warm_up().await.expect("pool refilled");
+                println!(
+                    "holding sandbox {} and {} pooled",
+                    sandbox.sandbox_id(),
+                    backend.pool_len()
+                );
+                held.push((backend, sandbox));
+            }
+            println!("ready");
+            // Die the way a crash does: no destructor, no removal.
+            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL).unwrap();
+            unreachable!("SIGKILLed");
+        }
+        if let Some(why) = (Container {
+            runtime: Some("runsc"),
+        })
+        .unavailable()
+        {
+            return eprintln!("skipped: {why}");
+        }
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("ready") && stdout.matches(" and 1 pooled").count() == 2,
+            "the child did not get its sandboxes ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let owned = |host: &str| -> Vec<String> {
+            let socket = host.strip_prefix("unix://").unwrap_or(host);
+            let listing = std::process::Command::new("curl")
+                .args(["-sf", "--max-time", "5", "--unix-socket", socket])
+                .arg("http://engine/containers/json?all=1")
+                .output()
+                .expect("curl");
+            let containers: serde_json::Value =
+                serde_json::from_slice(&listing.stdout).expect("engine's JSON");
+            containers
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["Labels"]["io.waxell.sandbox"].as_str())
+                .filter(|id| id.starts_with(&format!("{pid}-")))
+                .map(str::to_owned)
+                .collect()
+        };
+        // One engine (Docker) serves both runtimes; Podman has one service per runtime.
+        let mut hosts = ["DOCKER_HOST", "WAXELL_RUNSC_DOCKER_HOST"]
+            .map(|v| std::env::var(v).unwrap())
+            .to_vec();
+        hosts.dedup();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left: std::collections::BTreeSet<String> = hosts.iter().flat_map(|h| owned(h)).collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containers of the killed process still there after 30 s: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Errors name the missing piece.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn missing_pieces_are_named() {

@@ -1,5 +1,5 @@
-# pid 1 of a sandbox container: reaps orphans, exits on SIGTERM/SIGINT, and signals kernels on the
-# host's behalf. Commands arrive on stdin (the container's attached stdin) as "<signal> <pid>\n".
+# pid 1 of a sandbox container: reaps orphans, exits on SIGTERM/SIGINT or when the host lets go of
+# its stdin, and signals kernels on the host's behalf. Commands arrive on stdin (the container's attached stdin) as "<signal> <pid>\n".
 # Signalling from here needs no new process, so it works when the code exhausted the pids limit
 # (an exec could not even start then). SIGKILL takes the kernel's process group and descendants,
 # repeated until none is left: a fork bomb's orphans are reparented here but keep their group.
@@ -60,9 +60,9 @@ signal.set_wakeup_fd(wake_w)
 signal.signal(signal.SIGCHLD, lambda *_: None)
 for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *_: os._exit(0))
-pending, stdin_open = b"", True
+pending = b""
 while True:
-    ready = select.select([wake_r, 0] if stdin_open else [wake_r], [], [])[0]
+    ready = select.select([wake_r, 0], [], [])[0]
     if wake_r in ready:
         os.read(wake_r, 512)
     reap()
@@ -70,8 +70,10 @@ while True:
         continue
     data = os.read(0, 4096)
     if not data:
-        stdin_open = False
-        continue
+        # The host's attach stream is gone, so is the process that would remove this container
+        # (it exited without cleaning up, or crashed). End the container with it; the engine
+        # removes it (AutoRemove), and the pid namespace takes every process here along.
+        os._exit(0)
     pending += data
     while b"\n" in pending:
         line, pending = pending.split(b"\n", 1)

@@ -244,7 +244,10 @@ async fn remove_container(docker: &Docker, id: &str) {
     let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => {}
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+        // 404: gone already; 409: the engine is already removing it (AutoRemove after pid 1 ended).
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409, ..
+        }) => {}
         Err(e) => tracing::warn!(container = id, "could not remove sandbox container: {e}"),
     }
 }
@@ -508,10 +511,11 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &st
             INIT_SOURCE.into(),
         ]),
         entrypoint: Some(vec![]),
-        // pid 1 reads signal requests from its stdin (see `Control`).
+        // pid 1 reads signal requests from its stdin (see `Control`). Its stdin closes when our
+        // attach stream does (`stdin_once`), which pid 1 takes as the host process being gone.
         open_stdin: Some(true),
         attach_stdin: Some(true),
-        stdin_once: Some(false),
+        stdin_once: Some(true),
         working_dir: Some(HOME_DIR.to_owned()),
         hostname: Some("sandbox".to_owned()),
         env: Some(vec![
@@ -550,7 +554,9 @@ fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &st
             // Podman ignores it (see `resolve_runtime`); Docker needs it.
             runtime: if podman { None } else { config.runtime.clone() },
             init: Some(false),
-            auto_remove: Some(false),
+            // A container whose host process died without removing it ends itself (see init.py)
+            // and is then removed by the engine.
+            auto_remove: Some(true),
             ..Default::default()
         }),
         ..Default::default()
