@@ -6,6 +6,32 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+install_nextest() {
+    if ! cargo nextest --version >/dev/null 2>&1; then
+        echo "[setup] installing cargo-nextest" >&2
+        cargo install --locked cargo-nextest >&2
+    fi
+}
+
+if [ "$(uname -s)" != Linux ]; then
+    # The local sandbox needs Linux (namespaces, seccomp, cgroups). Elsewhere (macOS) the demo's
+    # `--sandbox auto` runs the code in a container of Docker Desktop, Podman or Colima: build the
+    # sandbox image there (it pulls debian:bookworm-slim from Docker Hub once).
+    engine="$(command -v docker || command -v podman || true)"
+    if [ -z "$engine" ]; then
+        echo "[setup] the local sandbox needs Linux; on $(uname -s) install Docker Desktop (or Podman, or Colima) so the demo can run its code in a container, then run this again" >&2
+        exit 1
+    fi
+    if "$engine" image inspect waxell-sandbox:latest >/dev/null 2>&1; then
+        echo "[setup] $(uname -s): the container sandbox image waxell-sandbox:latest is ready ($(basename "$engine"))" >&2
+    else
+        echo "[setup] $(uname -s): building the container sandbox image waxell-sandbox:latest with $(basename "$engine")" >&2
+        "$engine" build -t waxell-sandbox:latest "$here/../waxell-sandbox/container" >&2
+    fi
+    install_nextest
+    exit 0
+fi
+
 bash "$here/setup-sandbox.sh"
 
 # Podman + runc + runsc, the container sandbox image (built from Debian packages, cached) and the
@@ -16,7 +42,4 @@ if [ -f "$here/setup-e2b-peer.sh" ]; then
     bash "$here/setup-e2b-peer.sh"
 fi
 
-if ! cargo nextest --version >/dev/null 2>&1; then
-    echo "[setup] installing cargo-nextest" >&2
-    cargo install --locked cargo-nextest >&2
-fi
+install_nextest

@@ -32,8 +32,8 @@ use waxell::sandbox::SandboxBackend;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum SandboxKind {
-    /// The best that works here: the local sandbox (root mode, else rootless), else E2B when
-    /// E2B_API_KEY is set.
+    /// The best that works here: the local sandbox (root mode, else rootless), else a container
+    /// engine's (e.g. Docker Desktop on macOS), else E2B when E2B_API_KEY is set.
     Auto,
     /// The local isolated sandbox (waxell-sandbox).
     Local,
@@ -113,7 +113,7 @@ fn llm_client(args: &Args) -> DemoResult<Client> {
 /// The backend and one line saying which it is and why.
 async fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
     if args.sandbox_url.is_none() && matches!(args.sandbox, SandboxKind::Auto | SandboxKind::Local) {
-        return local_or_fallback(args.sandbox);
+        return local_or_fallback(args.sandbox).await;
     }
     let backend: Box<dyn SandboxBackend> = match (&args.sandbox_url, args.sandbox) {
         (Some(url), _) => {
@@ -148,24 +148,41 @@ async fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, St
 }
 
 /// The local sandbox (it runs in root mode when started by root, else rootless), with its host
-/// report's summary; when it cannot run here, E2B if a key is set (`auto` only), else the reason.
-fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
-    match waxell_sandbox::LocalBackend::new(waxell_sandbox::LocalConfig::default()) {
+/// report's summary. When it cannot run here (macOS, Windows, a Linux host without namespaces),
+/// `auto` goes on to a container engine (Docker Desktop, Docker, Podman: `DOCKER_HOST` or the usual
+/// sockets) and then to E2B if a key is set; the error names why each one could not be used.
+async fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
+    let local_error = match waxell_sandbox::LocalBackend::new(waxell_sandbox::LocalConfig::default()) {
         Ok(local) => {
             let why = local.capabilities().summary();
-            Ok((Box::new(local), why))
+            return Ok((Box::new(local), why));
         }
-        Err(e)
-            if kind == SandboxKind::Auto
-                && std::env::var("E2B_API_KEY").is_ok_and(|k| !k.trim().is_empty()) =>
-        {
-            let why = format!(
-                "E2B's cloud, because the local sandbox is unavailable here ({e}) and E2B_API_KEY is set"
-            );
-            Ok((Box::new(waxell::e2b::E2bBackend::from_env()?), why))
-        }
-        Err(e) => Err(e.into()),
+        Err(e) if kind == SandboxKind::Auto => e,
+        Err(e) => return Err(e.into()),
+    };
+    let container_error =
+        match waxell_sandbox::ContainerBackend::new(waxell_sandbox::ContainerConfig::default()).await {
+            Ok(container) => {
+                let why = format!(
+                    "a container ({} runtime), because the local sandbox is unavailable here ({local_error})",
+                    container.runtime()
+                );
+                return Ok((Box::new(container), why));
+            }
+            Err(e) => e,
+        };
+    if std::env::var("E2B_API_KEY").is_ok_and(|k| !k.trim().is_empty()) {
+        let why = format!(
+            "E2B's cloud, because the local sandbox is unavailable here ({local_error}) and so is a container \
+             ({container_error}), and E2B_API_KEY is set"
+        );
+        return Ok((Box::new(waxell::e2b::E2bBackend::from_env()?), why));
     }
+    Err(format!(
+        "no sandbox can run here. The local sandbox: {local_error}. A container: {container_error}. \
+         E2B: E2B_API_KEY is not set."
+    )
+    .into())
 }
 
 fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard, flushed: &Result<(), String>) {

@@ -19,8 +19,23 @@ use waxell::sandbox::SandboxError;
 
 use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, ReadyInfo, StderrTail};
 
-/// Sockets tried, in order, when `DOCKER_HOST` is unset.
-const DEFAULT_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/podman/podman.sock"];
+/// Sockets tried, in order, when `DOCKER_HOST` is unset: Docker Engine (and Docker Desktop with its
+/// default-socket setting), Docker Desktop's per-user socket (macOS, Linux), rootless and rootful
+/// Podman, and Colima (macOS). `home` and `runtime_dir` are `$HOME` and `$XDG_RUNTIME_DIR`.
+fn default_sockets(home: Option<&str>, runtime_dir: Option<&str>) -> Vec<PathBuf> {
+    let mut sockets = vec![PathBuf::from("/var/run/docker.sock")];
+    if let Some(home) = home.filter(|h| !h.is_empty()) {
+        sockets.push(PathBuf::from(home).join(".docker/run/docker.sock"));
+    }
+    if let Some(dir) = runtime_dir.filter(|d| !d.is_empty()) {
+        sockets.push(PathBuf::from(dir).join("podman/podman.sock"));
+    }
+    sockets.push(PathBuf::from("/run/podman/podman.sock"));
+    if let Some(home) = home.filter(|h| !h.is_empty()) {
+        sockets.push(PathBuf::from(home).join(".colima/default/docker.sock"));
+    }
+    sockets
+}
 
 /// Where the engine is and how to reach it.
 #[derive(Debug, Clone)]
@@ -43,11 +58,23 @@ impl Endpoint {
                     )))
                 }
             },
-            None => DEFAULT_SOCKETS
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.exists())
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKETS[0])),
+            None => {
+                let home = std::env::var("HOME").ok();
+                let runtime_dir = std::env::var("XDG_RUNTIME_DIR").ok();
+                let candidates = default_sockets(home.as_deref(), runtime_dir.as_deref());
+                match candidates.iter().find(|p| p.exists()) {
+                    Some(found) => found.clone(),
+                    None => {
+                        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+                        return Err(SandboxError::Unavailable(format!(
+                            "no container engine found: DOCKER_HOST is not set and none of {} exists. Start \
+                             Docker (Docker Desktop on macOS), or Podman's Docker API service (`podman system \
+                             service --time=0 unix:///path/to/podman.sock`), or set DOCKER_HOST=unix:///path/to/socket",
+                            tried.join(", ")
+                        )));
+                    }
+                }
+            }
         };
         Ok(Self { socket })
     }
@@ -513,4 +540,27 @@ pub(crate) async fn run_helper(
         stderr,
         exit_code,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_sockets;
+    use std::path::PathBuf;
+
+    #[test]
+    fn default_sockets_cover_docker_desktop_podman_and_colima_in_order() {
+        let found = default_sockets(Some("/Users/ada"), Some("/run/user/501"));
+        let expected = [
+            "/var/run/docker.sock",
+            "/Users/ada/.docker/run/docker.sock",
+            "/run/user/501/podman/podman.sock",
+            "/run/podman/podman.sock",
+            "/Users/ada/.colima/default/docker.sock",
+        ]
+        .map(PathBuf::from);
+        assert_eq!(found, expected);
+        // Without HOME or XDG_RUNTIME_DIR only the system-wide sockets remain.
+        let system_only = default_sockets(None, Some(""));
+        assert_eq!(system_only, ["/var/run/docker.sock", "/run/podman/podman.sock"].map(PathBuf::from));
+    }
 }
