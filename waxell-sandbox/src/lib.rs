@@ -68,6 +68,7 @@ linux_only! {
     mod naming;
     mod rootless;
     mod seccomp;
+    mod session;
     // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
     #[allow(unsafe_code)]
     mod spawn;

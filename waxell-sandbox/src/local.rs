@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -26,12 +26,11 @@ use crate::cgroup::{Cgroup, CgroupLimits, Limiter};
 use crate::config::LocalConfig;
 use crate::files::ScratchFiles;
 use crate::host::{self, PythonRuntime};
-use crate::kernel::{ExecLimits, KernelProcess};
-use crate::launcher::{Launcher, Slot, HOME_DIR};
+use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
+use crate::launcher::{Launcher, Slot};
 use crate::naming::{self, UidLease};
-
-/// Id of the context every sandbox starts with.
-pub const DEFAULT_CONTEXT_ID: &str = "default";
+use crate::session::{self, Contexts, SessionBackend};
+pub use crate::session::DEFAULT_CONTEXT_ID;
 
 /// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from a warm
 /// pool of pre-started interpreters. Cheap to clone; the pool is shared.
@@ -517,7 +516,7 @@ pub struct LocalSandbox {
 
 /// Field order = drop order: kernels, then cgroups, then the scratch dir.
 struct SandboxInner {
-    contexts: Mutex<BTreeMap<String, Arc<Context>>>,
+    contexts: Contexts,
     cgroup: Cgroup,
     mounts: SandboxMounts,
     id: String,
@@ -525,17 +524,11 @@ struct SandboxInner {
     launcher: Arc<Launcher>,
     env: BTreeMap<String, String>,
     killed: AtomicBool,
-    next_context: AtomicU64,
     /// Lifetime deadline; the watchdog re-reads it when notified.
     deadline: Mutex<Instant>,
     lifetime_changed: Arc<Notify>,
     /// Dropped last (field order): the uid is released after every process and file of it is gone.
     _lease: Option<UidLease>,
-}
-
-struct Context {
-    info: CodeContext,
-    kernel: tokio::sync::Mutex<Option<KernelProcess>>,
 }
 
 impl LocalSandbox {
@@ -556,16 +549,8 @@ impl LocalSandbox {
             kernel.configure(&options.env_vars, None).await?;
         }
         let lifetime = options.timeout.unwrap_or(launcher.config.lifetime);
-        let default = Arc::new(Context {
-            info: CodeContext {
-                id: DEFAULT_CONTEXT_ID.into(),
-                language: "python".into(),
-                cwd: HOME_DIR.into(),
-            },
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
         let inner = Arc::new(SandboxInner {
-            contexts: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
+            contexts: Contexts::new(kernel),
             cgroup,
             mounts,
             id,
@@ -573,7 +558,6 @@ impl LocalSandbox {
             launcher,
             env: options.env_vars.clone(),
             killed: AtomicBool::new(false),
-            next_context: AtomicU64::new(1),
             deadline: Mutex::new(Instant::now() + lifetime),
             lifetime_changed: Arc::new(Notify::new()),
             _lease: lease,
@@ -622,16 +606,6 @@ impl LocalSandbox {
         }
     }
 
-    fn context(&self, id: &str) -> Result<Arc<Context>, SandboxError> {
-        self.inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .get(id)
-            .cloned()
-            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {id} not found")))
-    }
-
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
         let inner = &self.inner;
         let slot = inner.mounts.slot(inner.uid, &inner.cgroup);
@@ -660,12 +634,7 @@ impl SandboxInner {
         self.killed.store(true, Ordering::SeqCst);
         // Kill first so runs holding a context lock see EOF and release it.
         self.cgroup.kill_all();
-        let contexts: Vec<Arc<Context>> = self
-            .contexts
-            .lock()
-            .map(|mut c| std::mem::take(&mut *c).into_values().collect())
-            .unwrap_or_default();
-        for context in contexts {
+        for context in self.contexts.take_all() {
             if let Some(mut kernel) = context.kernel.lock().await.take() {
                 kernel.kill();
             }
@@ -701,6 +670,39 @@ fn spawn_lifetime_watchdog(weak: Weak<SandboxInner>) {
 }
 
 #[async_trait]
+impl SessionBackend for LocalSandbox {
+    fn kind(&self) -> &'static str {
+        "local sandbox"
+    }
+
+    fn contexts(&self) -> &Contexts {
+        &self.inner.contexts
+    }
+
+    fn check_alive(&self) -> Result<(), SandboxError> {
+        LocalSandbox::check_alive(self)
+    }
+
+    async fn start_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
+        self.start_context_kernel(cwd).await
+    }
+
+    fn exec_limits(&self, options: &RunOptions) -> ExecLimits {
+        let config = &self.inner.launcher.config;
+        ExecLimits {
+            timeout: options.timeout.unwrap_or(config.run_timeout),
+            grace: config.interrupt_grace,
+            hard_cap_bytes: config.limits.output_hard_bytes,
+            memory_bytes: config.limits.memory_bytes,
+        }
+    }
+
+    fn oom_counter(&self) -> &dyn OomCounter {
+        &self.inner.cgroup
+    }
+}
+
+#[async_trait]
 impl SandboxSession for LocalSandbox {
     fn sandbox_id(&self) -> &str {
         &self.inner.id
@@ -711,40 +713,7 @@ impl SandboxSession for LocalSandbox {
     }
 
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
-        self.check_alive()?;
-        if options.language.is_some() && options.context_id.is_some() {
-            return Err(SandboxError::InvalidArgument(
-                "Only one of context_id or language can be provided".into(),
-            ));
-        }
-        if let Some(language) = &options.language {
-            check_language(language)?;
-        }
-        let context = self.context(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
-        let mut slot = context.kernel.lock().await;
-        self.check_alive()?;
-        if let Some(kernel) = slot.as_mut() {
-            kernel
-                .settle_abandoned(self.inner.launcher.config.interrupt_grace)
-                .await;
-        }
-        // A kernel killed by a timeout, OOM or the output cap is replaced with a fresh one.
-        if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
-            let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
-            *slot = Some(self.start_context_kernel(cwd).await?);
-        }
-        let kernel = slot.as_mut().expect("kernel just ensured");
-        let config = &self.inner.launcher.config;
-        let limits = ExecLimits {
-            timeout: options.timeout.unwrap_or(config.run_timeout),
-            grace: config.interrupt_grace,
-            hard_cap_bytes: config.limits.output_hard_bytes,
-            memory_bytes: config.limits.memory_bytes,
-        };
-        let execution = kernel.execute(code, options, &limits, &self.inner.cgroup).await?;
-        // Killed from outside (kill() or the lifetime) while running: report that, not a crash.
-        self.check_alive()?;
-        Ok(execution)
+        session::run_code(self, code, options).await
     }
 
     async fn create_context(
@@ -752,81 +721,19 @@ impl SandboxSession for LocalSandbox {
         language: Option<&str>,
         cwd: Option<&str>,
     ) -> Result<CodeContext, SandboxError> {
-        self.check_alive()?;
-        if let Some(language) = language {
-            check_language(language)?;
-        }
-        if let Some(cwd) = cwd {
-            if !(cwd == HOME_DIR
-                || cwd.starts_with("/home/user/")
-                || cwd == "/tmp"
-                || cwd.starts_with("/tmp/"))
-            {
-                return Err(SandboxError::InvalidArgument(format!(
-                    "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
-                )));
-            }
-        }
-        let kernel = self.start_context_kernel(cwd).await?;
-        let id = format!("ctx-{}", self.inner.next_context.fetch_add(1, Ordering::Relaxed));
-        let info = CodeContext {
-            id: id.clone(),
-            language: "python".into(),
-            cwd: cwd.unwrap_or(HOME_DIR).into(),
-        };
-        let context = Arc::new(Context {
-            info: info.clone(),
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
-        self.inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .insert(id, context);
-        Ok(info)
+        session::create_context(self, language, cwd).await
     }
 
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
-        self.check_alive()?;
-        let contexts = self
-            .inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?;
-        Ok(contexts.values().map(|c| c.info.clone()).collect())
+        session::list_contexts(self)
     }
 
     async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
-        self.check_alive()?;
-        let context = self.context(context_id)?;
-        let mut slot = context.kernel.lock().await;
-        if let Some(mut old) = slot.take() {
-            old.kill();
-        }
-        let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
-        *slot = Some(self.start_context_kernel(cwd).await?);
-        Ok(())
+        session::restart_context(self, context_id).await
     }
 
     async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
-        self.check_alive()?;
-        if context_id == DEFAULT_CONTEXT_ID {
-            return Err(SandboxError::InvalidArgument(
-                "the default context cannot be removed".into(),
-            ));
-        }
-        let removed = self
-            .inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .remove(context_id);
-        let context = removed
-            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {context_id} not found")))?;
-        if let Some(mut kernel) = context.kernel.lock().await.take() {
-            kernel.kill();
-        }
-        Ok(())
+        session::remove_context(self, context_id).await
     }
 
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
@@ -885,11 +792,3 @@ impl Drop for LocalSandbox {
     }
 }
 
-fn check_language(language: &str) -> Result<(), SandboxError> {
-    match language.trim().to_ascii_lowercase().as_str() {
-        "" | "python" | "python3" => Ok(()),
-        other => Err(SandboxError::InvalidArgument(format!(
-            "language {other:?} is not supported by the local sandbox (only python)"
-        ))),
-    }
-}

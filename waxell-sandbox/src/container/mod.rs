@@ -15,7 +15,7 @@
 mod engine;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use waxell::sandbox::{
 use crate::config::Limits;
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::launcher::HOME_DIR;
-use crate::local::DEFAULT_CONTEXT_ID;
+use crate::session::{self, Contexts, SessionBackend};
 use crate::naming;
 use engine::{api_error, run_helper, Control, Endpoint};
 
@@ -698,19 +698,13 @@ pub struct ContainerSandbox {
 
 /// Field order = drop order: kernels, then the container.
 struct SandboxInner {
-    contexts: Mutex<BTreeMap<String, Arc<Context>>>,
+    contexts: Contexts,
     container: ContainerGuard,
     backend: Arc<BackendInner>,
     env: BTreeMap<String, String>,
     killed: AtomicBool,
-    next_context: AtomicU64,
     deadline: Mutex<Instant>,
     lifetime_changed: Arc<Notify>,
-}
-
-struct Context {
-    info: CodeContext,
-    kernel: tokio::sync::Mutex<Option<KernelProcess>>,
 }
 
 impl ContainerSandbox {
@@ -727,21 +721,12 @@ impl ContainerSandbox {
             kernel.configure(&options.env_vars, None).await?;
         }
         let lifetime = options.timeout.unwrap_or(backend.config.lifetime);
-        let default = Arc::new(Context {
-            info: CodeContext {
-                id: DEFAULT_CONTEXT_ID.into(),
-                language: "python".into(),
-                cwd: HOME_DIR.into(),
-            },
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
         let inner = Arc::new(SandboxInner {
-            contexts: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
+            contexts: Contexts::new(kernel),
             container,
             backend,
             env: options.env_vars.clone(),
             killed: AtomicBool::new(false),
-            next_context: AtomicU64::new(1),
             deadline: Mutex::new(Instant::now() + lifetime),
             lifetime_changed: Arc::new(Notify::new()),
         });
@@ -763,16 +748,6 @@ impl ContainerSandbox {
         } else {
             Ok(())
         }
-    }
-
-    fn context(&self, id: &str) -> Result<Arc<Context>, SandboxError> {
-        self.inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .get(id)
-            .cloned()
-            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {id} not found")))
     }
 
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
@@ -907,12 +882,7 @@ impl SandboxInner {
         self.killed.store(true, Ordering::SeqCst);
         // Removing the container kills every process in it; runs holding a context see EOF.
         self.container.remove().await;
-        let contexts: Vec<Arc<Context>> = self
-            .contexts
-            .lock()
-            .map(|mut c| std::mem::take(&mut *c).into_values().collect())
-            .unwrap_or_default();
-        for context in contexts {
+        for context in self.contexts.take_all() {
             // Not `lock().await`: the caller may be a run that holds this very lock (a run that
             // finds its container dead shuts the sandbox down), and waiting would deadlock. A held
             // lock's kernel died with the container; the run holding it drops it.
@@ -950,6 +920,39 @@ fn spawn_lifetime_watchdog(weak: Weak<SandboxInner>) {
 }
 
 #[async_trait]
+impl SessionBackend for ContainerSandbox {
+    fn kind(&self) -> &'static str {
+        "container sandbox"
+    }
+
+    fn contexts(&self) -> &Contexts {
+        &self.inner.contexts
+    }
+
+    fn check_alive(&self) -> Result<(), SandboxError> {
+        ContainerSandbox::check_alive(self)
+    }
+
+    async fn start_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
+        self.start_context_kernel(cwd).await
+    }
+
+    fn exec_limits(&self, options: &RunOptions) -> ExecLimits {
+        let config = &self.inner.backend.config;
+        ExecLimits {
+            timeout: options.timeout.unwrap_or(config.run_timeout),
+            grace: config.interrupt_grace,
+            hard_cap_bytes: config.limits.output_hard_bytes,
+            memory_bytes: config.limits.memory_bytes,
+        }
+    }
+
+    fn oom_counter(&self) -> &dyn OomCounter {
+        &NoCgroup
+    }
+}
+
+#[async_trait]
 impl SandboxSession for ContainerSandbox {
     fn sandbox_id(&self) -> &str {
         &self.inner.container.name
@@ -960,36 +963,7 @@ impl SandboxSession for ContainerSandbox {
     }
 
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
-        self.check_alive()?;
-        if options.language.is_some() && options.context_id.is_some() {
-            return Err(SandboxError::InvalidArgument(
-                "Only one of context_id or language can be provided".into(),
-            ));
-        }
-        if let Some(language) = &options.language {
-            check_language(language)?;
-        }
-        let context = self.context(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
-        let mut slot = context.kernel.lock().await;
-        self.check_alive()?;
-        let config = &self.inner.backend.config;
-        if let Some(kernel) = slot.as_mut() {
-            kernel.settle_abandoned(config.interrupt_grace).await;
-        }
-        if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
-            let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
-            *slot = Some(self.start_context_kernel(cwd).await?);
-        }
-        let kernel = slot.as_mut().expect("kernel just ensured");
-        let limits = ExecLimits {
-            timeout: options.timeout.unwrap_or(config.run_timeout),
-            grace: config.interrupt_grace,
-            hard_cap_bytes: config.limits.output_hard_bytes,
-            memory_bytes: config.limits.memory_bytes,
-        };
-        let execution = kernel.execute(code, options, &limits, &NoCgroup).await?;
-        self.check_alive()?;
-        Ok(execution)
+        session::run_code(self, code, options).await
     }
 
     async fn create_context(
@@ -997,81 +971,19 @@ impl SandboxSession for ContainerSandbox {
         language: Option<&str>,
         cwd: Option<&str>,
     ) -> Result<CodeContext, SandboxError> {
-        self.check_alive()?;
-        if let Some(language) = language {
-            check_language(language)?;
-        }
-        if let Some(cwd) = cwd {
-            if !(cwd == HOME_DIR
-                || cwd.starts_with("/home/user/")
-                || cwd == "/tmp"
-                || cwd.starts_with("/tmp/"))
-            {
-                return Err(SandboxError::InvalidArgument(format!(
-                    "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
-                )));
-            }
-        }
-        let kernel = self.start_context_kernel(cwd).await?;
-        let id = format!("ctx-{}", self.inner.next_context.fetch_add(1, Ordering::Relaxed));
-        let info = CodeContext {
-            id: id.clone(),
-            language: "python".into(),
-            cwd: cwd.unwrap_or(HOME_DIR).into(),
-        };
-        let context = Arc::new(Context {
-            info: info.clone(),
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
-        self.inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .insert(id, context);
-        Ok(info)
+        session::create_context(self, language, cwd).await
     }
 
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
-        self.check_alive()?;
-        let contexts = self
-            .inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?;
-        Ok(contexts.values().map(|c| c.info.clone()).collect())
+        session::list_contexts(self)
     }
 
     async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
-        self.check_alive()?;
-        let context = self.context(context_id)?;
-        let mut slot = context.kernel.lock().await;
-        if let Some(mut old) = slot.take() {
-            old.kill();
-        }
-        let cwd = (context.info.cwd != HOME_DIR).then_some(context.info.cwd.as_str());
-        *slot = Some(self.start_context_kernel(cwd).await?);
-        Ok(())
+        session::restart_context(self, context_id).await
     }
 
     async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
-        self.check_alive()?;
-        if context_id == DEFAULT_CONTEXT_ID {
-            return Err(SandboxError::InvalidArgument(
-                "the default context cannot be removed".into(),
-            ));
-        }
-        let removed = self
-            .inner
-            .contexts
-            .lock()
-            .map_err(|_| SandboxError::Other("context lock poisoned".into()))?
-            .remove(context_id);
-        let context = removed
-            .ok_or_else(|| SandboxError::ContextNotFound(format!("Context {context_id} not found")))?;
-        if let Some(mut kernel) = context.kernel.lock().await.take() {
-            kernel.kill();
-        }
-        Ok(())
+        session::remove_context(self, context_id).await
     }
 
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
@@ -1145,14 +1057,6 @@ impl Drop for ContainerSandbox {
     }
 }
 
-fn check_language(language: &str) -> Result<(), SandboxError> {
-    match language.trim().to_ascii_lowercase().as_str() {
-        "" | "python" | "python3" => Ok(()),
-        other => Err(SandboxError::InvalidArgument(format!(
-            "language {other:?} is not supported by the container sandbox (only python)"
-        ))),
-    }
-}
 
 #[cfg(test)]
 mod tests {
