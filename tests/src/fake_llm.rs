@@ -67,6 +67,14 @@ impl FakeLlm {
         Self::start_with(replies, None, Duration::ZERO)
     }
 
+    /// One gpt-4o-mini answer, "Bonjour !": what the examples' dry runs talk to.
+    pub fn greeting() -> Self {
+        Self::start(vec![LlmReply::Json(
+            200,
+            chat_completion("gpt-4o-mini", Some("Bonjour !"), &[], (12, 4)),
+        )])
+    }
+
     /// Answer every request with `reply` after `delay` (a fixed round trip for benchmarks).
     pub fn repeating(reply: LlmReply, delay: Duration) -> Self {
         Self::start_with(Vec::new(), Some(reply), delay)
