@@ -321,8 +321,13 @@ impl Control {
         self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
     }
 
+    /// Whether pid 1's stream has already ended, i.e. the container stopped.
+    pub(crate) fn has_stopped(&self) -> bool {
+        self.gone.as_ref().is_some_and(|gone| *gone.borrow())
+    }
+
     /// Resolves when the container has stopped (never, if pid 1 could not be attached).
-    fn gone(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(crate) fn gone(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let gone = self.gone.clone();
         async move {
             match gone {

@@ -776,15 +776,27 @@ impl ContainerSandbox {
     }
 
     async fn start_context_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
-        let result = start_kernel(
-            &self.inner.backend,
-            &self.inner.container,
-            cwd,
-            &self.inner.env,
-        )
-        .await;
+        let control = &self.inner.container.control;
+        // Under gVisor an exec into a sandbox whose sentry died can wait forever (seen with Podman
+        // 4.3 + runsc after a fork bomb): never start one in a stopped container, and stop waiting
+        // when the container stops meanwhile or the ready timeout passes.
+        let result = if control.has_stopped() {
+            Err(SandboxError::Other("the sandbox's container has stopped".into()))
+        } else {
+            let start = start_kernel(&self.inner.backend, &self.inner.container, cwd, &self.inner.env);
+            tokio::select! {
+                started = tokio::time::timeout(self.inner.backend.config.ready_timeout, start) => {
+                    started.unwrap_or_else(|_| Err(SandboxError::Timeout(format!(
+                        "no interpreter started within {:?}",
+                        self.inner.backend.config.ready_timeout
+                    ))))
+                }
+                () = control.gone() => Err(SandboxError::Other("the sandbox's container stopped".into())),
+            }
+        };
         self.check_alive()?;
         let dead_container = match &result {
+            Err(_) if control.has_stopped() => true,
             Err(e) => {
                 let text = e.to_string();
                 text.contains("state improper")
@@ -901,8 +913,13 @@ impl SandboxInner {
             .map(|mut c| std::mem::take(&mut *c).into_values().collect())
             .unwrap_or_default();
         for context in contexts {
-            if let Some(mut kernel) = context.kernel.lock().await.take() {
-                kernel.kill();
+            // Not `lock().await`: the caller may be a run that holds this very lock (a run that
+            // finds its container dead shuts the sandbox down), and waiting would deadlock. A held
+            // lock's kernel died with the container; the run holding it drops it.
+            if let Ok(mut slot) = context.kernel.try_lock() {
+                if let Some(mut kernel) = slot.take() {
+                    kernel.kill();
+                }
             }
         }
     }
