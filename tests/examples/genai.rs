@@ -7,7 +7,7 @@ use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
 use genai::{Client, ModelIden, ServiceTarget};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
+use waxell_tests::fake_llm::FakeLlm;
 
 #[waxell::agent(name = "greeter")]
 async fn greet(client: Client) -> String {
@@ -27,10 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with(waxell::tracing_layer())
         .init();
 
-    let server = FakeLlm::start(vec![LlmReply::Json(
-        200,
-        chat_completion("gpt-4o-mini", Some("Bonjour !"), &[], (12, 4)),
-    )]);
+    let server = FakeLlm::greeting();
     let endpoint = format!("{}/", server.base_url());
     let resolver = ServiceTargetResolver::from_resolver_fn(move |target: ServiceTarget| {
         Ok(ServiceTarget {

@@ -8,7 +8,7 @@ use rig_core::completion::CompletionRequest;
 use rig_core::providers::openai::OpenAIConfig;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
+use waxell_tests::fake_llm::FakeLlm;
 
 #[waxell::agent(name = "greeter")]
 async fn greet(model: rig_core::Model<rig_core::providers::openai::wire::Chat>) -> String {
@@ -27,10 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with(waxell::tracing_layer())
         .init();
 
-    let server = FakeLlm::start(vec![LlmReply::Json(
-        200,
-        chat_completion("gpt-4o-mini", Some("Bonjour !"), &[], (12, 4)),
-    )]);
+    let server = FakeLlm::greeting();
     let model = OpenAIConfig::new("dry-run")
         .with_base_url(server.base_url())
         .client()

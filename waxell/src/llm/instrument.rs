@@ -169,8 +169,8 @@ impl CallTelemetry {
             KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
             KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
             KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
-            KeyValue::new(OI_LLM_SYSTEM, provider.name.clone()),
-            KeyValue::new(OI_LLM_PROVIDER, provider.name.clone()),
+            KeyValue::new(OI_LLM_SYSTEM, openinference_system(&provider.name)),
+            KeyValue::new(OI_LLM_PROVIDER, openinference_provider(&provider.name)),
         ]);
         if provider.dry_run {
             attributes.push(KeyValue::new(WAXELL_DRY_RUN, true));
@@ -246,8 +246,8 @@ impl CallTelemetry {
             KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
             KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
             KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
-            KeyValue::new(OI_LLM_SYSTEM, provider.to_owned()),
-            KeyValue::new(OI_LLM_PROVIDER, provider.to_owned()),
+            KeyValue::new(OI_LLM_SYSTEM, openinference_system(provider)),
+            KeyValue::new(OI_LLM_PROVIDER, openinference_provider(provider)),
         ]
     }
 
@@ -763,4 +763,38 @@ fn normalised_finish_reason(reason: Option<&str>) -> &str {
 
 fn preview(text: &str) -> String {
     telemetry::content_preview(text, MAX_PART_CHARS)
+}
+
+/// OpenInference's `llm.provider` for a GenAI `gen_ai.provider.name`: the two vocabularies agree on
+/// `openai`, `anthropic`, `cohere`, `deepseek`, and differ on these.
+fn openinference_provider(provider: &str) -> String {
+    match provider {
+        "gcp.gemini" | "gcp.vertex_ai" | "gcp.gen_ai" => "google",
+        "mistral_ai" => "mistralai",
+        "aws.bedrock" => "aws",
+        "azure.ai.openai" | "azure.ai.inference" => "azure",
+        "x_ai" => "xai",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// OpenInference's `llm.system` (the model family's API): Google's models are `vertexai` there.
+fn openinference_system(provider: &str) -> String {
+    match openinference_provider(provider).as_str() {
+        "google" => "vertexai".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod openinference_tests {
+    #[test]
+    fn genai_provider_names_map_to_openinference_ones() {
+        assert_eq!(super::openinference_provider("gcp.gemini"), "google");
+        assert_eq!(super::openinference_system("gcp.gemini"), "vertexai");
+        assert_eq!(super::openinference_provider("mistral_ai"), "mistralai");
+        assert_eq!(super::openinference_provider("anthropic"), "anthropic");
+        assert_eq!(super::openinference_system("openai"), "openai");
+    }
 }
