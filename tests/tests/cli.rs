@@ -30,11 +30,12 @@ fn agent_run() -> u64 {
 /// Spans per trace file written by `write_trace_file`: the agent and two tools.
 const SPANS: usize = 3;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("waxell-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory, removed when the returned guard drops (also when the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("waxell-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A trace file as the embedded default writes it.
@@ -72,8 +73,9 @@ fn set(name: &str, value: &str) {
 #[test]
 fn replay_takes_the_base_endpoint_and_the_headers_from_the_sdk_variables() {
     waxell_tests::own_process!();
-    let dir = temp_dir("env");
-    let file = write_trace_file(&dir);
+    let dir_guard = temp_dir("env");
+    let dir = dir_guard.path();
+    let file = write_trace_file(dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
     set("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.base_url());
     set("OTEL_EXPORTER_OTLP_HEADERS", "x-mlflow-experiment-id=7");
@@ -99,8 +101,9 @@ fn replay_takes_the_base_endpoint_and_the_headers_from_the_sdk_variables() {
 #[test]
 fn replay_without_a_required_header_fails_says_why_and_exits_non_zero() {
     waxell_tests::own_process!();
-    let dir = temp_dir("noheader");
-    let file = write_trace_file(&dir);
+    let dir_guard = temp_dir("noheader");
+    let dir = dir_guard.path();
+    let file = write_trace_file(dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
     set("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.base_url());
     let (code, out, err) = cli(&["replay", file.to_str().unwrap()]);
@@ -119,8 +122,9 @@ fn replay_without_a_required_header_fails_says_why_and_exits_non_zero() {
 #[test]
 fn replay_flags_override_the_variables_with_the_same_meaning() {
     waxell_tests::own_process!();
-    let dir = temp_dir("flags");
-    let file = write_trace_file(&dir);
+    let dir_guard = temp_dir("flags");
+    let dir = dir_guard.path();
+    let file = write_trace_file(dir);
     let receiver = OtlpReceiver::start_http_requiring_header("x-mlflow-experiment-id", "7");
     // The variables point at nothing and carry the wrong header; the flags win.
     set(
@@ -157,8 +161,9 @@ fn replay_flags_override_the_variables_with_the_same_meaning() {
 #[test]
 fn replay_over_grpc_and_to_a_dead_endpoint() {
     waxell_tests::own_process!();
-    let dir = temp_dir("grpc");
-    let file = write_trace_file(&dir);
+    let dir_guard = temp_dir("grpc");
+    let dir = dir_guard.path();
+    let file = write_trace_file(dir);
     let receiver = OtlpReceiver::start_grpc();
     set("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
     let (code, out, err) = cli(&[
@@ -230,7 +235,8 @@ fn child_prints_the_console_tree() {
 
 #[test]
 fn show_prints_the_tree_the_embedded_default_printed() {
-    let dir = temp_dir("show");
+    let dir_guard = temp_dir("show");
+    let dir = dir_guard.path();
     let file = dir.join("run.jsonl");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
@@ -262,15 +268,17 @@ fn show_prints_the_tree_the_embedded_default_printed() {
 #[test]
 fn show_follow_prints_each_new_run_as_it_is_written() {
     waxell_tests::own_process!();
-    let source = temp_dir("follow-src");
-    let file = write_trace_file(&source);
+    let source_guard = temp_dir("follow-src");
+    let source = source_guard.path();
+    let file = write_trace_file(source);
     let lines = std::fs::read_to_string(&file).unwrap();
-    let watched = temp_dir("follow");
+    let watched_guard = temp_dir("follow");
+    let watched = watched_guard.path();
     std::fs::write(watched.join("old.jsonl"), &lines).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let follower = {
-        let (stop, printed, watched) = (stop.clone(), printed.clone(), watched.clone());
+        let (stop, printed, watched) = (stop.clone(), printed.clone(), watched.to_path_buf());
         std::thread::spawn(move || {
             waxell::export::follow(
                 &watched,

@@ -44,11 +44,14 @@ impl Buffer {
     }
 }
 
-fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("waxell-console-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("run.jsonl")
+/// A trace file's path in a fresh directory, removed when the returned guard drops.
+fn temp_file(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("waxell-console-{name}-"))
+        .tempdir()
+        .unwrap();
+    let file = dir.path().join("run.jsonl");
+    (dir, file)
 }
 
 /// Run the ignored test `child` in a process of its own with `env` (and no export variables inherited);
@@ -77,7 +80,7 @@ fn stderr_of(child: &str, env: &[(&str, String)]) -> String {
 #[ignore = "run by embedded_default_tree_and_file_line_go_to_the_writer in a child process"]
 fn child_embedded_default() {
     let console = Buffer::default();
-    let file = temp_file("embedded");
+    let (_dir, file) = temp_file("embedded");
     let guard = waxell::builder()
         .with_console(true)
         .with_trace_file(Some(file.clone()))
@@ -106,7 +109,7 @@ fn embedded_default_tree_and_file_line_go_to_the_writer() {
 fn child_exit_report() {
     let dead = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").unwrap();
     let console = Buffer::default();
-    let file = temp_file("exit");
+    let (_dir, file) = temp_file("exit");
     let guard = waxell::builder()
         .with_trace_file(Some(file.clone()))
         .with_shutdown_timeout(Duration::from_secs(2))
@@ -141,8 +144,9 @@ fn exit_report_goes_to_the_writer() {
 fn child_failed_discovery() {
     let api = std::env::var("WAXELL_API_URL").unwrap();
     let console = Buffer::default();
+    let (_dir, discovery_file) = temp_file("discovery");
     let guard = waxell::builder()
-        .with_trace_file(Some(temp_file("discovery")))
+        .with_trace_file(Some(discovery_file))
         .with_shutdown_timeout(Duration::from_secs(2))
         .with_console_writer(console.clone())
         .init()
@@ -196,9 +200,10 @@ fn a_warning_without_a_pipeline_goes_to_the_last_writer() {
 #[test]
 #[ignore = "run by without_a_writer_the_console_is_stderr in a child process"]
 fn child_default_console() {
+    let (_dir, default_file) = temp_file("default");
     let guard = waxell::builder()
         .with_console(true)
-        .with_trace_file(Some(temp_file("default")))
+        .with_trace_file(Some(default_file))
         .init()
         .unwrap();
     assert_eq!(console_agent(), 6);

@@ -3,7 +3,7 @@
 //! the file and a replay command. The run itself happens in a child process (this test binary, an ignored
 //! test) so that its stderr and exit can be observed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use waxell::export::OtlpSettings;
@@ -25,11 +25,12 @@ fn run_agent() -> u64 {
     (0..100).map(work).sum()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("waxell-exit-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory, removed when the returned guard drops (also when the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("waxell-exit-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// The child: `RUNS` agent runs with whatever the environment configures, then exit.
@@ -73,7 +74,8 @@ fn spans_in(file: &Path) -> usize {
 
 #[test]
 fn collector_down_every_span_is_saved_and_replay_delivers_them() {
-    let dir = temp_dir("down");
+    let dir_guard = temp_dir("down");
+    let dir = dir_guard.path();
     let file = dir.join("run.jsonl");
     let dead = nothing_listening_url();
     let (stderr, _) = run_child(&[
@@ -115,12 +117,12 @@ fn collector_down_every_span_is_saved_and_replay_delivers_them() {
             .count(),
         RUNS as usize
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_hanging_collector_holds_the_exit_only_for_the_budget_and_the_exit_says_it_gave_up() {
-    let dir = temp_dir("hang");
+    let dir_guard = temp_dir("hang");
+    let dir = dir_guard.path();
     let file = dir.join("run.jsonl");
     let server = FaultServer::start(Fault::Slow(Duration::from_secs(60)));
     let (stderr, took) = run_child(&[
@@ -141,12 +143,12 @@ fn a_hanging_collector_holds_the_exit_only_for_the_budget_and_the_exit_says_it_g
     assert_eq!(spans_in(&file), SPANS, "the batch in flight was saved too");
     // Correctness bound, far above the budget: without it the child would wait a minute on the collector.
     assert!(took < Duration::from_secs(30), "{took:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_healthy_collector_gets_everything_and_nothing_is_written() {
-    let dir = temp_dir("healthy");
+    let dir_guard = temp_dir("healthy");
+    let dir = dir_guard.path();
     let file = dir.join("run.jsonl");
     let receiver = OtlpReceiver::start_http();
     let (stderr, _) = run_child(&[
@@ -159,7 +161,6 @@ fn a_healthy_collector_gets_everything_and_nothing_is_written() {
     );
     assert!(!file.exists(), "no file when nothing needed saving");
     assert!(!stderr.contains("waxell:"), "no message: {stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
