@@ -21,7 +21,6 @@ use futures_util::StreamExt;
 use genai::adapter::AdapterKind;
 use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
 use genai::{ModelIden, ServiceTarget};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt as _;
 use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
@@ -67,6 +66,47 @@ fn row(name: &str, bare: Duration, recorded: Duration, target: &str) {
     );
 }
 
+/// The CPU the recording itself takes, no I/O: what each part of one call costs, to see where an
+/// added latency above comes from.
+fn recording_alone(rounds: usize) {
+    use waxell::llm::record::{LlmCall, Provider};
+    use waxell::llm::{ChatRequest, ChatResponse, Message, PriceTable};
+    let time = |mut f: Box<dyn FnMut()>| {
+        let started = Instant::now();
+        for _ in 0..rounds * 10 {
+            f();
+        }
+        started.elapsed() / (rounds as u32 * 10)
+    };
+    let request = ChatRequest::new([Message::user("Weather in Paris?")]).model("gpt-4o-mini");
+    let response: ChatResponse =
+        serde_json::from_value(chat_completion("gpt-4o-mini", Some("Sunny."), &[], (20, 5))).unwrap();
+    let provider = Provider::new("openai").with_server("127.0.0.1", 8080);
+    let parts = [
+        (
+            "PriceTable::defaults()",
+            time(Box::new(|| drop(std::hint::black_box(PriceTable::defaults())))),
+        ),
+        (
+            "Provider::new",
+            time(Box::new(|| drop(std::hint::black_box(Provider::new("openai"))))),
+        ),
+        (
+            "LlmCall start + finish",
+            time(Box::new(|| {
+                let mut call = LlmCall::start(&provider, &request);
+                call.finish(&response);
+            })),
+        ),
+    ];
+    for (name, took) in parts {
+        println!(
+            "| recording alone: {name} | | {:.1} µs | | |",
+            took.as_secs_f64() * 1e6
+        );
+    }
+}
+
 fn chat_request(stream: bool) -> CreateChatCompletionRequest {
     serde_json::from_value(json!({"model": "gpt-4o-mini", "stream": stream,
         "messages": [{"role": "user", "content": "Weather in Paris?"}]}))
@@ -76,13 +116,15 @@ fn chat_request(stream: bool) -> CreateChatCompletionRequest {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("WAXELL_BENCH_QUICK").is_some();
     let rounds = if quick { 200 } else { 2000 };
-    // Spans go to an in-memory exporter, emptied every call: the recording cost, not an exporter's.
-    let exporter = InMemorySpanExporter::default();
-    opentelemetry::global::set_tracer_provider(
-        SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build(),
-    );
+    // Recorded as a user records: `waxell::init` exporting OTLP to a collector on 127.0.0.1 (batched, in
+    // the background), so the figures include what the SDK does on the caller's path and nothing else.
+    let collector = waxell_tests::OtlpReceiver::start_http();
+    let _waxell = waxell::builder()
+        .with_otlp_endpoint(collector.traces_url())
+        .with_console(false)
+        .with_trace_file(None)
+        .init()
+        .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -100,12 +142,12 @@ fn main() {
     let time_chat = |client: &async_openai::Client<OpenAIConfig>| {
         let started = Instant::now();
         rt.block_on(client.chat().create(chat_request(false))).unwrap();
-        exporter.reset();
         started.elapsed()
     };
 
     println!("| case | bare crate | with waxell | added | target |");
     println!("| --- | ---: | ---: | ---: | --- |");
+    recording_alone(rounds);
     let (a, b) = compare(rounds, || time_chat(&bare), || time_chat(&recorded));
     row("async-openai chat", a, b, "< 5 % (50 µs)");
 
@@ -130,7 +172,6 @@ fn main() {
             while stream.next().await.is_some() {}
             elapsed
         });
-        exporter.reset();
         elapsed
     };
     let (a, b) = compare(rounds, || first_chunk(&bare), || first_chunk(&recorded));
@@ -159,7 +200,6 @@ fn main() {
         let _guard = tracing::dispatcher::set_default(dispatch);
         rt.block_on(genai_client.exec_chat("gpt-4o-mini", request, None))
             .unwrap();
-        exporter.reset();
         started.elapsed()
     };
     let (a, b) = compare(rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
@@ -174,9 +214,10 @@ fn main() {
         let started = Instant::now();
         let _guard = tracing::dispatcher::set_default(dispatch);
         rt.block_on(rig_model.call(request)).unwrap();
-        exporter.reset();
         started.elapsed()
     };
     let (a, b) = compare(rounds, || time_rig(&plain), || time_rig(&waxell_dispatch));
     row("rig chat (tracing_layer)", a, b, "< 5 % (50 µs)");
+    drop(_waxell);
+    eprintln!("the collector received {} spans", collector.spans().len());
 }

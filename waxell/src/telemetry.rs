@@ -299,10 +299,3 @@ pub(crate) fn content_preview(text: &str, max_chars: usize) -> String {
         None => global_state().preview(text, max_chars),
     }
 }
-
-/// The meter for waxell's metrics (`gen_ai.client.*`). A no-op meter unless `init()` configured an
-/// OTLP endpoint.
-#[cfg_attr(not(feature = "llm"), allow(dead_code))]
-pub(crate) fn meter() -> opentelemetry::metrics::Meter {
-    opentelemetry::global::meter_with_scope(scope())
-}

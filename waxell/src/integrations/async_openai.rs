@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
+use std::time::Instant;
 
 use async_openai::error::OpenAIError;
 use async_openai::middleware::retry::OpenAIRetryLayer;
@@ -57,7 +58,8 @@ pub fn service_with(
 #[derive(Debug, Clone, Default)]
 pub struct WaxellLayer {
     provider_name: Option<String>,
-    prices: Option<PriceTable>,
+    /// Shared by every call's `Provider`, so a custom table is not copied per request.
+    prices: Option<std::sync::Arc<PriceTable>>,
 }
 
 impl WaxellLayer {
@@ -74,7 +76,7 @@ impl WaxellLayer {
 
     /// Prices for `waxell.llm.cost` instead of [`PriceTable::defaults`].
     pub fn with_prices(mut self, prices: PriceTable) -> Self {
-        self.prices = Some(prices);
+        self.prices = Some(std::sync::Arc::new(prices));
         self
     }
 
@@ -89,7 +91,7 @@ impl WaxellLayer {
             provider = provider.with_server(host, port);
         }
         if let Some(prices) = &self.prices {
-            provider = provider.with_prices(prices.clone());
+            provider.prices = std::sync::Arc::clone(prices);
         }
         provider
     }
@@ -169,19 +171,27 @@ where
             let Some(api) = Api::of(&request) else {
                 return inner.oneshot(replay(request, factory)).await.map_err(Into::into);
             };
-            let body: Value = request
+            let body = request
                 .body()
                 .and_then(reqwest::Body::as_bytes)
-                .and_then(|bytes| serde_json::from_slice(bytes).ok())
-                .unwrap_or(Value::Null);
+                .map(Bytes::copy_from_slice)
+                .unwrap_or_default();
             let provider = layer.provider_for(request.url());
-            let mut call = start(api, &provider, &body);
+            let mut call = open(api, &provider, &body);
             inject_traceparent(&call, request.headers_mut());
-            let result = inner
+            let response = inner
                 .oneshot(replay(request, factory))
-                .with_context(call.context().clone())
-                .await
-                .map_err(Into::into);
+                .with_context(call.context().clone());
+            let mut response = std::pin::pin!(response);
+            // Hand the request to the connection first, then describe it on the span while it is on the
+            // wire: with a multi-threaded runtime, the caller does not wait for the description.
+            let sent = std::future::poll_fn(|cx| Poll::Ready(response.as_mut().poll(cx))).await;
+            describe(api, &mut call, &body);
+            let result = match sent {
+                Poll::Ready(result) => result,
+                Poll::Pending => response.await,
+            }
+            .map_err(Into::into);
             let response = match result {
                 Ok(response) => response,
                 Err(error) => {
@@ -213,33 +223,60 @@ where
     }
 }
 
-fn start(api: Api, provider: &Provider, body: &Value) -> LlmCall {
+/// Start the call's span with what identifies it; [`describe`] adds the rest of the request.
+fn open(api: Api, provider: &Provider, body: &[u8]) -> LlmCall {
     match api {
-        Api::Chat => LlmCall::start(provider, &wire::chat_request(body)),
-        Api::Responses => LlmCall::start(provider, &wire::responses_request(body)),
-        Api::Embeddings => LlmCall::start_embeddings(
-            provider,
-            body.get("model").and_then(Value::as_str).unwrap_or_default(),
-            &wire::embeddings_inputs(body),
-        ),
+        Api::Chat | Api::Responses => {
+            let (model, stream) = wire::request_head(body);
+            LlmCall::open(provider, &model, stream)
+        }
+        Api::Embeddings => {
+            let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            LlmCall::start_embeddings(
+                provider,
+                body.get("model").and_then(Value::as_str).unwrap_or_default(),
+                &wire::embeddings_inputs(&body),
+            )
+        }
+    }
+}
+
+/// The request's parameters and content on the call's span (embeddings have theirs from the start).
+fn describe(api: Api, call: &mut LlmCall, body: &[u8]) {
+    let to_request = match api {
+        Api::Chat => wire::chat_request,
+        Api::Responses => wire::responses_request,
+        Api::Embeddings => return,
+    };
+    if let Ok(body) = serde_json::from_slice::<Value>(body) {
+        call.describe(&to_request(&body));
     }
 }
 
 fn finish(api: Api, call: &mut LlmCall, bytes: &[u8]) {
-    let Ok(body) = serde_json::from_slice::<Value>(bytes) else {
-        call.fail("malformed_response", "the response body is not JSON");
-        return;
+    let malformed = |call: &mut LlmCall, error: serde_json::Error| {
+        call.fail(
+            "malformed_response",
+            &format!("the response body is not what the API returns: {error}"),
+        );
     };
     match api {
-        Api::Chat => match serde_json::from_value(body) {
+        // Straight into the typed response, no `Value` in between: the caller waits for this parse.
+        Api::Chat => match serde_json::from_slice(bytes) {
             Ok(response) => call.finish(&response),
-            Err(error) => call.fail("malformed_response", &error.to_string()),
+            Err(error) => malformed(call, error),
         },
-        Api::Responses => call.finish(&wire::responses_response(&body)),
-        Api::Embeddings => {
-            let (model, usage, dimensions) = wire::embeddings_outcome(&body);
-            call.finish_embeddings(&model, usage, dimensions);
-        }
+        Api::Responses => match serde_json::from_slice(bytes) {
+            Ok(body) => call.finish(&wire::responses_response(&body)),
+            Err(error) => malformed(call, error),
+        },
+        Api::Embeddings => match serde_json::from_slice(bytes) {
+            Ok(body) => {
+                let (model, usage, dimensions) = wire::embeddings_outcome(&body);
+                call.finish_embeddings(&model, usage, dimensions);
+            }
+            Err(error) => malformed(call, error),
+        },
     }
 }
 
@@ -305,6 +342,7 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
         api,
         call: Some(call),
         line: BytesMut::new(),
+        unread: None,
         done: false,
     };
     reqwest::Response::from(::http::Response::from_parts(
@@ -315,19 +353,29 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// Passes every byte chunk through unchanged and reads the SSE `data:` lines on the way.
+/// Passes every byte chunk through unchanged and reads its SSE `data:` lines after handing it on: when
+/// the caller asks for the next chunk, or when the stream ends or is dropped. So the caller never waits
+/// for the reading; the time each chunk arrived is kept for the time to first chunk.
 struct SseTee {
     inner: ByteStream,
     api: Api,
     /// `None` once the call is recorded.
     call: Option<LlmCall>,
-    /// The unfinished last line of the bytes seen so far.
+    /// The unfinished last line of the bytes read so far.
     line: BytesMut,
+    /// The last chunk handed on, not yet read, and when it arrived.
+    unread: Option<(Bytes, Instant)>,
     done: bool,
 }
 
 impl SseTee {
-    fn observe(&mut self, bytes: &[u8]) {
+    fn read_unread(&mut self) {
+        if let Some((bytes, arrived)) = self.unread.take() {
+            self.observe(&bytes, arrived);
+        }
+    }
+
+    fn observe(&mut self, bytes: &[u8], arrived: Instant) {
         if self.call.is_none() {
             return;
         }
@@ -336,12 +384,12 @@ impl SseTee {
             self.line.extend_from_slice(&rest[..end]);
             rest = &rest[end + 1..];
             let line = std::mem::take(&mut self.line);
-            self.data_line(&line);
+            self.data_line(&line, arrived);
         }
         self.line.extend_from_slice(rest);
     }
 
-    fn data_line(&mut self, line: &[u8]) {
+    fn data_line(&mut self, line: &[u8], arrived: Instant) {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
@@ -369,7 +417,7 @@ impl SseTee {
         match self.api {
             Api::Chat => {
                 if let Ok(chunk) = serde_json::from_value::<ChatChunk>(event) {
-                    call.chunk(&chunk);
+                    call.chunk_arrived(&chunk, arrived);
                 }
             }
             Api::Responses => match event.get("type").and_then(Value::as_str) {
@@ -390,7 +438,7 @@ impl SseTee {
                     self.call = None;
                 }
                 // Every other event counts as a chunk (the first sets the time to first chunk).
-                Some(_) => call.chunk(&ChatChunk::default()),
+                Some(_) => call.chunk_arrived(&ChatChunk::default(), arrived),
                 None => {}
             },
             Api::Embeddings => {}
@@ -419,6 +467,7 @@ impl Drop for SseTee {
     /// A caller that stops reading once every choice has finished (without waiting for `[DONE]`) got
     /// the whole answer; a caller that drops the stream earlier cancelled the call (the span says so).
     fn drop(&mut self) {
+        self.read_unread();
         if self.call.as_ref().is_some_and(LlmCall::stream_is_finished) {
             self.end();
         }
@@ -430,9 +479,15 @@ impl Stream for SseTee {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        // The caller has the previous chunk by now; read it while the next one is awaited.
+        this.read_unread();
         let item = std::task::ready!(this.inner.as_mut().poll_next(cx));
         match &item {
-            Some(Ok(bytes)) => this.observe(bytes),
+            Some(Ok(bytes)) => {
+                if this.call.is_some() {
+                    this.unread = Some((bytes.clone(), Instant::now()));
+                }
+            }
             Some(Err(error)) => {
                 if let Some(mut call) = this.call.take() {
                     call.fail("stream_cut", &error.to_string());

@@ -113,6 +113,20 @@ fn parameters(body: &Value, request: &mut ChatRequest) {
 }
 
 /// A Chat Completions request body.
+/// The model and the stream flag of a Chat Completions or Responses request body: what its span must
+/// have from the start. Reads nothing else (the rest of the body is skipped, not built).
+pub(crate) fn request_head(body: &[u8]) -> (String, bool) {
+    #[derive(serde::Deserialize, Default)]
+    struct Head {
+        #[serde(default)]
+        model: String,
+        #[serde(default)]
+        stream: Option<bool>,
+    }
+    let head: Head = serde_json::from_slice(body).unwrap_or_default();
+    (head.model, head.stream.unwrap_or(false))
+}
+
 pub(crate) fn chat_request(body: &Value) -> ChatRequest {
     let mut request = ChatRequest::new(
         body.get("messages")

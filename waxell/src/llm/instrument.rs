@@ -4,9 +4,10 @@
 //! Nothing here can fail or panic into the caller: attribute values are built from data already in hand,
 //! and serialisation problems only drop the attribute concerned.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Array, Context, KeyValue, StringValue, Value};
 use serde_json::json;
@@ -109,6 +110,32 @@ impl CallTelemetry {
         call
     }
 
+    /// Start the span with only what identifies the call (sampling sees the same attributes as with
+    /// [`Self::start`]); [`Self::describe`] adds the request later. For a caller that sends the request
+    /// first and describes it while it is on the wire.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn open_request(provider: &Provider, operation: Operation, model: &str, stream: bool) -> Self {
+        let Some(capture) = Self::capture_if_enabled() else {
+            return Self::disabled(provider, model);
+        };
+        let attributes = vec![KeyValue::new(GEN_AI_REQUEST_STREAM, stream)];
+        Self::open(provider, operation, model, attributes, capture)
+    }
+
+    /// The request's parameters, captured content and offered tools, on a span from [`Self::open_request`].
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn describe(&mut self, request: &ChatRequest) {
+        if self.ended {
+            return;
+        }
+        let mut attributes = request_parameters(request);
+        if self.capture {
+            attributes.extend(input_content(request));
+        }
+        self.cx.span().set_attributes(attributes);
+        self.offered_tools = request.tool_names();
+    }
+
     /// Start an `embeddings {model}` span for these inputs.
     pub(crate) fn start_embeddings(provider: &Provider, model: &str, inputs: &[String]) -> Self {
         let Some(capture) = Self::capture_if_enabled() else {
@@ -133,17 +160,9 @@ impl CallTelemetry {
 
     /// A call that runs in the caller's context and records nothing.
     fn disabled(provider: &Provider, model: &str) -> Self {
-        Self {
-            cx: Context::current(),
-            started: Instant::now(),
-            request_model: model.to_owned(),
-            metric_attributes: Vec::new(),
-            offered_tools: Vec::new(),
-            prices: Arc::clone(&provider.prices),
-            capture: false,
-            usage_override: None,
-            ended: true,
-        }
+        let mut call = Self::recording(Context::current(), provider, model, Vec::new(), false);
+        call.ended = true;
+        call
     }
 
     /// Start the span with the attributes every operation shares plus `extra`.
@@ -155,11 +174,7 @@ impl CallTelemetry {
         capture: bool,
     ) -> Self {
         // Sampling-relevant attributes go into the builder, so a sampler can see them.
-        let mut identity = vec![
-            KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
-            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
-            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
-        ];
+        let mut identity = Self::identity(operation, provider, model);
         if let Some(server) = &provider.server {
             identity.push(KeyValue::new(SERVER_ADDRESS, server.host.clone()));
             identity.push(KeyValue::new(SERVER_PORT, i64::from(server.port)));
@@ -182,11 +197,32 @@ impl CallTelemetry {
                 .with_kind(SpanKind::Client)
                 .with_attributes(attributes),
         );
+        Self::recording(cx, provider, model, identity, capture)
+    }
+
+    /// `gen_ai.operation.name`, `gen_ai.provider.name` and `gen_ai.request.model`: the attributes that
+    /// identify a call, on its span and on both metrics.
+    fn identity(operation: Operation, provider: &Provider, model: &str) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
+        ]
+    }
+
+    /// A call in flight whose span `cx` holds.
+    fn recording(
+        cx: Context,
+        provider: &Provider,
+        model: &str,
+        metric_attributes: Vec<KeyValue>,
+        capture: bool,
+    ) -> Self {
         Self {
             cx,
             started: Instant::now(),
             request_model: model.to_owned(),
-            metric_attributes: identity,
+            metric_attributes,
             offered_tools: Vec::new(),
             prices: Arc::clone(&provider.prices),
             capture,
@@ -206,22 +242,8 @@ impl CallTelemetry {
         model: &str,
         capture: bool,
     ) -> Self {
-        let identity = vec![
-            KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
-            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
-            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
-        ];
-        Self {
-            cx,
-            started: Instant::now(),
-            request_model: model.to_owned(),
-            metric_attributes: identity,
-            offered_tools: Vec::new(),
-            prices: Arc::clone(&provider.prices),
-            capture,
-            usage_override: None,
-            ended: false,
-        }
+        let identity = Self::identity(operation, provider, model);
+        Self::recording(cx, provider, model, identity, capture)
     }
 
     /// The tools the request offered (the options of a `tool_call:{name}` decision).
@@ -432,45 +454,75 @@ impl CallTelemetry {
     }
 
     fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {
-        // Instruments are looked up per call rather than cached: the global meter provider may be
-        // installed (by `init()`) after the first call, and a cached instrument would stay a no-op.
-        let meter = telemetry::meter();
+        let instruments = Instruments::current();
         let mut attributes = self.metric_attributes.clone();
         if let Some(error_type) = error_type {
             attributes.push(KeyValue::new(ERROR_TYPE, error_type));
         }
-        meter
-            .f64_histogram(METRIC_OPERATION_DURATION)
-            .with_unit("s")
-            .with_description("GenAI operation duration")
-            .with_boundaries(DURATION_BUCKETS.to_vec())
-            .build()
+        instruments
+            .duration
             .record(self.started.elapsed().as_secs_f64(), &attributes);
         if let Some(ttfc) = stream.and_then(|stats| stats.time_to_first_chunk) {
-            meter
-                .f64_histogram(METRIC_TIME_TO_FIRST_CHUNK)
-                .with_unit("s")
-                .with_description("Time to receive the first chunk of a streamed response")
-                .with_boundaries(DURATION_BUCKETS.to_vec())
-                .build()
+            instruments
+                .time_to_first_chunk
                 .record(ttfc.as_secs_f64(), &attributes);
         }
         if let Some(usage) = usage {
-            let tokens = meter
-                .u64_histogram(METRIC_TOKEN_USAGE)
-                .with_unit("{token}")
-                .with_description("Number of input and output tokens used")
-                .with_boundaries(TOKEN_BUCKETS.to_vec())
-                .build();
             for (token_type, count) in [
                 ("input", usage.prompt_tokens),
                 ("output", usage.completion_tokens),
             ] {
                 let mut attributes = attributes.clone();
                 attributes.push(KeyValue::new(GEN_AI_TOKEN_TYPE, token_type));
-                tokens.record(count, &attributes);
+                instruments.tokens.record(count, &attributes);
             }
         }
+    }
+}
+
+/// The `gen_ai.client.*` instruments of the global meter provider. Built once per provider: creating an
+/// instrument takes the provider's registry locks, which cost more than the recording itself. A provider
+/// installed later (by `init()` or by the application) is noticed by pointer and gets instruments of its own.
+struct Instruments {
+    provider: Arc<dyn opentelemetry::metrics::MeterProvider + Send + Sync>,
+    duration: Histogram<f64>,
+    time_to_first_chunk: Histogram<f64>,
+    tokens: Histogram<u64>,
+}
+
+impl Instruments {
+    fn current() -> Arc<Self> {
+        static CACHE: RwLock<Option<Arc<Instruments>>> = RwLock::new(None);
+        let provider = opentelemetry::global::meter_provider();
+        if let Some(cached) = CACHE.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            if Arc::ptr_eq(&cached.provider, &provider) {
+                return Arc::clone(cached);
+            }
+        }
+        let meter = provider.meter_with_scope(telemetry::scope());
+        let built = Arc::new(Self {
+            duration: meter
+                .f64_histogram(METRIC_OPERATION_DURATION)
+                .with_unit("s")
+                .with_description("GenAI operation duration")
+                .with_boundaries(DURATION_BUCKETS.to_vec())
+                .build(),
+            time_to_first_chunk: meter
+                .f64_histogram(METRIC_TIME_TO_FIRST_CHUNK)
+                .with_unit("s")
+                .with_description("Time to receive the first chunk of a streamed response")
+                .with_boundaries(DURATION_BUCKETS.to_vec())
+                .build(),
+            tokens: meter
+                .u64_histogram(METRIC_TOKEN_USAGE)
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(TOKEN_BUCKETS.to_vec())
+                .build(),
+            provider,
+        });
+        *CACHE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&built));
+        built
     }
 }
 

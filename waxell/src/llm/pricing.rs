@@ -107,6 +107,14 @@ impl PriceTable {
             .fold(Self::empty(), |table, row| table.with_price(row.0, row.price()))
     }
 
+    /// [`PriceTable::defaults`] built once and shared: every [`Provider`](super::record::Provider) starts
+    /// with it, and integrations make one per request.
+    pub(crate) fn shared_defaults() -> std::sync::Arc<Self> {
+        static DEFAULTS: std::sync::LazyLock<std::sync::Arc<PriceTable>> =
+            std::sync::LazyLock::new(|| std::sync::Arc::new(PriceTable::defaults()));
+        std::sync::Arc::clone(&DEFAULTS)
+    }
+
     /// Only the OpenAI rows of [`PriceTable::defaults`].
     pub fn openai_defaults() -> Self {
         OPENAI

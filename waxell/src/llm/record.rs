@@ -62,7 +62,7 @@ impl Provider {
             name: name.into(),
             server: None,
             dry_run: false,
-            prices: Arc::new(PriceTable::defaults()),
+            prices: PriceTable::shared_defaults(),
         }
     }
 
@@ -131,6 +131,23 @@ impl LlmCall {
         }
     }
 
+    /// Start a chat call knowing only its model and whether it streams; [`LlmCall::describe`] adds the
+    /// request. For integrations that send the request first and describe it while it is on the wire.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn open(provider: &Provider, model: &str, stream: bool) -> Self {
+        Self {
+            telemetry: CallTelemetry::open_request(provider, Operation::Chat, model, stream),
+            started: Instant::now(),
+            stream: stream.then(StreamState::default),
+        }
+    }
+
+    /// The request of a call started with [`LlmCall::open`].
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn describe(&mut self, request: &ChatRequest) {
+        self.telemetry.describe(request);
+    }
+
     /// Start an embeddings call (`embeddings {model}`) for these inputs. End it with
     /// [`LlmCall::finish_embeddings`].
     pub fn start_embeddings(provider: &Provider, model: &str, inputs: &[String]) -> Self {
@@ -149,10 +166,15 @@ impl LlmCall {
 
     /// One chunk of a streamed response, as it passes. The first one sets the time to first chunk.
     pub fn chunk(&mut self, chunk: &ChatChunk) {
+        self.chunk_arrived(chunk, Instant::now());
+    }
+
+    /// [`LlmCall::chunk`] for a chunk read after it was handed on: `arrived` is when it came in.
+    pub(crate) fn chunk_arrived(&mut self, chunk: &ChatChunk, arrived: Instant) {
         let started = self.started;
         let state = self.stream.get_or_insert_with(StreamState::default);
         if state.stats.time_to_first_chunk.is_none() {
-            state.stats.time_to_first_chunk = Some(started.elapsed());
+            state.stats.time_to_first_chunk = Some(arrived.saturating_duration_since(started));
         }
         state.stats.chunks += 1;
         state.assembler.push(chunk);
