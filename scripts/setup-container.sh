@@ -117,13 +117,26 @@ log "image $IMAGE ready (recipe $key)"
 
 # --- API services --------------------------------------------------------------------------------
 ping() { curl -sf --max-time 2 --unix-socket "$1" http://d/_ping >/dev/null 2>&1; }
+# A service started from a directory that was deleted since (a CI clone, a removed checkout) still
+# answers pings, but conmon cannot get its working directory and every container start fails with
+# "exit status 1": stop it so it is started again. The services are started from / for that reason.
+stop_if_cwd_deleted() { # pidfile name
+    local pid
+    pid="$(cat "$1" 2>/dev/null)" || return 0
+    if [ -n "$pid" ] && readlink "/proc/$pid/cwd" 2>/dev/null | grep -q ' (deleted)$'; then
+        log "restarting $2: its working directory was deleted"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+}
 start_service() { # socket runtime-path name
     local socket="$1" runtime="$2" name="$3"
+    stop_if_cwd_deleted "$STATE/podman-$name.pid" "podman's service ($name)"
     if ! ping "$socket"; then
         rm -f "$socket"
         log "starting podman's Docker API service ($name) on $socket"
-        CONTAINERS_CONF="$STATE/containers.conf" setsid nohup podman --runtime "$runtime" \
-            system service --time=0 "unix://$socket" >"$STATE/podman-$name.log" 2>&1 </dev/null &
+        (cd / && CONTAINERS_CONF="$STATE/containers.conf" exec setsid nohup podman --runtime "$runtime" \
+            system service --time=0 "unix://$socket" >"$STATE/podman-$name.log" 2>&1 </dev/null) &
         echo $! >"$STATE/podman-$name.pid"
         for _ in $(seq 1 100); do ping "$socket" && break; sleep 0.1; done
         ping "$socket" || { log "the podman service did not answer; see $STATE/podman-$name.log"; tail -5 "$STATE/podman-$name.log" >&2; exit 1; }
@@ -136,16 +149,17 @@ start_service "$RUNSC_SOCKET" "$STATE/bin/runsc" runsc
 # --- Docker Engine -------------------------------------------------------------------------------
 # Its own data root and exec root, so it shares nothing with a Docker the host may already run.
 DOCKERD_ROOT="$STATE/docker"
+stop_if_cwd_deleted "$DOCKERD_ROOT/dockerd.pid" "Docker Engine"
 if ! ping "$DOCKERD_SOCKET"; then
     rm -f "$DOCKERD_SOCKET"
     mkdir -p "$DOCKERD_ROOT/data" "$DOCKERD_ROOT/exec"
     log "starting Docker Engine on $DOCKERD_SOCKET"
-    setsid nohup dockerd --host "unix://$DOCKERD_SOCKET" --data-root "$DOCKERD_ROOT/data" \
+    (cd / && exec setsid nohup dockerd --host "unix://$DOCKERD_SOCKET" --data-root "$DOCKERD_ROOT/data" \
         --exec-root "$DOCKERD_ROOT/exec" --pidfile "$DOCKERD_ROOT/dockerd.pid" \
         --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
         --add-runtime "runsc=$STATE/bin/runsc" \
         --default-ulimit nofile=1024:1024 --default-ulimit nproc=1024:1024 \
-        >"$STATE/dockerd.log" 2>&1 </dev/null &
+        >"$STATE/dockerd.log" 2>&1 </dev/null) &
     for _ in $(seq 1 300); do ping "$DOCKERD_SOCKET" && break; sleep 0.1; done
     ping "$DOCKERD_SOCKET" || { log "dockerd did not answer; see $STATE/dockerd.log"; tail -5 "$STATE/dockerd.log" >&2; exit 1; }
 fi

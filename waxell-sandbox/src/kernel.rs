@@ -88,6 +88,23 @@ pub(crate) struct ExecLimits {
     pub(crate) memory_bytes: u64,
 }
 
+impl ExecLimits {
+    /// The limits of one run: the run's own timeout, else the backend's `run_timeout`.
+    pub(crate) fn for_run(
+        options: &RunOptions,
+        run_timeout: Duration,
+        grace: Duration,
+        limits: &crate::config::Limits,
+    ) -> Self {
+        Self {
+            timeout: options.timeout.unwrap_or(run_timeout),
+            grace,
+            hard_cap_bytes: limits.output_hard_bytes,
+            memory_bytes: limits.memory_bytes,
+        }
+    }
+}
+
 /// Protocol input of a kernel (its stdin).
 pub(crate) type KernelWriter = Pin<Box<dyn AsyncWrite + Send>>;
 /// Protocol output of a kernel (its stdout).

@@ -10,12 +10,11 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 use waxell::sandbox::{
     CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
     SandboxSession,
@@ -29,7 +28,7 @@ use crate::host::{self, PythonRuntime};
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::launcher::{Launcher, Slot};
 use crate::naming::{self, UidLease};
-use crate::session::{self, Contexts, SessionBackend};
+use crate::session::{self, watch_lifetime, Contexts, Expiring, Lifetime, SessionBackend};
 pub use crate::session::DEFAULT_CONTEXT_ID;
 
 /// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from a warm
@@ -523,10 +522,7 @@ struct SandboxInner {
     uid: u32,
     launcher: Arc<Launcher>,
     env: BTreeMap<String, String>,
-    killed: AtomicBool,
-    /// Lifetime deadline; the watchdog re-reads it when notified.
-    deadline: Mutex<Instant>,
-    lifetime_changed: Arc<Notify>,
+    lifetime: Lifetime,
     /// Dropped last (field order): the uid is released after every process and file of it is gone.
     _lease: Option<UidLease>,
 }
@@ -557,12 +553,10 @@ impl LocalSandbox {
             uid,
             launcher,
             env: options.env_vars.clone(),
-            killed: AtomicBool::new(false),
-            deadline: Mutex::new(Instant::now() + lifetime),
-            lifetime_changed: Arc::new(Notify::new()),
+            lifetime: Lifetime::new(lifetime),
             _lease: lease,
         });
-        spawn_lifetime_watchdog(Arc::downgrade(&inner));
+        watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
     }
 
@@ -596,7 +590,7 @@ impl LocalSandbox {
     }
 
     fn check_alive(&self) -> Result<(), SandboxError> {
-        if self.inner.killed.load(Ordering::SeqCst) {
+        if self.inner.lifetime.has_ended() {
             Err(SandboxError::NotFound(format!(
                 "sandbox {} was killed or its lifetime expired",
                 self.inner.id
@@ -631,7 +625,7 @@ impl LocalSandbox {
 impl SandboxInner {
     /// Kill everything and remove the cgroups and the scratch dir now (Drop repeats it harmlessly).
     async fn shutdown(&self) {
-        self.killed.store(true, Ordering::SeqCst);
+        self.lifetime.end();
         // Kill first so runs holding a context lock see EOF and release it.
         self.cgroup.kill_all();
         for context in self.contexts.take_all() {
@@ -644,29 +638,19 @@ impl SandboxInner {
     }
 }
 
-fn spawn_lifetime_watchdog(weak: Weak<SandboxInner>) {
-    tokio::spawn(async move {
-        loop {
-            // Hold only a weak reference while waiting, so dropping the sandbox cleans up at once.
-            let (deadline, changed) = {
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.killed.load(Ordering::SeqCst) {
-                    return;
-                }
-                let deadline = *inner.deadline.lock().unwrap_or_else(|e| e.into_inner());
-                if Instant::now() >= deadline {
-                    tracing::info!(sandbox = %inner.id, "sandbox lifetime expired, killing it");
-                    inner.shutdown().await;
-                    return;
-                }
-                (deadline, inner.lifetime_changed.clone())
-            };
-            tokio::select! {
-                _ = changed.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
-    });
+#[async_trait]
+impl Expiring for SandboxInner {
+    fn lifetime(&self) -> &Lifetime {
+        &self.lifetime
+    }
+
+    fn sandbox_id(&self) -> &str {
+        &self.id
+    }
+
+    async fn shutdown(&self) {
+        SandboxInner::shutdown(self).await;
+    }
 }
 
 #[async_trait]
@@ -689,12 +673,7 @@ impl SessionBackend for LocalSandbox {
 
     fn exec_limits(&self, options: &RunOptions) -> ExecLimits {
         let config = &self.inner.launcher.config;
-        ExecLimits {
-            timeout: options.timeout.unwrap_or(config.run_timeout),
-            grace: config.interrupt_grace,
-            hard_cap_bytes: config.limits.output_hard_bytes,
-            memory_bytes: config.limits.memory_bytes,
-        }
+        ExecLimits::for_run(options, config.run_timeout, config.interrupt_grace, &config.limits)
     }
 
     fn oom_counter(&self) -> &dyn OomCounter {
@@ -768,12 +747,7 @@ impl SandboxSession for LocalSandbox {
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.check_alive()?;
-        *self
-            .inner
-            .deadline
-            .lock()
-            .map_err(|_| SandboxError::Other("deadline lock poisoned".into()))? = Instant::now() + timeout;
-        self.inner.lifetime_changed.notify_one();
+        self.inner.lifetime.extend(timeout);
         Ok(())
     }
 
@@ -787,8 +761,7 @@ impl Drop for LocalSandbox {
     fn drop(&mut self) {
         // The watchdog holds only a weak reference: this drop releases the last strong one, whose
         // Drop removes kernels, cgroups and the scratch dir (in that order). Wake it so it exits.
-        self.inner.killed.store(true, Ordering::SeqCst);
-        self.inner.lifetime_changed.notify_one();
+        self.inner.lifetime.end();
     }
 }
 

@@ -4,14 +4,95 @@
 //! limits it runs under, how an OOM kill is counted, and whether the sandbox is still alive.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use waxell::sandbox::{CodeContext, Execution, RunOptions, SandboxError};
 
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::launcher::HOME_DIR;
+
+/// A sandbox's end: killed (or dropped), or its lifetime deadline passed. The deadline moves with
+/// `set_timeout`; [`watch_lifetime`] shuts the sandbox down when it passes.
+pub(crate) struct Lifetime {
+    ended: AtomicBool,
+    deadline: Mutex<Instant>,
+    /// Shared with the watchdog, which waits on it without holding the sandbox.
+    changed: Arc<Notify>,
+}
+
+impl Lifetime {
+    pub(crate) fn new(lifetime: Duration) -> Self {
+        Self {
+            ended: AtomicBool::new(false),
+            deadline: Mutex::new(Instant::now() + lifetime),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Whether the sandbox was killed, dropped or outlived its deadline.
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Mark the sandbox ended and wake the watchdog so it exits.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        self.changed.notify_one();
+    }
+
+    /// A new deadline, `timeout` from now.
+    pub(crate) fn extend(&self, timeout: Duration) {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now() + timeout;
+        self.changed.notify_one();
+    }
+
+    fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The shared state of a sandbox whose lifetime [`watch_lifetime`] enforces.
+#[async_trait]
+pub(crate) trait Expiring: Send + Sync + 'static {
+    fn lifetime(&self) -> &Lifetime;
+    /// For the log line.
+    fn sandbox_id(&self) -> &str;
+    /// Kill the sandbox's processes and remove what it holds.
+    async fn shutdown(&self);
+}
+
+/// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
+/// dropping the sandbox cleans up at once.
+pub(crate) fn watch_lifetime<T: Expiring>(weak: Weak<T>) {
+    tokio::spawn(async move {
+        loop {
+            let (deadline, changed) = {
+                let Some(inner) = weak.upgrade() else { return };
+                let lifetime = inner.lifetime();
+                if lifetime.has_ended() {
+                    return;
+                }
+                let deadline = lifetime.deadline();
+                if Instant::now() >= deadline {
+                    tracing::info!(sandbox = %inner.sandbox_id(), "sandbox lifetime expired, shutting it down");
+                    inner.shutdown().await;
+                    return;
+                }
+                (deadline, Arc::clone(&lifetime.changed))
+            };
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    });
+}
 
 /// Id of the context every sandbox starts with.
 pub const DEFAULT_CONTEXT_ID: &str = "default";

@@ -16,7 +16,7 @@ mod engine;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,7 +35,7 @@ use waxell::sandbox::{
 use crate::config::Limits;
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::launcher::HOME_DIR;
-use crate::session::{self, Contexts, SessionBackend};
+use crate::session::{self, watch_lifetime, Contexts, Expiring, Lifetime, SessionBackend};
 use crate::naming;
 use engine::{api_error, run_helper, Control, Endpoint};
 
@@ -702,9 +702,7 @@ struct SandboxInner {
     container: ContainerGuard,
     backend: Arc<BackendInner>,
     env: BTreeMap<String, String>,
-    killed: AtomicBool,
-    deadline: Mutex<Instant>,
-    lifetime_changed: Arc<Notify>,
+    lifetime: Lifetime,
 }
 
 impl ContainerSandbox {
@@ -726,11 +724,9 @@ impl ContainerSandbox {
             container,
             backend,
             env: options.env_vars.clone(),
-            killed: AtomicBool::new(false),
-            deadline: Mutex::new(Instant::now() + lifetime),
-            lifetime_changed: Arc::new(Notify::new()),
+            lifetime: Lifetime::new(lifetime),
         });
-        spawn_lifetime_watchdog(Arc::downgrade(&inner));
+        watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
     }
 
@@ -740,7 +736,7 @@ impl ContainerSandbox {
     }
 
     fn check_alive(&self) -> Result<(), SandboxError> {
-        if self.inner.killed.load(Ordering::SeqCst) {
+        if self.inner.lifetime.has_ended() {
             Err(SandboxError::NotFound(format!(
                 "sandbox {} was killed or its lifetime expired",
                 self.inner.container.name
@@ -879,7 +875,7 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T, 
 
 impl SandboxInner {
     async fn shutdown(&self) {
-        self.killed.store(true, Ordering::SeqCst);
+        self.lifetime.end();
         // Removing the container kills every process in it; runs holding a context see EOF.
         self.container.remove().await;
         for context in self.contexts.take_all() {
@@ -895,28 +891,19 @@ impl SandboxInner {
     }
 }
 
-fn spawn_lifetime_watchdog(weak: Weak<SandboxInner>) {
-    tokio::spawn(async move {
-        loop {
-            let (deadline, changed) = {
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.killed.load(Ordering::SeqCst) {
-                    return;
-                }
-                let deadline = *inner.deadline.lock().unwrap_or_else(|e| e.into_inner());
-                if Instant::now() >= deadline {
-                    tracing::info!(sandbox = %inner.container.name, "sandbox lifetime expired, removing its container");
-                    inner.shutdown().await;
-                    return;
-                }
-                (deadline, inner.lifetime_changed.clone())
-            };
-            tokio::select! {
-                _ = changed.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
-    });
+#[async_trait]
+impl Expiring for SandboxInner {
+    fn lifetime(&self) -> &Lifetime {
+        &self.lifetime
+    }
+
+    fn sandbox_id(&self) -> &str {
+        &self.container.name
+    }
+
+    async fn shutdown(&self) {
+        SandboxInner::shutdown(self).await;
+    }
 }
 
 #[async_trait]
@@ -939,12 +926,7 @@ impl SessionBackend for ContainerSandbox {
 
     fn exec_limits(&self, options: &RunOptions) -> ExecLimits {
         let config = &self.inner.backend.config;
-        ExecLimits {
-            timeout: options.timeout.unwrap_or(config.run_timeout),
-            grace: config.interrupt_grace,
-            hard_cap_bytes: config.limits.output_hard_bytes,
-            memory_bytes: config.limits.memory_bytes,
-        }
+        ExecLimits::for_run(options, config.run_timeout, config.interrupt_grace, &config.limits)
     }
 
     fn oom_counter(&self) -> &dyn OomCounter {
@@ -1033,12 +1015,7 @@ impl SandboxSession for ContainerSandbox {
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.check_alive()?;
-        *self
-            .inner
-            .deadline
-            .lock()
-            .map_err(|_| SandboxError::Other("deadline lock poisoned".into()))? = Instant::now() + timeout;
-        self.inner.lifetime_changed.notify_one();
+        self.inner.lifetime.extend(timeout);
         Ok(())
     }
 
@@ -1052,8 +1029,7 @@ impl Drop for ContainerSandbox {
     fn drop(&mut self) {
         // The watchdog holds a weak reference: this releases the last strong one, and the guard's
         // Drop removes the container.
-        self.inner.killed.store(true, Ordering::SeqCst);
-        self.inner.lifetime_changed.notify_one();
+        self.inner.lifetime.end();
     }
 }
 
