@@ -342,7 +342,7 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
         api,
         call: Some(call),
         line: BytesMut::new(),
-        unread: None,
+        unread: Vec::new(),
         done: false,
     };
     reqwest::Response::from(::http::Response::from_parts(
@@ -353,9 +353,15 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// Passes every byte chunk through unchanged and reads its SSE `data:` lines after handing it on: when
-/// the caller asks for the next chunk, or when the stream ends or is dropped. So the caller never waits
-/// for the reading; the time each chunk arrived is kept for the time to first chunk.
+/// How long a chunk handed on waits before the tee reads it in a pause of the stream. Token streams
+/// pause for tens of milliseconds between chunks; a burst (or one event split over two reads) arrives
+/// within microseconds, and reading in its middle would hold back the rest of it.
+const READ_AFTER: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Passes every byte chunk through unchanged and reads its SSE `data:` lines after handing it on, in the
+/// time the stream waits for the network (or when it ends or is dropped): the caller never waits for the
+/// reading, and chunks that arrive together reach the caller together. The time each chunk arrived is
+/// kept for the time to first chunk.
 struct SseTee {
     inner: ByteStream,
     api: Api,
@@ -363,14 +369,14 @@ struct SseTee {
     call: Option<LlmCall>,
     /// The unfinished last line of the bytes read so far.
     line: BytesMut,
-    /// The last chunk handed on, not yet read, and when it arrived.
-    unread: Option<(Bytes, Instant)>,
+    /// Chunks handed on but not yet read, and when each arrived.
+    unread: Vec<(Bytes, Instant)>,
     done: bool,
 }
 
 impl SseTee {
     fn read_unread(&mut self) {
-        if let Some((bytes, arrived)) = self.unread.take() {
+        for (bytes, arrived) in std::mem::take(&mut self.unread) {
             self.observe(&bytes, arrived);
         }
     }
@@ -479,13 +485,25 @@ impl Stream for SseTee {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        // The caller has the previous chunk by now; read it while the next one is awaited.
-        this.read_unread();
-        let item = std::task::ready!(this.inner.as_mut().poll_next(cx));
+        let Poll::Ready(item) = this.inner.as_mut().poll_next(cx) else {
+            // Nothing to hand on: read what the caller already has while the next chunk is awaited,
+            // unless it only just came (the rest of a burst, or of a split event, is on its way).
+            if this
+                .unread
+                .first()
+                .is_some_and(|(_, arrived)| arrived.elapsed() >= READ_AFTER)
+            {
+                this.read_unread();
+            }
+            return Poll::Pending;
+        };
+        if !matches!(item, Some(Ok(_))) {
+            this.read_unread();
+        }
         match &item {
             Some(Ok(bytes)) => {
                 if this.call.is_some() {
-                    this.unread = Some((bytes.clone(), Instant::now()));
+                    this.unread.push((bytes.clone(), Instant::now()));
                 }
             }
             Some(Err(error)) => {
