@@ -156,8 +156,14 @@ fn main() {
     // every chunk at once, where the end of the stream (and its recording) comes while the caller is
     // still being woken for the first chunk.
     for (case, gap) in [
-        ("async-openai stream, first chunk (chunks 1 ms apart)", Duration::from_millis(1)),
-        ("async-openai stream, first chunk (all chunks at once)", Duration::ZERO),
+        (
+            "async-openai stream, first chunk (chunks 1 ms apart)",
+            Duration::from_millis(1),
+        ),
+        (
+            "async-openai stream, first chunk (all chunks at once)",
+            Duration::ZERO,
+        ),
     ] {
         let stream_reply = LlmReply::Sse {
             events: chat_chunks("gpt-4o-mini", Some("Sunny in Paris today."), None, (20, 5)),
