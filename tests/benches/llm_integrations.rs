@@ -108,6 +108,22 @@ fn recording_alone(rounds: usize) {
     }
 }
 
+/// An async-openai client for `server` as it comes (bare) and one recorded by waxell's layer.
+fn openai_clients(
+    server: &FakeLlm,
+) -> (
+    async_openai::Client<OpenAIConfig>,
+    async_openai::Client<OpenAIConfig>,
+) {
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key("bench");
+    let bare = async_openai::Client::with_config(config.clone());
+    let recorded = async_openai::Client::with_config(config)
+        .with_http_service(waxell::integrations::async_openai::service());
+    (bare, recorded)
+}
+
 fn chat_request(stream: bool) -> CreateChatCompletionRequest {
     serde_json::from_value(json!({"model": "gpt-4o-mini", "stream": stream,
         "messages": [{"role": "user", "content": "Weather in Paris?"}]}))
@@ -134,12 +150,7 @@ fn main() {
 
     let reply = LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Sunny."), &[], (20, 5)));
     let server = FakeLlm::repeating(reply, ROUND_TRIP);
-    let config = OpenAIConfig::new()
-        .with_api_base(server.base_url())
-        .with_api_key("bench");
-    let bare = async_openai::Client::with_config(config.clone());
-    let recorded = async_openai::Client::with_config(config)
-        .with_http_service(waxell::integrations::async_openai::service());
+    let (bare, recorded) = openai_clients(&server);
     let time_chat = |client: &async_openai::Client<OpenAIConfig>| {
         let started = Instant::now();
         rt.block_on(client.chat().create(chat_request(false))).unwrap();
@@ -171,12 +182,7 @@ fn main() {
             gap,
         };
         let stream_server = FakeLlm::repeating(stream_reply, ROUND_TRIP);
-        let config = OpenAIConfig::new()
-            .with_api_base(stream_server.base_url())
-            .with_api_key("bench");
-        let bare = async_openai::Client::with_config(config.clone());
-        let recorded = async_openai::Client::with_config(config)
-            .with_http_service(waxell::integrations::async_openai::service());
+        let (bare, recorded) = openai_clients(&stream_server);
         let first_chunk = |client: &async_openai::Client<OpenAIConfig>| {
             let started = Instant::now();
             rt.block_on(async {
