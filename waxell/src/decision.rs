@@ -213,21 +213,24 @@ fn apply_decision(cx: &Context, state: &State, name: &str, options: &[impl AsRef
 /// With a confidence, also records the score `decision_confidence:{name}` on the current agent run.
 pub fn decide(name: &str, options: &[&str], chosen: &str, reasoning: Option<&str>, confidence: Option<f64>) {
     let options: Vec<String> = options.iter().map(|s| (*s).to_owned()).collect();
-    record(name, &options, chosen, reasoning, confidence);
+    record(name, &options, chosen, reasoning, confidence, None);
 }
 
+/// A `decide {name}` span under the current context; `at` is when the decision was made if it is recorded
+/// later (a model's tool call recorded off the caller's thread), else now.
 pub(crate) fn record(
     name: &str,
     options: &[String],
     chosen: &str,
     reasoning: Option<&str>,
     confidence: Option<f64>,
+    at: Option<std::time::SystemTime>,
 ) {
     let parent = Context::current();
     let Some(state) = telemetry::state_for(&parent) else {
         return;
     };
-    let builder = SpanBuilder::from_name(format!("decide {name}"))
+    let mut builder = SpanBuilder::from_name(format!("decide {name}"))
         .with_kind(SpanKind::Internal)
         .with_attributes([
             KeyValue::new(GEN_AI_OPERATION_NAME, OP_DECIDE),
@@ -236,6 +239,9 @@ pub(crate) fn record(
             KeyValue::new(WAXELL_DECISION_NAME, name.to_owned()),
             KeyValue::new(WAXELL_DECISION_OPTIONS, string_array(options)),
         ]);
+    if let Some(at) = at {
+        builder = builder.with_start_time(at);
+    }
     let cx = state.start(builder, &parent);
     if cx.span().is_recording() {
         let fields = Fields {
@@ -245,7 +251,10 @@ pub(crate) fn record(
         };
         apply_decision(&cx, &state, name, options, &fields);
     }
-    cx.span().end();
+    match at {
+        Some(at) => cx.span().end_with_timestamp(at),
+        None => cx.span().end(),
+    }
 }
 
 /// Record a `#[reasoning]` function's return value on its span (the context `cx` holds).

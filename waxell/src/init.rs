@@ -822,6 +822,8 @@ impl Guard {
         let Some(provider) = self.provider.clone() else {
             return Ok(());
         };
+        // Calls recorded off the caller's thread that ended before this flush are part of it.
+        crate::deferred::drain(self.shutdown_timeout);
         let meter = self.meter_provider.clone();
         let result = run_bounded("flush", self.shutdown_timeout, move || {
             let traces = provider.force_flush().map_err(Bounded::from);
@@ -848,6 +850,8 @@ impl Guard {
         };
         let meter = self.meter_provider.take();
         let budget = self.shutdown_timeout;
+        // Before the state goes: calls still being recorded off the caller's thread export with the rest.
+        crate::deferred::drain(budget);
         telemetry::uninstall();
         // From here the exporter waits for the collector until the budget's end at most, then saves the rest.
         self.counters.0.begin_shutdown(budget);

@@ -43,6 +43,7 @@ mod cloud;
 mod config;
 mod console;
 mod decision;
+mod deferred;
 pub mod e2b;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]

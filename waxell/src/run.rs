@@ -69,6 +69,8 @@ struct Inner {
     recording: bool,
     /// Set once the span has been ended (finished, panicked); a drop before that means cancellation.
     ended: AtomicBool,
+    /// No parent in this process: its end completes the trace here.
+    local_root: bool,
 }
 
 /// Captured arguments, in declaration order.
@@ -139,9 +141,12 @@ impl Run {
         }
         // Arguments go into the builder with the other start attributes: one allocation, no per-attribute
         // locking. They are skipped when the parent is known to be unsampled (the span will not record).
-        let parent_unsampled = {
+        let (parent_unsampled, local_root) = {
             let sc = parent.span().span_context().clone();
-            sc.is_valid() && !sc.is_sampled()
+            (
+                sc.is_valid() && !sc.is_sampled(),
+                !sc.is_valid() || sc.is_remote(),
+            )
         };
         if meta.capture && state.capture.content && !parent_unsampled {
             args_attributes(meta, &state, args(), &mut attrs);
@@ -160,6 +165,7 @@ impl Run {
             state,
             recording,
             ended: AtomicBool::new(false),
+            local_root,
         };
         Run {
             inner: Some(Box::new(inner)),
@@ -228,7 +234,7 @@ impl Run {
                 )),
             }
         }
-        inner.cx.span().end();
+        inner.end_span();
     }
 }
 
@@ -250,7 +256,7 @@ impl Drop for Run {
                 "cancelled: the future was dropped before it completed",
             ));
         }
-        span.end();
+        inner.end_span();
     }
 }
 
@@ -345,7 +351,16 @@ impl Inner {
             "panicked: {}",
             self.state.content(&message)
         )));
-        span.end();
+        self.end_span();
+    }
+
+    /// End the span. A root first waits for LLM calls still being recorded off their thread (see
+    /// `crate::deferred`), so the trace reaches the exporter and the console complete, children first.
+    fn end_span(&self) {
+        if self.local_root {
+            crate::deferred::drain(crate::deferred::DRAIN_TIMEOUT);
+        }
+        self.cx.span().end();
     }
 }
 

@@ -199,6 +199,8 @@ impl fmt::Debug for CaptureView {
 impl CaptureView {
     /// Every span ended so far, in the order they ended.
     pub fn spans(&self) -> Vec<CapturedSpan> {
+        // Calls that ended before this read but are still being recorded off their thread belong in it.
+        crate::deferred::drain(crate::deferred::DRAIN_TIMEOUT);
         self.inner
             .exporter
             .spans()

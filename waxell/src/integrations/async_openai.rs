@@ -13,8 +13,10 @@
 //! outside, so one call with its retries is one span. To keep a stack of your own, put [`WaxellLayer`]
 //! outermost in it.
 //!
-//! Streams are teed: each chunk is handed to the caller as soon as it arrives; the layer only reads
-//! the `data:` lines as they pass to measure the first chunk and assemble the answer.
+//! Streams are teed: each chunk is handed to the caller as soon as it arrives. The layer keeps each chunk
+//! and its arrival time, and reads the `data:` lines once the stream ends. All recording work (request
+//! description, response parsing, pricing, scrubbing) runs on waxell's recording thread after the caller
+//! has its answer; spans still end when the answer arrived, and flush and shutdown wait for it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -177,25 +179,18 @@ where
                 .map(Bytes::copy_from_slice)
                 .unwrap_or_default();
             let provider = layer.provider_for(request.url());
-            let mut call = open(api, &provider, &body);
+            let call = open(api, &provider, &body);
             inject_traceparent(&call, request.headers_mut());
-            let response = inner
+            let result = inner
                 .oneshot(replay(request, factory))
-                .with_context(call.context().clone());
-            let mut response = std::pin::pin!(response);
-            // Hand the request to the connection first, then describe it on the span while it is on the
-            // wire: with a multi-threaded runtime, the caller does not wait for the description.
-            let sent = std::future::poll_fn(|cx| Poll::Ready(response.as_mut().poll(cx))).await;
-            describe(api, &mut call, &body);
-            let result = match sent {
-                Poll::Ready(result) => result,
-                Poll::Pending => response.await,
-            }
-            .map_err(Into::into);
+                .with_context(call.context().clone())
+                .await
+                .map_err(Into::into);
             let response = match result {
                 Ok(response) => response,
                 Err(error) => {
-                    call.fail(transport_error_type(&error), &error.to_string());
+                    let (error_type, message) = (transport_error_type(&error), error.to_string());
+                    record_later(api, call, body, move |call| call.fail(error_type, &message));
                     return Err(error);
                 }
             };
@@ -205,17 +200,20 @@ where
                 .and_then(|value| value.to_str().ok())
                 .is_some_and(|value| value.starts_with("text/event-stream"));
             if response.status().is_success() && is_stream {
-                return Ok(tee(response, api, call));
+                return Ok(tee(response, api, call, body));
             }
             // A complete body: the caller reads all of it anyway, so reading it here costs no wait.
             let (parts, bytes) = read(response).await?;
-            let status = parts.status.as_u16();
-            if parts.status.is_success() {
-                finish(api, &mut call, &bytes);
-            } else {
-                let (error_type, message) = wire::error_of(status, &bytes);
-                call.fail(&error_type, &message);
-            }
+            let status = parts.status;
+            let answer = bytes.clone();
+            record_later(api, call, body, move |call| {
+                if status.is_success() {
+                    finish(api, call, &answer);
+                } else {
+                    let (error_type, message) = wire::error_of(status.as_u16(), &answer);
+                    call.fail(&error_type, &message);
+                }
+            });
             Ok(reqwest::Response::from(::http::Response::from_parts(
                 parts, bytes,
             )))
@@ -239,6 +237,23 @@ fn open(api: Api, provider: &Provider, body: &[u8]) -> LlmCall {
             )
         }
     }
+}
+
+/// The call ended now: describe the request and record `outcome` on the recording thread, so the caller
+/// gets its answer without waiting for the parsing, pricing and scrubbing (see `crate::deferred`).
+fn record_later(
+    api: Api,
+    mut call: LlmCall,
+    request_body: Bytes,
+    outcome: impl FnOnce(&mut LlmCall) + Send + 'static,
+) {
+    call.ended_at(Instant::now());
+    crate::deferred::defer(move || {
+        // The call's context picks the SDK state (capture policy, scrubber) that applies to it.
+        let _cx = call.context().clone().attach();
+        describe(api, &mut call, &request_body);
+        outcome(&mut call);
+    });
 }
 
 /// The request's parameters and content on the call's span (embeddings have theirs from the start).
@@ -333,17 +348,18 @@ fn inject_traceparent(call: &LlmCall, headers: &mut reqwest::header::HeaderMap) 
 }
 
 /// Hand the response on with its body teed through [`SseTee`].
-fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Response {
+fn tee(response: reqwest::Response, api: Api, call: LlmCall, request_body: Bytes) -> reqwest::Response {
     let response = ::http::Response::from(response);
     let (parts, body) = response.into_parts();
     let chunks = reqwest::Response::from(::http::Response::new(body)).bytes_stream();
     let tee = SseTee {
         inner: Box::pin(chunks),
-        api,
-        call: Some(call),
-        line: BytesMut::new(),
-        unread: Vec::new(),
-        done: false,
+        recording: Some(StreamRecording {
+            api,
+            call,
+            request_body,
+            chunks: Vec::new(),
+        }),
     };
     reqwest::Response::from(::http::Response::from_parts(
         parts,
@@ -353,34 +369,91 @@ fn tee(response: reqwest::Response, api: Api, call: LlmCall) -> reqwest::Respons
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// How long a chunk handed on waits before the tee reads it in a pause of the stream. Token streams
-/// pause for tens of milliseconds between chunks; a burst (or one event split over two reads) arrives
-/// within microseconds, and reading in its middle would hold back the rest of it.
-const READ_AFTER: std::time::Duration = std::time::Duration::from_millis(1);
-
-/// Passes every byte chunk through unchanged and reads its SSE `data:` lines after handing it on, in the
-/// time the stream waits for the network (or when it ends or is dropped): the caller never waits for the
-/// reading, and chunks that arrive together reach the caller together. The time each chunk arrived is
-/// kept for the time to first chunk.
+/// Passes every byte chunk through unchanged, keeping a reference to it and the time it arrived. When the
+/// stream ends (or is dropped), the chunks are read on the recording thread: the caller never waits for
+/// the reading, and chunks that arrive together reach the caller together.
 struct SseTee {
     inner: ByteStream,
+    /// `None` once handed to the recording thread.
+    recording: Option<StreamRecording>,
+}
+
+/// A streamed call and what its recording needs.
+struct StreamRecording {
+    api: Api,
+    call: LlmCall,
+    request_body: Bytes,
+    /// Every chunk handed on, and when it arrived.
+    chunks: Vec<(Bytes, Instant)>,
+}
+
+/// How the caller's side of a stream ended.
+enum StreamEnd {
+    /// The body ended.
+    Ended,
+    /// Reading the body failed.
+    Failed(String),
+    /// The caller dropped the stream before its end.
+    Dropped,
+}
+
+impl StreamRecording {
+    /// Read the chunks and end the call on the recording thread.
+    fn record_later(self, end: StreamEnd) {
+        let Self {
+            api,
+            mut call,
+            request_body,
+            chunks,
+        } = self;
+        let last_arrived = chunks.last().map(|(_, arrived)| *arrived);
+        call.ended_at(Instant::now());
+        crate::deferred::defer(move || {
+            let _cx = call.context().clone().attach();
+            describe(api, &mut call, &request_body);
+            let mut reader = SseReader {
+                api,
+                call: Some(call),
+                line: BytesMut::new(),
+                done: false,
+            };
+            for (bytes, arrived) in chunks {
+                reader.observe(&bytes, arrived);
+            }
+            match end {
+                StreamEnd::Ended => reader.end(),
+                StreamEnd::Failed(message) => {
+                    if let Some(mut call) = reader.call.take() {
+                        call.fail("stream_cut", &message);
+                    }
+                }
+                // A caller that stops reading once every choice has finished (without waiting for
+                // `[DONE]`) got the whole answer, which ended with its last chunk; a caller that dropped
+                // the stream earlier cancelled the call (dropping it says so on the span).
+                StreamEnd::Dropped => {
+                    if let Some(call) = reader.call.as_mut().filter(|call| call.stream_is_finished()) {
+                        if let Some(at) = last_arrived {
+                            call.ended_at(at);
+                        }
+                        reader.end();
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Reads a stream's SSE `data:` lines into its call.
+struct SseReader {
     api: Api,
     /// `None` once the call is recorded.
     call: Option<LlmCall>,
     /// The unfinished last line of the bytes read so far.
     line: BytesMut,
-    /// Chunks handed on but not yet read, and when each arrived.
-    unread: Vec<(Bytes, Instant)>,
     done: bool,
 }
 
-impl SseTee {
-    fn read_unread(&mut self) {
-        for (bytes, arrived) in std::mem::take(&mut self.unread) {
-            self.observe(&bytes, arrived);
-        }
-    }
-
+impl SseReader {
     fn observe(&mut self, bytes: &[u8], arrived: Instant) {
         if self.call.is_none() {
             return;
@@ -407,6 +480,7 @@ impl SseTee {
         if data == b"[DONE]" {
             // The client may stop reading here, so the call ends now rather than with the body.
             self.done = true;
+            call.ended_at(arrived);
             self.end();
             return;
         }
@@ -416,6 +490,7 @@ impl SseTee {
         if let Some(error) = event.get("error").filter(|_| self.api == Api::Chat) {
             let body = serde_json::json!({ "error": error }).to_string();
             let (error_type, message) = wire::error_of(200, body.as_bytes());
+            call.ended_at(arrived);
             call.fail(&error_type, &message);
             self.call = None;
             return;
@@ -429,6 +504,7 @@ impl SseTee {
             Api::Responses => match event.get("type").and_then(Value::as_str) {
                 Some("response.completed" | "response.incomplete") => {
                     if let Some(response) = event.get("response") {
+                        call.ended_at(arrived);
                         call.finish(&wire::responses_response(response));
                         self.call = None;
                     }
@@ -440,6 +516,7 @@ impl SseTee {
                         .and_then(Value::as_str)
                         .unwrap_or("_OTHER")
                         .to_owned();
+                    call.ended_at(arrived);
                     call.fail(&code, &event.to_string());
                     self.call = None;
                 }
@@ -470,12 +547,9 @@ impl SseTee {
 }
 
 impl Drop for SseTee {
-    /// A caller that stops reading once every choice has finished (without waiting for `[DONE]`) got
-    /// the whole answer; a caller that drops the stream earlier cancelled the call (the span says so).
     fn drop(&mut self) {
-        self.read_unread();
-        if self.call.as_ref().is_some_and(LlmCall::stream_is_finished) {
-            self.end();
+        if let Some(recording) = self.recording.take() {
+            recording.record_later(StreamEnd::Dropped);
         }
     }
 }
@@ -485,33 +559,23 @@ impl Stream for SseTee {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        let Poll::Ready(item) = this.inner.as_mut().poll_next(cx) else {
-            // Nothing to hand on: read what the caller already has while the next chunk is awaited,
-            // unless it only just came (the rest of a burst, or of a split event, is on its way).
-            if this
-                .unread
-                .first()
-                .is_some_and(|(_, arrived)| arrived.elapsed() >= READ_AFTER)
-            {
-                this.read_unread();
-            }
-            return Poll::Pending;
-        };
-        if !matches!(item, Some(Ok(_))) {
-            this.read_unread();
-        }
+        let item = std::task::ready!(this.inner.as_mut().poll_next(cx));
         match &item {
             Some(Ok(bytes)) => {
-                if this.call.is_some() {
-                    this.unread.push((bytes.clone(), Instant::now()));
+                if let Some(recording) = this.recording.as_mut() {
+                    recording.chunks.push((bytes.clone(), Instant::now()));
                 }
             }
             Some(Err(error)) => {
-                if let Some(mut call) = this.call.take() {
-                    call.fail("stream_cut", &error.to_string());
+                if let Some(recording) = this.recording.take() {
+                    recording.record_later(StreamEnd::Failed(error.to_string()));
                 }
             }
-            None => this.end(),
+            None => {
+                if let Some(recording) = this.recording.take() {
+                    recording.record_later(StreamEnd::Ended);
+                }
+            }
         }
         Poll::Ready(item)
     }

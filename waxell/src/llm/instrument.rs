@@ -5,7 +5,7 @@
 //! and serialisation problems only drop the attribute concerned.
 
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt};
@@ -89,6 +89,8 @@ pub(crate) struct CallTelemetry {
     capture: bool,
     /// Usage reported outside the response (see `LlmCall::set_usage`); wins over the response's.
     usage_override: Option<Usage>,
+    /// When the call ended, if it is recorded later (see [`Self::ended_at`]); else it ends when recorded.
+    end_time: Option<(Instant, SystemTime)>,
     ended: bool,
 }
 
@@ -227,6 +229,7 @@ impl CallTelemetry {
             prices: Arc::clone(&provider.prices),
             capture,
             usage_override: None,
+            end_time: None,
             ended: false,
         }
     }
@@ -283,6 +286,30 @@ impl CallTelemetry {
         &self.cx
     }
 
+    /// The call ended at `at` (its answer arrived), whenever it is recorded: the span's end, the decision's
+    /// time and the duration metric use it.
+    pub(crate) fn ended_at(&mut self, at: Instant) {
+        let wall = SystemTime::now()
+            .checked_sub(at.elapsed())
+            .unwrap_or_else(SystemTime::now);
+        self.end_time = Some((at, wall));
+    }
+
+    /// End the span at the time set by [`Self::ended_at`], else now.
+    fn end_span(&self) {
+        match self.end_time {
+            Some((_, wall)) => self.cx.span().end_with_timestamp(wall),
+            None => self.cx.span().end(),
+        }
+    }
+
+    fn duration(&self) -> Duration {
+        match self.end_time {
+            Some((at, _)) => at.saturating_duration_since(self.started),
+            None => self.started.elapsed(),
+        }
+    }
+
     /// Record a successful response and end the span.
     pub(crate) fn succeeded(&mut self, response: &ChatResponse, stream: Option<StreamStats>) {
         if self.ended {
@@ -323,7 +350,7 @@ impl CallTelemetry {
 
         self.record_tool_call_decision(response);
         self.record_metrics(usage.as_ref(), stream, None);
-        span.end();
+        self.end_span();
     }
 
     /// Record an embeddings response and end the span.
@@ -356,7 +383,7 @@ impl CallTelemetry {
         }
         span.set_attributes(attributes);
         self.record_metrics(usage.as_ref(), None, None);
-        span.end();
+        self.end_span();
     }
 
     /// Record a failure and end the span.
@@ -376,7 +403,7 @@ impl CallTelemetry {
         // The server's message can quote the prompt back, so it goes through the scrubber too.
         span.set_status(Status::error(telemetry::content_preview(message, MAX_PART_CHARS)));
         self.record_metrics(None, stream, Some(error_type.to_owned()));
-        span.end();
+        self.end_span();
     }
 
     /// Token counts (GenAI and OpenInference) and the cost of `usage`.
@@ -450,7 +477,8 @@ impl CallTelemetry {
         };
         // A synchronous call: the guard is dropped before any await.
         let _guard = self.cx.clone().attach();
-        crate::decision::record(&name, &self.offered_tools, &chosen, None, None);
+        let at = self.end_time.map(|(_, wall)| wall);
+        crate::decision::record(&name, &self.offered_tools, &chosen, None, None, at);
     }
 
     fn record_metrics(&self, usage: Option<&Usage>, stream: Option<StreamStats>, error_type: Option<String>) {
@@ -461,7 +489,7 @@ impl CallTelemetry {
         }
         instruments
             .duration
-            .record(self.started.elapsed().as_secs_f64(), &attributes);
+            .record(self.duration().as_secs_f64(), &attributes);
         if let Some(ttfc) = stream.and_then(|stats| stats.time_to_first_chunk) {
             instruments
                 .time_to_first_chunk
@@ -532,7 +560,7 @@ impl Drop for CallTelemetry {
             // The caller dropped the future or stream before the call completed.
             let span = self.cx.span();
             span.set_attribute(KeyValue::new(WAXELL_CANCELLED, true));
-            span.end();
+            self.end_span();
         }
     }
 }

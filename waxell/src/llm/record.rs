@@ -180,6 +180,12 @@ impl LlmCall {
         state.assembler.push(chunk);
     }
 
+    /// The call ended at `at` (its answer arrived), for a call recorded after that: its span ends then.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn ended_at(&mut self, at: Instant) {
+        self.telemetry.ended_at(at);
+    }
+
     /// Chunks seen so far.
     pub fn chunks(&self) -> usize {
         self.stream.as_ref().map_or(0, |state| state.stats.chunks)
