@@ -6,8 +6,8 @@
 //! - `async-openai stream first chunk`: `create_stream(..)` until the first chunk reaches the caller,
 //!   bare vs recorded, with chunks 1 ms apart (as a model streams tokens) and all at once. Target:
 //!   delayed < 50 µs.
-//! - `genai chat`: `exec_chat(..)` under a plain `tracing` subscriber vs under
-//!   `waxell::tracing_layer()` (the rig/genai path). Target: < 5 % of the round trip.
+//! - `genai chat`: `exec_chat(..)` under a `tracing` subscriber at INFO vs the same subscriber with
+//!   `waxell::tracing_layer()` added (the rig/genai path). Target: < 5 % of the round trip.
 //! - `rig chat`: rig-core's `Model::call(..)` (OpenAI provider, bundled reqwest transport) the same way.
 //!   Target: < 5 % of the round trip.
 //!
@@ -138,6 +138,7 @@ fn main() {
     let collector = waxell_tests::OtlpReceiver::start_http();
     let _waxell = waxell::builder()
         .with_otlp_endpoint(collector.traces_url())
+        .with_default_export(std::env::var_os("XX_NO_EXPORT").is_none())
         .with_console(false)
         .with_trace_file(None)
         .init()
@@ -211,8 +212,12 @@ fn main() {
         .unwrap();
     let plain = tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
     let plain = tracing::Dispatch::new(plain);
-    let waxell_dispatch =
-        tracing::Dispatch::new(tracing_subscriber::registry().with(waxell::tracing_layer()));
+    // The same subscriber with waxell's layer added: what an application's `tracing` setup becomes.
+    let waxell_dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(waxell::tracing_layer()),
+    );
     let time_genai = |dispatch: &tracing::Dispatch| {
         let request =
             genai::chat::ChatRequest::new(vec![genai::chat::ChatMessage::user("Weather in Paris?")]);

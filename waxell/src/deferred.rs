@@ -7,8 +7,8 @@
 //! capture's read and the end of a local root span first [`drain`] what is queued. A full queue, or a
 //! thread that cannot be started, runs the job on the caller's thread instead (slower, never dropped).
 
-// Only the async-openai layer queues work so far; without it, `drain` finds nothing queued.
-#![cfg_attr(not(feature = "async-openai"), allow(dead_code))]
+// Only the async-openai layer and the `tracing` bridge queue work; without them, `drain` finds nothing.
+#![cfg_attr(not(any(feature = "async-openai", feature = "tracing")), allow(dead_code))]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};

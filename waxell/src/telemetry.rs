@@ -156,10 +156,11 @@ impl State {
     /// keeps spans itself.
     #[cfg(feature = "tracing")]
     fn build(&self, builder: SpanBuilder, parent: &Context) -> bridge::BridgeSpan {
-        match &self.tracer {
-            SpanSource::Sdk(t) => bridge::BridgeSpan::Sdk(t.build_with_context(builder, parent)),
-            SpanSource::Global(t) => bridge::BridgeSpan::Global(t.build_with_context(builder, parent)),
-        }
+        let span = match &self.tracer {
+            SpanSource::Sdk(t) => bridge::Built::Sdk(t.build_with_context(builder, parent)),
+            SpanSource::Global(t) => bridge::Built::Global(t.build_with_context(builder, parent)),
+        };
+        bridge::BridgeSpan::new(span, parent)
     }
 
     /// Scrub and truncate one captured string.
@@ -206,7 +207,9 @@ pub(crate) mod bridge {
     use std::borrow::Cow;
     use std::time::SystemTime;
 
-    use opentelemetry::trace::{Span, SpanBuilder, SpanContext, Status, TracerProvider as _};
+    use opentelemetry::trace::{
+        Span, SpanBuilder, SpanContext, Status, TraceContextExt as _, TracerProvider as _,
+    };
     use opentelemetry::{Context, KeyValue};
 
     use super::{scope, state_for};
@@ -217,11 +220,29 @@ pub(crate) mod bridge {
 
     /// A span from whichever tracer applied.
     #[derive(Debug)]
+    pub(crate) struct BridgeSpan {
+        span: Built,
+        /// No parent in this process: its end completes the trace here.
+        local_root: bool,
+    }
+
+    impl BridgeSpan {
+        pub(super) fn new(span: Built, parent: &Context) -> Self {
+            let parent = parent.span();
+            let parent = parent.span_context();
+            Self {
+                span,
+                local_root: !parent.is_valid() || parent.is_remote(),
+            }
+        }
+    }
+
+    #[derive(Debug)]
     #[allow(
         clippy::large_enum_variant,
         reason = "the SDK variant is the common one; boxing it would cost an allocation per span"
     )]
-    pub(crate) enum BridgeSpan {
+    pub(crate) enum Built {
         /// From `init()`'s pipeline or a test capture.
         Sdk(opentelemetry_sdk::trace::Span),
         /// From the global provider.
@@ -235,10 +256,13 @@ pub(crate) mod bridge {
             match state_for(parent_cx) {
                 Some(state) => state.build(builder, parent_cx),
                 // Instrumentation off: `tracing` spans still go to the global provider, as before.
-                None => BridgeSpan::Global(
-                    opentelemetry::global::tracer_provider()
-                        .tracer_with_scope(scope())
-                        .build_with_context(builder, parent_cx),
+                None => BridgeSpan::new(
+                    Built::Global(
+                        opentelemetry::global::tracer_provider()
+                            .tracer_with_scope(scope())
+                            .build_with_context(builder, parent_cx),
+                    ),
+                    parent_cx,
                 ),
             }
         }
@@ -246,9 +270,9 @@ pub(crate) mod bridge {
 
     macro_rules! delegate {
         ($self:ident, $s:ident => $e:expr) => {
-            match $self {
-                BridgeSpan::Sdk($s) => $e,
-                BridgeSpan::Global($s) => $e,
+            match &mut $self.span {
+                Built::Sdk($s) => $e,
+                Built::Global($s) => $e,
             }
         };
     }
@@ -261,10 +285,16 @@ pub(crate) mod bridge {
             delegate!(self, s => s.add_event_with_timestamp(name, timestamp, attributes))
         }
         fn span_context(&self) -> &SpanContext {
-            delegate!(self, s => s.span_context())
+            match &self.span {
+                Built::Sdk(s) => s.span_context(),
+                Built::Global(s) => s.span_context(),
+            }
         }
         fn is_recording(&self) -> bool {
-            delegate!(self, s => s.is_recording())
+            match &self.span {
+                Built::Sdk(s) => s.is_recording(),
+                Built::Global(s) => s.is_recording(),
+            }
         }
         fn set_attribute(&mut self, attribute: KeyValue) {
             delegate!(self, s => s.set_attribute(attribute))
@@ -282,6 +312,11 @@ pub(crate) mod bridge {
             delegate!(self, s => s.add_link(span_context, attributes))
         }
         fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+            // A root waits for LLM calls still being recorded off their thread (`crate::deferred`), so
+            // the trace reaches the exporter and the console complete.
+            if self.local_root {
+                crate::deferred::drain(crate::deferred::DRAIN_TIMEOUT);
+            }
             delegate!(self, s => s.end_with_timestamp(timestamp))
         }
     }

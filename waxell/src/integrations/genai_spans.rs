@@ -16,7 +16,7 @@
 //! `waxell.llm.provider_request_id`).
 
 use std::borrow::Cow;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt as _, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
@@ -551,7 +551,23 @@ impl opentelemetry::trace::Span for GenAiSpan {
     fn end_with_timestamp(&mut self, timestamp: SystemTime) {
         match self {
             Self::Plain(span) => span.end_with_timestamp(timestamp),
-            Self::Llm(span) => span.end(),
+            Self::Llm(span) => {
+                // The parsing, pricing and scrubbing run on the recording thread (`crate::deferred`);
+                // the span still ends at `timestamp`.
+                span.call.ended_at_time(Instant::now(), timestamp);
+                let placeholder = LlmSpan {
+                    call: CallTelemetry::moved_out(),
+                    span_context: span.span_context.clone(),
+                    operation: span.operation,
+                    stream: span.stream,
+                    seen: Seen::default(),
+                };
+                let mut ending = std::mem::replace(&mut **span, placeholder);
+                crate::deferred::defer(move || {
+                    let _cx = ending.call.context().clone().attach();
+                    ending.end();
+                });
+            }
         }
     }
 }

@@ -295,6 +295,30 @@ impl CallTelemetry {
         self.end_time = Some((at, wall));
     }
 
+    /// [`Self::ended_at`] with the wall-clock time already known.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn ended_at_time(&mut self, at: Instant, wall: SystemTime) {
+        self.end_time = Some((at, wall));
+    }
+
+    /// A call that is over and records nothing: what stays behind when a call moves to the recording
+    /// thread.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn moved_out() -> Self {
+        Self {
+            cx: Context::new(),
+            started: Instant::now(),
+            request_model: String::new(),
+            metric_attributes: Vec::new(),
+            offered_tools: Vec::new(),
+            prices: PriceTable::shared_defaults(),
+            capture: false,
+            usage_override: None,
+            end_time: None,
+            ended: true,
+        }
+    }
+
     /// End the span at the time set by [`Self::ended_at`], else now.
     fn end_span(&self) {
         match self.end_time {
