@@ -2,10 +2,10 @@
 //! E2B) and the macros' runtime use to emit spans.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock, Weak};
 
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, TraceId, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope};
 
 use crate::capture::truncate_owned;
@@ -58,6 +58,27 @@ pub(crate) struct ScopedToken(());
     not(feature = "testing"),
     allow(dead_code, reason = "built by `waxell::testing` only")
 )]
+/// The traces scoped states started, so a span whose context lost the scope still finds it: a `tracing`
+/// span started as an explicit root (rig's `invoke_agent`) that waxell merges into the surrounding agent
+/// span hands its children a context with the agent's span but none of its values. Only consulted while a
+/// scoped state is alive; entries go with their state.
+static SCOPED_TRACES: Mutex<Vec<(TraceId, Weak<State>)>> = Mutex::new(Vec::new());
+
+fn remember_scoped_trace(trace: TraceId, state: &Arc<State>) {
+    let mut traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
+    traces.retain(|(_, state)| state.strong_count() > 0);
+    traces.push((trace, Arc::downgrade(state)));
+}
+
+fn scoped_trace(trace: TraceId) -> Option<Arc<State>> {
+    let traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
+    traces
+        .iter()
+        .rev()
+        .find(|(known, _)| *known == trace)
+        .and_then(|(_, state)| state.upgrade())
+}
+
 impl ScopedToken {
     pub(crate) fn new() -> Self {
         SCOPED.fetch_add(1, Ordering::AcqRel);
@@ -114,6 +135,13 @@ pub(crate) fn state_for(parent: &Context) -> Option<Arc<State>> {
         if let Some(scoped) = parent.get::<Scoped>() {
             return Some(Arc::clone(&scoped.0));
         }
+        let span = parent.span();
+        let trace = span.span_context();
+        if trace.is_valid() {
+            if let Some(state) = scoped_trace(trace.trace_id()) {
+                return Some(state);
+            }
+        }
     }
     is_enabled().then(global_state)
 }
@@ -146,10 +174,16 @@ impl State {
     /// Start a span under `parent` and return the context holding it. The one way waxell starts a span:
     /// callers get the `State` that applies to `parent` from [`state_for`] first.
     pub(crate) fn start(&self, builder: SpanBuilder, parent: &Context) -> Context {
-        match &self.tracer {
+        let cx = match &self.tracer {
             SpanSource::Sdk(t) => parent.with_span(t.build_with_context(builder, parent)),
             SpanSource::Global(t) => parent.with_span(t.build_with_context(builder, parent)),
+        };
+        if SCOPED.load(Ordering::Acquire) != 0 && !parent.has_active_span() {
+            if let Some(scoped) = parent.get::<Scoped>() {
+                remember_scoped_trace(cx.span().span_context().trace_id(), &scoped.0);
+            }
         }
+        cx
     }
 
     /// The span [`State::start`] would start, not yet in a context: for the `tracing` bridge, whose layer

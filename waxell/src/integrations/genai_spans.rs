@@ -54,11 +54,20 @@ pub(crate) enum GenAiSpan {
     Plain(BridgeSpan),
     /// A GenAI client span, recorded through waxell's LLM recorder.
     Llm(Box<LlmSpan>),
+    /// An agent runtime's tool call (rig-agent's `execute_tool`), in waxell's tool schema.
+    Tool(ToolSpan),
+    /// An agent runtime's run inside an `#[agent]` (rig-agent's `invoke_agent`): not a span of its own.
+    /// Its children nest under the `#[agent]`'s span, whose context this is; what it records is dropped
+    /// (the `#[agent]` records the run's input, output and scores).
+    Merged(SpanContext),
 }
 
 /// What the crate recorded, kept until the span ends.
 #[derive(Debug, Default)]
 struct Seen {
+    /// Provider and model recorded after the span started (see `LlmSpan::identity_pending`).
+    provider_name: Option<String>,
+    request_model: Option<String>,
     input_messages: Option<String>,
     output_messages: Option<String>,
     system_instructions: Option<String>,
@@ -82,6 +91,11 @@ pub(crate) struct LlmSpan {
     call: CallTelemetry,
     span_context: SpanContext,
     operation: Operation,
+    /// The operation as the crate named it (`chat`, `generate_content`), the span name's first word.
+    operation_name: String,
+    /// The span started without a model (rig-agent opens its turn span before its provider layer
+    /// records provider and model): its name and identity are set when it ends.
+    identity_pending: bool,
     stream: bool,
     seen: Seen,
 }
@@ -129,7 +143,33 @@ impl Tracer for GenAiTracer {
                 .find(|kv| kv.key.as_str() == key)
                 .map(|kv| &kv.value)
         };
-        let operation = find(GEN_AI_OPERATION_NAME).and_then(|op| is_llm_operation(&string_of(op)));
+        let op_name = find(GEN_AI_OPERATION_NAME).map(string_of);
+        if op_name.as_deref() == Some(OP_INVOKE_AGENT) && !parent_cx.has_active_span() {
+            // An agent runtime's run started as an explicit root (rig-agent does, when no `tracing` span
+            // is current) inside waxell-instrumented code: it belongs to the trace it runs in.
+            let current = Context::current();
+            if is_agent_span(&current) {
+                // Directly in an `#[agent]`: the same run, recorded once, by the `#[agent]`.
+                return GenAiSpan::Merged(current.span().span_context().clone());
+            }
+            if current.has_active_span() {
+                // In a `#[tool]` or `#[step]`: a sub-agent, nested where it runs.
+                builder.attributes = Some(attributes);
+                return self.build_with_context(builder, &current);
+            }
+        }
+        if op_name.as_deref() == Some(OP_EXECUTE_TOOL) {
+            if let Some(state) = crate::telemetry::state_for(parent_cx) {
+                return GenAiSpan::Tool(ToolSpan::build(
+                    &self.inner,
+                    builder,
+                    attributes,
+                    parent_cx,
+                    state,
+                ));
+            }
+        }
+        let operation = op_name.and_then(|op| is_llm_operation(&op));
         let state = crate::telemetry::state_for(parent_cx);
         let (Some(operation), Some(state)) = (operation, state) else {
             builder.attributes = Some(attributes);
@@ -151,12 +191,15 @@ impl Tracer for GenAiTracer {
                 kept.push(kv);
             }
         }
-        kept.extend(CallTelemetry::identity_mirror(operation, &provider_name, &model));
-        let op_name = find_op_name(&kept).unwrap_or_else(|| operation.name().to_owned());
+        let identity_pending = model.is_empty();
+        if !identity_pending {
+            kept.extend(CallTelemetry::identity_mirror(operation, &provider_name));
+        }
+        let operation_name = find_op_name(&kept).unwrap_or_else(|| operation.name().to_owned());
         builder.name = if model.is_empty() {
-            op_name.into()
+            operation_name.clone().into()
         } else {
-            format!("{op_name} {model}").into()
+            format!("{operation_name} {model}").into()
         };
         builder.span_kind = Some(opentelemetry::trace::SpanKind::Client);
         builder.attributes = Some(kept);
@@ -171,14 +214,23 @@ impl Tracer for GenAiTracer {
             &model,
             state.capture.content,
         );
+        seen.provider_name = Some(provider.name().to_owned());
         GenAiSpan::Llm(Box::new(LlmSpan {
             call,
             span_context,
             operation,
+            operation_name,
+            identity_pending,
             stream,
             seen,
         }))
     }
+}
+
+/// Whether the active span of `cx` is an `#[agent]`'s.
+fn is_agent_span(cx: &Context) -> bool {
+    cx.get::<crate::spans::AgentRun>()
+        .is_some_and(|run| run.cx.span().span_context().span_id() == cx.span().span_context().span_id())
 }
 
 fn find_op_name(attributes: &[KeyValue]) -> Option<String> {
@@ -230,15 +282,7 @@ impl Seen {
             }
             ERROR_TYPE => seen.error_type = text(),
             "error.message" | "exception.message" => seen.error = text(),
-            // tracing-opentelemetry's own bookkeeping (source location, thread, target, busy/idle
-            // times) is outside the GenAI conventions, and a source path names the build machine.
-            _ if key.starts_with("otel.")
-                || key.starts_with("code.")
-                || key.starts_with("thread.")
-                || matches!(key, "target" | "busy_ns" | "idle_ns" | "level") =>
-            {
-                return None
-            }
+            _ if is_bridge_bookkeeping(key) => return None,
             _ => {
                 if let Some(spec) = renamed(key) {
                     return Some(KeyValue::new(spec, kv.value));
@@ -253,9 +297,120 @@ impl Seen {
     }
 }
 
+/// tracing-opentelemetry's own bookkeeping (source location, thread, target, busy/idle times): outside the
+/// GenAI conventions, and a source path names the build machine.
+fn is_bridge_bookkeeping(key: &str) -> bool {
+    key.starts_with("otel.")
+        || key.starts_with("code.")
+        || key.starts_with("thread.")
+        || matches!(key, "target" | "busy_ns" | "idle_ns" | "level")
+}
+
+/// An agent runtime's `execute_tool` span: named `execute_tool {tool}` once the tool is known, with the
+/// OpenInference and waxell tool attributes, and its arguments and result captured under waxell's content
+/// policy (scrubbed, truncated) like a `#[tool]`'s.
+pub(crate) struct ToolSpan {
+    inner: BridgeSpan,
+    state: std::sync::Arc<crate::telemetry::State>,
+}
+
+impl std::fmt::Debug for ToolSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSpan")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolSpan {
+    fn build(
+        tracer: &BridgeTracer,
+        mut builder: SpanBuilder,
+        attributes: Vec<KeyValue>,
+        parent_cx: &Context,
+        state: std::sync::Arc<crate::telemetry::State>,
+    ) -> Self {
+        let mut kept = vec![
+            KeyValue::new(OI_SPAN_KIND, OI_KIND_TOOL),
+            KeyValue::new(WAXELL_SPAN_TYPE, "tool"),
+        ];
+        let mut name = None;
+        for kv in attributes {
+            if kv.key.as_str() == GEN_AI_TOOL_NAME {
+                name = Some(kv.value.as_str().into_owned());
+            }
+            kept.extend(tool_attributes(&state, kv));
+        }
+        if let Some(name) = name {
+            builder.name = format!("{OP_EXECUTE_TOOL} {name}").into();
+        }
+        builder.attributes = Some(kept);
+        Self {
+            inner: tracer.build_with_context(builder, parent_cx),
+            state,
+        }
+    }
+
+    fn set_attribute(&mut self, attribute: KeyValue) {
+        use opentelemetry::trace::Span as _;
+        if attribute.key.as_str() == GEN_AI_TOOL_NAME {
+            self.inner
+                .update_name(format!("{OP_EXECUTE_TOOL} {}", attribute.value.as_str()));
+        }
+        for kv in tool_attributes(&self.state, attribute) {
+            self.inner.set_attribute(kv);
+        }
+    }
+}
+
+/// One attribute of a tool span as waxell records it: bookkeeping dropped, the tool's name mirrored,
+/// arguments and result only when content may be captured, scrubbed.
+fn tool_attributes(state: &crate::telemetry::State, kv: KeyValue) -> Vec<KeyValue> {
+    let key = kv.key.as_str();
+    if is_bridge_bookkeeping(key) {
+        return Vec::new();
+    }
+    match key {
+        GEN_AI_TOOL_NAME => {
+            let name = kv.value.as_str().into_owned();
+            vec![
+                KeyValue::new(OI_TOOL_NAME, name.clone()),
+                KeyValue::new(WAXELL_TOOL_NAME, name),
+                kv,
+            ]
+        }
+        GEN_AI_TOOL_TYPE => vec![
+            KeyValue::new(WAXELL_TOOL_TYPE, kv.value.as_str().into_owned()),
+            kv,
+        ],
+        GEN_AI_TOOL_CALL_ARGUMENTS | GEN_AI_TOOL_CALL_RESULT => {
+            if !state.capture.content {
+                return Vec::new();
+            }
+            let text = state.content(&kv.value.as_str());
+            let mirror = if key == GEN_AI_TOOL_CALL_ARGUMENTS {
+                OI_INPUT_VALUE
+            } else {
+                OI_OUTPUT_VALUE
+            };
+            vec![
+                KeyValue::new(kv.key.clone(), text.clone()),
+                KeyValue::new(mirror, text),
+            ]
+        }
+        _ => vec![kv],
+    }
+}
+
 impl LlmSpan {
     fn end(&mut self) {
         let seen = std::mem::take(&mut self.seen);
+        if self.identity_pending {
+            let provider = seen.provider_name.as_deref().unwrap_or("openai");
+            let model = seen.request_model.as_deref().unwrap_or_default();
+            self.call
+                .identify(self.operation, &self.operation_name, provider, model);
+        }
         if let Some(error_type) = &seen.error_type {
             let message = seen.error.clone().unwrap_or_else(|| error_type.clone());
             self.call.failed(error_type, &message, None);
@@ -478,6 +633,21 @@ impl opentelemetry::trace::Span for GenAiSpan {
     {
         match self {
             Self::Plain(span) => span.add_event_with_timestamp(name, timestamp, attributes),
+            Self::Merged(_) => {}
+            Self::Tool(span) => {
+                // Only exceptions, their messages scrubbed: a tool's error can quote its arguments.
+                if name.into() == "exception" {
+                    let attributes = attributes
+                        .into_iter()
+                        .map(|kv| {
+                            let text = span.state.content(&kv.value.as_str());
+                            KeyValue::new(kv.key, text)
+                        })
+                        .collect();
+                    span.inner
+                        .add_event_with_timestamp("exception", timestamp, attributes);
+                }
+            }
             Self::Llm(span) => {
                 // Events may carry content (`gen_ai.client.inference.operation.details`); waxell
                 // records content as attributes under its own policy instead.
@@ -498,6 +668,8 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.span_context(),
             Self::Llm(span) => &span.span_context,
+            Self::Merged(span_context) => span_context,
+            Self::Tool(span) => span.inner.span_context(),
         }
     }
 
@@ -505,17 +677,28 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.is_recording(),
             Self::Llm(span) => span.call.context().span().is_recording(),
+            Self::Merged(_) => false,
+            Self::Tool(span) => span.inner.is_recording(),
         }
     }
 
     fn set_attribute(&mut self, attribute: KeyValue) {
         match self {
             Self::Plain(span) => span.set_attribute(attribute),
-            Self::Llm(span) => {
-                if let Some(kept) = span.seen.observe(attribute) {
-                    span.call.context().span().set_attribute(kept);
+            Self::Llm(span) => match attribute.key.as_str() {
+                // Identity recorded after the start (rig-agent's provider layer adopting the turn span):
+                // kept for the end, never set twice.
+                GEN_AI_PROVIDER_NAME => span.seen.provider_name = Some(attribute.value.as_str().into_owned()),
+                GEN_AI_REQUEST_MODEL => span.seen.request_model = Some(attribute.value.as_str().into_owned()),
+                GEN_AI_OPERATION_NAME => {}
+                _ => {
+                    if let Some(kept) = span.seen.observe(attribute) {
+                        span.call.context().span().set_attribute(kept);
+                    }
                 }
-            }
+            },
+            Self::Tool(span) => span.set_attribute(attribute),
+            Self::Merged(_) => {}
         }
     }
 
@@ -528,6 +711,14 @@ impl opentelemetry::trace::Span for GenAiSpan {
                     span.seen.error.get_or_insert_with(|| description.into_owned());
                 }
             }
+            Self::Tool(span) => {
+                let status = match status {
+                    Status::Error { description } => Status::error(span.state.content(&description)),
+                    other => other,
+                };
+                span.inner.set_status(status);
+            }
+            Self::Merged(_) => {}
         }
     }
 
@@ -545,12 +736,16 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.add_link(span_context, attributes),
             Self::Llm(span) => span.call.context().span().add_link(span_context, attributes),
+            Self::Tool(span) => span.inner.add_link(span_context, attributes),
+            Self::Merged(_) => {}
         }
     }
 
     fn end_with_timestamp(&mut self, timestamp: SystemTime) {
         match self {
             Self::Plain(span) => span.end_with_timestamp(timestamp),
+            Self::Tool(span) => span.inner.end_with_timestamp(timestamp),
+            Self::Merged(_) => {}
             Self::Llm(span) => {
                 // The parsing, pricing and scrubbing run on the recording thread (`crate::deferred`);
                 // the span still ends at `timestamp`.
@@ -559,6 +754,8 @@ impl opentelemetry::trace::Span for GenAiSpan {
                     call: CallTelemetry::moved_out(),
                     span_context: span.span_context.clone(),
                     operation: span.operation,
+                    operation_name: String::new(),
+                    identity_pending: false,
                     stream: span.stream,
                     seen: Seen::default(),
                 };

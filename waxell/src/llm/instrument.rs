@@ -185,7 +185,6 @@ impl CallTelemetry {
         attributes.extend([
             KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
             KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
-            KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
             KeyValue::new(OI_LLM_SYSTEM, openinference_system(&provider.name)),
             KeyValue::new(OI_LLM_PROVIDER, openinference_provider(&provider.name)),
         ]);
@@ -205,11 +204,34 @@ impl CallTelemetry {
     /// `gen_ai.operation.name`, `gen_ai.provider.name` and `gen_ai.request.model`: the attributes that
     /// identify a call, on its span and on both metrics.
     fn identity(operation: Operation, provider: &Provider, model: &str) -> Vec<KeyValue> {
+        Self::identity_named(operation, &provider.name, model)
+    }
+
+    fn identity_named(operation: Operation, provider: &str, model: &str) -> Vec<KeyValue> {
         vec![
             KeyValue::new(GEN_AI_OPERATION_NAME, operation.name()),
-            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.name.clone()),
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.to_owned()),
             KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
         ]
+    }
+
+    /// The provider and model of a span that did not know them when it started (rig-agent's turn span,
+    /// which rig's provider layer fills in later): its name, identity attributes and their OpenInference
+    /// mirrors, and the metrics' attributes.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn identify(&mut self, operation: Operation, span_name: &str, provider: &str, model: &str) {
+        let span = self.cx.span();
+        if !model.is_empty() {
+            span.update_name(format!("{span_name} {model}"));
+        }
+        let mut attributes = vec![
+            KeyValue::new(GEN_AI_PROVIDER_NAME, provider.to_owned()),
+            KeyValue::new(GEN_AI_REQUEST_MODEL, model.to_owned()),
+        ];
+        attributes.extend(Self::identity_mirror(operation, provider));
+        span.set_attributes(attributes);
+        model.clone_into(&mut self.request_model);
+        self.metric_attributes = Self::identity_named(operation, provider, model);
     }
 
     /// A call in flight whose span `cx` holds.
@@ -266,11 +288,10 @@ impl CallTelemetry {
     /// The attributes every span of this operation carries besides the GenAI identity (OpenInference
     /// kind and model, waxell's span type).
     #[cfg(feature = "tracing")]
-    pub(crate) fn identity_mirror(operation: Operation, provider: &str, model: &str) -> Vec<KeyValue> {
+    pub(crate) fn identity_mirror(operation: Operation, provider: &str) -> Vec<KeyValue> {
         vec![
             KeyValue::new(OI_SPAN_KIND, operation.openinference_kind()),
             KeyValue::new(WAXELL_SPAN_TYPE, WAXELL_SPAN_TYPE_LLM_CALL),
-            KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned()),
             KeyValue::new(OI_LLM_SYSTEM, openinference_system(provider)),
             KeyValue::new(OI_LLM_PROVIDER, openinference_provider(provider)),
         ]
@@ -319,6 +340,17 @@ impl CallTelemetry {
         }
     }
 
+    /// OpenInference's `llm.model_name`: the model that answered, else the one asked for. Set once, at the
+    /// end (the SDK keeps every value set for a key, so setting it at the start too would export two).
+    fn model_mirror(&self, response_model: &str) -> KeyValue {
+        let model = if response_model.is_empty() {
+            &self.request_model
+        } else {
+            response_model
+        };
+        KeyValue::new(OI_LLM_MODEL_NAME, model.to_owned())
+    }
+
     /// End the span at the time set by [`Self::ended_at`], else now.
     fn end_span(&self) {
         match self.end_time {
@@ -345,9 +377,9 @@ impl CallTelemetry {
             KeyValue::new(GEN_AI_RESPONSE_ID, response.id.clone()),
             KeyValue::new(GEN_AI_RESPONSE_FINISH_REASONS, finish_reasons(response)),
         ];
+        attributes.push(self.model_mirror(&response.model));
         if !response.model.is_empty() {
             attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response.model.clone()));
-            attributes.push(KeyValue::new(OI_LLM_MODEL_NAME, response.model.clone()));
             self.metric_attributes
                 .push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response.model.clone()));
         }
@@ -390,7 +422,7 @@ impl CallTelemetry {
         self.ended = true;
         let span = self.cx.span();
         let usage = self.usage_override.or(usage.copied());
-        let mut attributes = Vec::new();
+        let mut attributes = vec![self.model_mirror(response_model)];
         if !response_model.is_empty() {
             attributes.push(KeyValue::new(GEN_AI_RESPONSE_MODEL, response_model.to_owned()));
             self.metric_attributes
@@ -417,6 +449,7 @@ impl CallTelemetry {
         }
         self.ended = true;
         let span = self.cx.span();
+        span.set_attribute(self.model_mirror(""));
         span.set_attribute(KeyValue::new(ERROR_TYPE, error_type.to_owned()));
         if let Some(stats) = stream {
             span.set_attribute(KeyValue::new(
@@ -583,6 +616,7 @@ impl Drop for CallTelemetry {
         if !self.ended {
             // The caller dropped the future or stream before the call completed.
             let span = self.cx.span();
+            span.set_attribute(self.model_mirror(""));
             span.set_attribute(KeyValue::new(WAXELL_CANCELLED, true));
             self.end_span();
         }
