@@ -159,9 +159,7 @@ fn main() {
 
     println!("| case | bare crate | with waxell | added | target |");
     println!("| --- | ---: | ---: | ---: | --- |");
-    if std::env::var_os("XX_CHAT_ONLY").is_none() {
-        recording_alone(rounds);
-    }
+    recording_alone(rounds);
     let (a, b) = compare(rounds, || time_chat(&bare), || time_chat(&recorded));
     row("async-openai chat", a, b, "< 5 % (50 µs)");
     if std::env::var_os("XX_CHAT_ONLY").is_some() {
