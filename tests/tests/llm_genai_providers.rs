@@ -89,15 +89,16 @@ fn check<'a>(
 }
 
 /// Anthropic's `input_tokens` excludes cache reads and writes; genai adds them back, so the input is
-/// 900 + 300 read + 100 written, of which 300 are billed at the cached price.
+/// 900 + 300 read + 100 written: 300 billed at the cache-read price, 100 at the cache-write price.
 const ANTHROPIC_USAGE: WireUsage = WireUsage {
     input: 900,
     output: 20,
     cache_read: 300,
     cache_creation: 100,
 };
-/// claude-sonnet-4-5: $3 input, $0.30 cache read, $15 output per million (cache writes billed as input).
-const ANTHROPIC_COST: f64 = (1000.0 * 3.0 + 300.0 * 0.30 + 20.0 * 15.0) / 1e6;
+/// claude-sonnet-4-5: $3 input, $0.30 cache read, $3.75 cache write (1.25 times input), $15 output per
+/// million.
+const ANTHROPIC_COST: f64 = (900.0 * 3.0 + 300.0 * 0.30 + 100.0 * 3.75 + 20.0 * 15.0) / 1e6;
 
 /// Gemini's `promptTokenCount` includes the 400 cached ones.
 const GEMINI_USAGE: WireUsage = WireUsage {
@@ -131,6 +132,7 @@ async fn a_genai_anthropic_message_with_a_tool_call_is_an_llm_span() {
     let chat = check(&spans, "anthropic", CLAUDE, 1300, 300, ANTHROPIC_COST);
     assert_eq!(attr(chat, GEN_AI_REQUEST_STREAM), Some(false.into()));
     assert_eq!(attr_i64(chat, "gen_ai.usage.cache_creation.input_tokens"), 100);
+    assert_eq!(attr_i64(chat, "llm.token_count.prompt_details.cache_write"), 100);
     let [sent] = &server.received()[..] else { panic!() };
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.body["model"], CLAUDE);

@@ -42,6 +42,7 @@ pub const GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: &str = "gen_ai.response.time_to_f
 pub const GEN_AI_USAGE_INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
 pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
 pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
+pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str = "gen_ai.usage.cache_creation.input_tokens";
 pub const GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: &str = "gen_ai.usage.reasoning.output_tokens";
 pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
 pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
@@ -185,6 +186,7 @@ pub const WAXELL_TENANT_ID: &str = "waxell.tenant_id";
 /// Value of `waxell.span_type` on `chat {model}` spans (the Python SDK's name).
 pub const WAXELL_SPAN_TYPE_LLM_CALL: &str = "llm_call";
 pub const OI_LLM_TOKEN_COUNT_PROMPT_CACHE_READ: &str = "llm.token_count.prompt_details.cache_read";
+pub const OI_LLM_TOKEN_COUNT_PROMPT_CACHE_WRITE: &str = "llm.token_count.prompt_details.cache_write";
 pub const OI_LLM_TOKEN_COUNT_COMPLETION_REASONING: &str = "llm.token_count.completion_details.reasoning";
 /// Streaming only: seconds from sending the request to the first chunk (gen-ai-metrics.md).
 pub const METRIC_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";

@@ -78,6 +78,7 @@ struct Seen {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     cache_read_tokens: Option<u64>,
+    cache_creation_tokens: Option<u64>,
     reasoning_tokens: Option<u64>,
     dimensions: Option<usize>,
     time_to_first_chunk: Option<f64>,
@@ -267,6 +268,7 @@ impl Seen {
             GEN_AI_USAGE_INPUT_TOKENS => seen.input_tokens = u64_of(&kv.value),
             GEN_AI_USAGE_OUTPUT_TOKENS => seen.output_tokens = u64_of(&kv.value),
             GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS => seen.cache_read_tokens = u64_of(&kv.value),
+            GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS => seen.cache_creation_tokens = u64_of(&kv.value),
             GEN_AI_USAGE_REASONING_OUTPUT_TOKENS | "gen_ai.usage.reasoning_tokens" => {
                 seen.reasoning_tokens = u64_of(&kv.value)
             }
@@ -420,6 +422,9 @@ impl LlmSpan {
             let mut usage = Usage::new(input, seen.output_tokens.unwrap_or(0));
             if let Some(cached) = seen.cache_read_tokens {
                 usage = usage.with_cached_tokens(cached);
+            }
+            if let Some(written) = seen.cache_creation_tokens {
+                usage = usage.with_cache_creation_tokens(written);
             }
             if let Some(reasoning) = seen.reasoning_tokens {
                 usage = usage.with_reasoning_tokens(reasoning);

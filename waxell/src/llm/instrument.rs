@@ -492,6 +492,16 @@ impl CallTelemetry {
                 saturating_i64(cached),
             ));
         }
+        if let Some(written) = usage.cache_creation_tokens() {
+            attributes.push(KeyValue::new(
+                GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+                saturating_i64(written),
+            ));
+            attributes.push(KeyValue::new(
+                OI_LLM_TOKEN_COUNT_PROMPT_CACHE_WRITE,
+                saturating_i64(written),
+            ));
+        }
         if let Some(reasoning) = usage.reasoning_tokens() {
             attributes.push(KeyValue::new(
                 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,

@@ -17,6 +17,8 @@ pub struct ModelPrice {
     pub input_per_million: f64,
     /// Input tokens served from the prompt cache; `None` bills them as ordinary input.
     pub cached_input_per_million: Option<f64>,
+    /// Input tokens written to the prompt cache (Anthropic); `None` bills them as ordinary input.
+    pub cache_write_per_million: Option<f64>,
     /// Output tokens (reasoning tokens included, as OpenAI bills them).
     pub output_per_million: f64,
     /// Prompts longer than this are billed at another tier the table does not hold: no cost is given.
@@ -29,6 +31,7 @@ impl ModelPrice {
         Self {
             input_per_million,
             cached_input_per_million: None,
+            cache_write_per_million: None,
             output_per_million,
             max_input_tokens: None,
         }
@@ -46,6 +49,12 @@ impl ModelPrice {
         self
     }
 
+    /// Bill input tokens written to the prompt cache at this price (USD per million).
+    pub const fn with_cache_write(mut self, cache_write_per_million: f64) -> Self {
+        self.cache_write_per_million = Some(cache_write_per_million);
+        self
+    }
+
     /// The cost in USD of this usage, `None` beyond the price's input tier.
     pub fn cost_of(&self, usage: &Usage) -> Option<f64> {
         if self.max_input_tokens.is_some_and(|max| usage.prompt_tokens > max) {
@@ -57,10 +66,16 @@ impl ModelPrice {
     /// The cost in USD of this usage at this price (tiers ignored; see [`ModelPrice::cost_of`]).
     pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cached_tokens().unwrap_or(0).min(usage.prompt_tokens);
-        let uncached = usage.prompt_tokens - cached;
+        let written = usage
+            .cache_creation_tokens()
+            .unwrap_or(0)
+            .min(usage.prompt_tokens - cached);
+        let uncached = usage.prompt_tokens - cached - written;
         let cached_price = self.cached_input_per_million.unwrap_or(self.input_per_million);
+        let write_price = self.cache_write_per_million.unwrap_or(self.input_per_million);
         (uncached as f64 * self.input_per_million
             + cached as f64 * cached_price
+            + written as f64 * write_price
             + usage.completion_tokens as f64 * self.output_per_million)
             / 1_000_000.0
     }
@@ -101,10 +116,21 @@ impl PriceTable {
     /// The built-in prices of OpenAI, Anthropic, Gemini, Mistral and DeepSeek models (as of
     /// [`PRICES_AS_OF`]; the table is in `docs/llm.md`).
     pub fn defaults() -> Self {
-        [OPENAI, ANTHROPIC, GEMINI, MISTRAL, DEEPSEEK]
+        let anthropic = ANTHROPIC.iter().map(|row| {
+            let price = row.price();
+            (
+                row.0,
+                price.with_cache_write(price.input_per_million * ANTHROPIC_CACHE_WRITE),
+            )
+        });
+        [OPENAI, GEMINI, MISTRAL, DEEPSEEK]
             .into_iter()
             .flatten()
-            .fold(Self::empty(), |table, row| table.with_price(row.0, row.price()))
+            .map(|row| (row.0, row.price()))
+            .chain(anthropic)
+            .fold(Self::empty(), |table, (model, price)| {
+                table.with_price(model, price)
+            })
     }
 
     /// [`PriceTable::defaults`] built once and shared: every [`Provider`](super::record::Provider) starts
@@ -209,8 +235,13 @@ const OPENAI: &[Row] = &[
     Row("text-embedding-ada-002", 0.10, None, 0.0, None),
 ];
 
-/// Cached input is Anthropic's cache read; cache writes are not in usage as OpenAI-compatible clients
-/// report it, so they are billed as input.
+/// Anthropic bills a write to the prompt cache (its 5-minute cache, the default) at 1.25 times the
+/// model's input price; a 1-hour cache write (2 times) is not distinguished in usage, so it is billed as
+/// a 5-minute one.
+const ANTHROPIC_CACHE_WRITE: f64 = 1.25;
+
+/// Cached input is Anthropic's cache read; cache writes are billed at [`ANTHROPIC_CACHE_WRITE`] times the
+/// input price.
 const ANTHROPIC: &[Row] = &[
     Row("claude-opus-4-5", 5.0, Some(0.50), 25.0, None),
     Row("claude-opus-4-1", 15.0, Some(1.50), 75.0, None),
@@ -308,6 +339,21 @@ mod tests {
         let table = PriceTable::defaults();
         assert!(table.cost("gemini-2.5-pro", &Usage::new(200_000, 10)).is_some());
         assert_eq!(table.cost("gemini-2.5-pro", &Usage::new(200_001, 10)), None);
+    }
+
+    #[test]
+    fn anthropic_cache_writes_are_billed_at_the_cache_write_price() {
+        // claude-sonnet-4-5: $3 input, $0.30 cache read, $3.75 cache write, $15 output per million.
+        let usage = Usage::new(1_300, 20)
+            .with_cached_tokens(300)
+            .with_cache_creation_tokens(100);
+        let cost = PriceTable::defaults().cost("claude-sonnet-4-5", &usage).unwrap();
+        let expected = (900.0 * 3.0 + 300.0 * 0.30 + 100.0 * 3.75 + 20.0 * 15.0) / 1e6;
+        assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+        // Without a cache-write price (OpenAI has none), written tokens are ordinary input.
+        let openai = PriceTable::defaults().cost("gpt-4o-mini", &usage).unwrap();
+        let expected = (1_000.0 * 0.15 + 300.0 * 0.075 + 20.0 * 0.60) / 1e6;
+        assert!((openai - expected).abs() < 1e-12, "{openai} != {expected}");
     }
 
     #[test]

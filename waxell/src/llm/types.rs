@@ -618,11 +618,19 @@ impl Usage {
             completion_tokens_details: None,
         }
     }
-    /// Set the cached subset of the input tokens.
+    /// Set the cached subset of the input tokens (read from the provider's prompt cache).
     pub fn with_cached_tokens(mut self, cached_tokens: u64) -> Self {
-        self.prompt_tokens_details = Some(PromptTokensDetails {
-            cached_tokens: Some(cached_tokens),
-        });
+        self.prompt_tokens_details
+            .get_or_insert_with(PromptTokensDetails::default)
+            .cached_tokens = Some(cached_tokens);
+        self
+    }
+    /// Set the subset of the input tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`), billed at the cache-write price.
+    pub fn with_cache_creation_tokens(mut self, cache_creation_tokens: u64) -> Self {
+        self.prompt_tokens_details
+            .get_or_insert_with(PromptTokensDetails::default)
+            .cache_creation_tokens = Some(cache_creation_tokens);
         self
     }
     /// Set the reasoning subset of the output tokens.
@@ -635,6 +643,10 @@ impl Usage {
     /// Input tokens served from the provider's prompt cache, when reported.
     pub fn cached_tokens(&self) -> Option<u64> {
         self.prompt_tokens_details?.cached_tokens
+    }
+    /// Input tokens written to the provider's prompt cache, when reported.
+    pub fn cache_creation_tokens(&self) -> Option<u64> {
+        self.prompt_tokens_details?.cache_creation_tokens
     }
     /// Output tokens spent on hidden reasoning, when reported.
     pub fn reasoning_tokens(&self) -> Option<u64> {
@@ -649,6 +661,10 @@ pub struct PromptTokensDetails {
     /// Input tokens served from the provider's prompt cache.
     #[serde(default)]
     pub cached_tokens: Option<u64>,
+    /// Input tokens written to the provider's prompt cache (not in OpenAI's wire format: set by the
+    /// clients and integrations that report it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_tokens: Option<u64>,
 }
 
 /// Breakdown of [`Usage::completion_tokens`].
