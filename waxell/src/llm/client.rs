@@ -385,7 +385,11 @@ pub(crate) fn provider_for_host(host: &str) -> &'static str {
     ];
     KNOWN
         .iter()
-        .find(|(suffix, _)| host == *suffix || host.ends_with(&format!(".{suffix}")))
+        // The host itself or a subdomain of it (no allocation: this runs on every recorded request).
+        .find(|(suffix, _)| {
+            host.strip_suffix(suffix)
+                .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
+        })
         .map_or("openai", |(_, provider)| provider)
 }
 
