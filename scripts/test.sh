@@ -21,7 +21,7 @@ if [ -n "${WAXELL_DOCKER_ENGINE_HOST:-}" ]; then
 fi
 # The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
 # collector configured nothing leaves the machine.
-for example in async_openai genai rig; do
+for example in async_openai genai rig rig_agent; do
   env -u OTEL_EXPORTER_OTLP_ENDPOINT -u OTEL_EXPORTER_OTLP_TRACES_ENDPOINT -u WAXELL_OTEL_ENDPOINT \
     -u WAXELL_API_URL -u WAXELL_API_KEY -u WAXELL_KEY \
     cargo run -q -p waxell-tests --all-features --example "$example"
