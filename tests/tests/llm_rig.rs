@@ -108,3 +108,63 @@ async fn a_streamed_rig_chat_is_recorded_with_its_tool_call() {
     let chat = one(&spans, "chat gpt-4o-mini");
     assert_eq!(attr(chat, GEN_AI_REQUEST_STREAM), Some(true.into()));
 }
+
+/// rig-core's Anthropic provider against the fake Messages API: the provider, the tokens rig reports
+/// (cache reads and writes included) and the cost with both cache prices.
+#[tokio::test]
+async fn a_rig_anthropic_message_is_recorded_with_its_cache_tokens_and_cost() {
+    use waxell_tests::fake_llm::{anthropic_message, LlmReply, WireUsage};
+    let exporter = capture_spans();
+    let usage = WireUsage {
+        input: 900,
+        output: 20,
+        cache_read: 300,
+        cache_creation: 100,
+    };
+    let server = FakeLlm::start(vec![LlmReply::Json(
+        200,
+        anthropic_message(
+            "claude-sonnet-4-5",
+            None,
+            &[("toolu_01", "get_weather", serde_json::json!({"city": "Paris"}))],
+            usage,
+        ),
+    )]);
+    let _guard = tracing::subscriber::set_default(subscriber());
+    let model = rig_core::providers::anthropic::AnthropicConfig::new("test-key")
+        .with_base_url(server.base_url().trim_end_matches("/v1"))
+        .client()
+        .completion("claude-sonnet-4-5");
+    let response = model.call(request()).await.unwrap();
+    assert_eq!(
+        &*response.tool_calls().next().expect("a tool call").function.name,
+        "get_weather"
+    );
+    assert_eq!(server.received()[0].path, "/v1/messages");
+
+    let spans = spans(&exporter);
+    let chat = one(&spans, "chat claude-sonnet-4-5");
+    assert_eq!(attr_str(chat, GEN_AI_PROVIDER_NAME), "anthropic");
+    assert_eq!(attr_str(chat, OI_LLM_PROVIDER), "anthropic");
+    let input = attr(chat, GEN_AI_USAGE_INPUT_TOKENS).expect("input tokens");
+    let (cache_read, cache_write) = (
+        attr(chat, GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+        attr(chat, GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    );
+    assert_eq!(cache_read, Some(300.into()));
+    assert_eq!(cache_write, Some(100.into()));
+    assert_eq!(
+        attr(chat, OI_LLM_TOKEN_COUNT_PROMPT_CACHE_WRITE),
+        Some(100.into())
+    );
+    // Whatever rig counts as input, the uncached part is billed at $3, reads at $0.30 and writes at
+    // $3.75 per million: rig sums Anthropic's three input counts, as the GenAI conventions ask.
+    assert_eq!(input, 1300.into());
+    let cost = (900.0 * 3.0 + 300.0 * 0.30 + 100.0 * 3.75 + 20.0 * 15.0) / 1e6;
+    let recorded = match attr(chat, WAXELL_LLM_COST) {
+        Some(opentelemetry::Value::F64(cost)) => cost,
+        other => panic!("no cost: {other:?}"),
+    };
+    assert!((recorded - cost).abs() < 1e-12, "{recorded} != {cost}");
+    assert!(!attr_str(chat, GEN_AI_INPUT_MESSAGES).contains(PLANTED_KEY));
+}
