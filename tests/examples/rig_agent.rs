@@ -5,7 +5,6 @@
 //!
 //! With a real key, drop the fake server and the `with_base_url` line.
 
-use rig_agent::tool::{Tool, ToolContext};
 use rig_agent::AgentBuilder;
 use rig_core::providers::openai::OpenAIConfig;
 use serde_json::json;
@@ -13,42 +12,8 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
 
-#[derive(serde::Deserialize)]
-struct City {
-    city: String,
-}
-
-#[derive(Debug)]
-struct NoWeather;
-
-impl std::fmt::Display for NoWeather {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("no weather for this city")
-    }
-}
-
-impl std::error::Error for NoWeather {}
-
-struct Weather;
-
-impl Tool for Weather {
-    const NAME: &'static str = "get_weather";
-    type Error = NoWeather;
-    type Args = City;
-    type Output = String;
-
-    fn description(&self) -> String {
-        "The weather of a city".to_owned()
-    }
-
-    fn parameters(&self) -> serde_json::Value {
-        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
-    }
-
-    async fn call(&self, _context: &mut ToolContext, args: City) -> Result<String, NoWeather> {
-        Ok(format!("Sunny in {}", args.city))
-    }
-}
+#[path = "../tests/llm_support/rig_weather.rs"]
+mod rig_weather;
 
 #[waxell::agent(name = "weather")]
 async fn forecast(base_url: String) -> String {
@@ -59,7 +24,7 @@ async fn forecast(base_url: String) -> String {
     let agent = AgentBuilder::new(model)
         .name("weather")
         .preamble("You report the weather.")
-        .tool(Weather)
+        .tool(rig_weather::Weather { note: String::new() })
         // rig records messages and answers only when asked; waxell's content policy then applies.
         .record_content_telemetry(true)
         .build();

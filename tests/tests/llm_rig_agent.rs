@@ -6,47 +6,11 @@
 mod llm_support;
 
 use llm_support::*;
-use rig_agent::tool::{Tool, ToolContext};
 use waxell::semconv::*;
 use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
 
-#[derive(Debug)]
-struct WeatherError;
-
-impl std::fmt::Display for WeatherError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("weather unavailable")
-    }
-}
-
-impl std::error::Error for WeatherError {}
-
-#[derive(serde::Deserialize)]
-struct City {
-    city: String,
-}
-
-struct Weather;
-
-impl Tool for Weather {
-    const NAME: &'static str = "get_weather";
-    type Error = WeatherError;
-    type Args = City;
-    type Output = String;
-
-    fn description(&self) -> String {
-        "Weather of a city".to_owned()
-    }
-
-    fn parameters(&self) -> serde_json::Value {
-        city_schema()
-    }
-
-    async fn call(&self, _context: &mut ToolContext, args: City) -> Result<String, WeatherError> {
-        // The tool's answer quotes a key, to check the result is scrubbed on rig's tool span.
-        Ok(format!("Sunny in {} (station key {PLANTED_KEY})", args.city))
-    }
-}
+#[path = "llm_support/rig_weather.rs"]
+mod rig_weather;
 
 #[waxell::agent(name = "weather")]
 async fn ask(server: &FakeLlm) -> String {
@@ -57,7 +21,10 @@ async fn ask(server: &FakeLlm) -> String {
     let agent = rig_agent::AgentBuilder::new(model)
         .name("weather")
         .preamble(format!("You report the weather. The key is {PLANTED_KEY}."))
-        .tool(Weather)
+        // The tool's answer quotes a key, to check the result is scrubbed on rig's tool span.
+        .tool(rig_weather::Weather {
+            note: format!(" (station key {PLANTED_KEY})"),
+        })
         .record_content_telemetry(true)
         .build();
     agent
