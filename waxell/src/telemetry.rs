@@ -54,10 +54,6 @@ pub(crate) struct Scoped(pub(crate) Arc<State>);
 )]
 pub(crate) struct ScopedToken(());
 
-#[cfg_attr(
-    not(feature = "testing"),
-    allow(dead_code, reason = "built by `waxell::testing` only")
-)]
 /// The traces scoped states started, so a span whose context lost the scope still finds it: a `tracing`
 /// span started as an explicit root (rig's `invoke_agent`) that waxell merges into the surrounding agent
 /// span hands its children a context with the agent's span but none of its values. Only consulted while a
@@ -79,6 +75,10 @@ fn scoped_trace(trace: TraceId) -> Option<Arc<State>> {
         .and_then(|(_, state)| state.upgrade())
 }
 
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(dead_code, reason = "built by `waxell::testing` only")
+)]
 impl ScopedToken {
     pub(crate) fn new() -> Self {
         SCOPED.fetch_add(1, Ordering::AcqRel);
