@@ -1,19 +1,20 @@
 //! rig's agent runtime (the real `rig-agent` crate over rig-core's OpenAI provider) inside a waxell
 //! `#[agent]`, against a fake OpenAI server on 127.0.0.1: the model asks for a tool, rig runs it, the
-//! model answers. Asserts the exported spans: one agent span, the model's tool call as a decision under
-//! its chat span, rig's `execute_tool`, all in the `#[agent]`'s trace.
+//! model answers, prompted plainly and streamed. Asserts the exported spans: one agent span, the model's
+//! tool call as a decision under its chat span, rig's `execute_tool`, all in the `#[agent]`'s trace.
 
 mod llm_support;
 
+use futures_util::TryStreamExt as _;
 use llm_support::*;
 use waxell::semconv::*;
-use waxell_tests::fake_llm::{chat_completion, FakeLlm, LlmReply};
+use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
 
 #[path = "llm_support/rig_weather.rs"]
 mod rig_weather;
 
 #[waxell::agent(name = "weather")]
-async fn ask(server: &FakeLlm) -> String {
+async fn ask(server: &FakeLlm, stream: bool) -> String {
     let model = rig_core::providers::openai::OpenAIConfig::new("test-key")
         .with_base_url(server.base_url())
         .client()
@@ -27,12 +28,21 @@ async fn ask(server: &FakeLlm) -> String {
         })
         .record_content_telemetry(true)
         .build();
-    agent
-        .prompt("Weather in Paris?")
-        .max_turns(2)
-        .await
-        .unwrap()
-        .to_string()
+    if !stream {
+        return agent
+            .prompt("Weather in Paris?")
+            .max_turns(2)
+            .await
+            .unwrap()
+            .to_string();
+    }
+    let mut items = agent.prompt("Weather in Paris?").max_turns(2).stream();
+    while let Some(item) = items.try_next().await.unwrap() {
+        if let rig_agent::agent::MultiTurnStreamItem::FinalResponse(response) = item {
+            return response.to_string();
+        }
+    }
+    panic!("the stream ended without a final response")
 }
 
 #[tokio::test]
@@ -46,14 +56,43 @@ async fn a_rig_agent_run_inside_an_agent_records_its_tool_call_decision_once() {
         ),
     ]);
     let _guard = tracing::subscriber::set_default(subscriber());
-    let answer = ask(&server).await;
+    let answer = ask(&server, false).await;
+    assert!(answer.contains("sunny"), "{answer}");
+    check(&spans(&exporter));
+}
+
+#[tokio::test]
+async fn a_streamed_rig_agent_run_is_recorded_the_same_way() {
+    let exporter = capture_spans();
+    let server = FakeLlm::start(vec![
+        openai_tool_call_stream(1000),
+        LlmReply::Sse {
+            events: chat_chunks("gpt-4o-mini", Some("It is sunny in Paris."), None, (1100, 8)),
+            done: true,
+            gap: std::time::Duration::from_millis(1),
+        },
+    ]);
+    let _guard = tracing::subscriber::set_default(subscriber());
+    let answer = ask(&server, true).await;
     assert!(answer.contains("sunny"), "{answer}");
     let spans = spans(&exporter);
+    check(&spans);
+    for chat in named(&spans, "chat gpt-4o-mini") {
+        assert_eq!(
+            attr(chat, GEN_AI_REQUEST_STREAM),
+            Some(true.into()),
+            "{}",
+            chat.name
+        );
+    }
+}
+
+fn check(spans: &[opentelemetry_sdk::trace::SpanData]) {
     let names: Vec<&str> = spans.iter().map(|span| span.name.as_ref()).collect();
 
     // One agent span: rig's own `invoke_agent` run is the `#[agent]`'s, not a second root or trace.
-    let agent = one(&spans, "invoke_agent weather");
-    assert_eq!(named(&spans, "invoke_agent").len(), 0, "{names:?}");
+    let agent = one(spans, "invoke_agent weather");
+    assert_eq!(named(spans, "invoke_agent").len(), 0, "{names:?}");
     let trace = agent.span_context.trace_id();
     assert!(
         spans.iter().all(|span| span.span_context.trace_id() == trace),
@@ -61,7 +100,7 @@ async fn a_rig_agent_run_inside_an_agent_records_its_tool_call_decision_once() {
     );
 
     // Two model turns, named and identified once rig's provider layer filled them in.
-    let chats = named(&spans, "chat gpt-4o-mini");
+    let chats = named(spans, "chat gpt-4o-mini");
     assert_eq!(chats.len(), 2, "{names:?}");
     for chat in &chats {
         assert!(is_child(chat, agent), "a turn nests under the #[agent]");
@@ -92,12 +131,12 @@ async fn a_rig_agent_run_inside_an_agent_records_its_tool_call_decision_once() {
     assert!(!attr_str(first, GEN_AI_INPUT_MESSAGES).contains(PLANTED_KEY));
 
     // The model's tool call is a decision under the turn that made it, with the offered tool.
-    let decision = one(&spans, "decide tool_call:get_weather");
+    let decision = one(spans, "decide tool_call:get_weather");
     assert!(is_child(decision, first));
     assert_eq!(attr_str(decision, WAXELL_DECISION_CHOSEN), "get_weather");
 
     // rig's tool execution in waxell's tool schema, under the agent, its result scrubbed.
-    let tool = one(&spans, "execute_tool get_weather");
+    let tool = one(spans, "execute_tool get_weather");
     assert!(is_child(tool, agent));
     assert_eq!(attr_str(tool, OI_SPAN_KIND), "TOOL");
     assert_eq!(attr_str(tool, WAXELL_TOOL_NAME), "get_weather");
@@ -107,7 +146,7 @@ async fn a_rig_agent_run_inside_an_agent_records_its_tool_call_decision_once() {
         result.contains("Sunny in Paris") && !result.contains(PLANTED_KEY),
         "{result}"
     );
-    for span in &spans {
+    for span in spans {
         for kv in &span.attributes {
             let key = kv.key.as_str();
             assert!(
