@@ -56,10 +56,11 @@ pub(crate) enum GenAiSpan {
     Llm(Box<LlmSpan>),
     /// An agent runtime's tool call (rig-agent's `execute_tool`), in waxell's tool schema.
     Tool(ToolSpan),
-    /// An agent runtime's run inside an `#[agent]` (rig-agent's `invoke_agent`): not a span of its own.
-    /// Its children nest under the `#[agent]`'s span, whose context this is; what it records is dropped
-    /// (the `#[agent]` records the run's input, output and scores).
-    Merged(SpanContext),
+    /// Nothing left to record here, only a context for children: an agent runtime's run inside an
+    /// `#[agent]` (rig-agent's `invoke_agent`, merged into the `#[agent]`, whose context this is; what it
+    /// records is dropped, the `#[agent]` records the run), or an LLM span already handed to the
+    /// recording thread.
+    Inert(SpanContext),
 }
 
 /// What the crate recorded, kept until the span ends.
@@ -144,14 +145,14 @@ impl Tracer for GenAiTracer {
                 .find(|kv| kv.key.as_str() == key)
                 .map(|kv| &kv.value)
         };
-        let op_name = find(GEN_AI_OPERATION_NAME).map(string_of);
+        let op_name = find(GEN_AI_OPERATION_NAME).map(|op| string_of(op).into_owned());
         if op_name.as_deref() == Some(OP_INVOKE_AGENT) && !parent_cx.has_active_span() {
             // An agent runtime's run started as an explicit root (rig-agent does, when no `tracing` span
             // is current) inside waxell-instrumented code: it belongs to the trace it runs in.
             let current = Context::current();
             if is_agent_span(&current) {
                 // Directly in an `#[agent]`: the same run, recorded once, by the `#[agent]`.
-                return GenAiSpan::Merged(current.span().span_context().clone());
+                return GenAiSpan::Inert(current.span().span_context().clone());
             }
             if current.has_active_span() {
                 // In a `#[tool]` or `#[step]`: a sub-agent, nested where it runs.
@@ -170,7 +171,7 @@ impl Tracer for GenAiTracer {
                 ));
             }
         }
-        let operation = op_name.and_then(|op| is_llm_operation(&op));
+        let operation = op_name.as_deref().and_then(is_llm_operation);
         let state = crate::telemetry::state_for(parent_cx);
         let (Some(operation), Some(state)) = (operation, state) else {
             builder.attributes = Some(attributes);
@@ -196,7 +197,7 @@ impl Tracer for GenAiTracer {
         if !identity_pending {
             kept.extend(CallTelemetry::identity_mirror(operation, &provider_name));
         }
-        let operation_name = find_op_name(&kept).unwrap_or_else(|| operation.name().to_owned());
+        let operation_name = op_name.unwrap_or_else(|| operation.name().to_owned());
         builder.name = if model.is_empty() {
             operation_name.clone().into()
         } else {
@@ -232,13 +233,6 @@ impl Tracer for GenAiTracer {
 fn is_agent_span(cx: &Context) -> bool {
     cx.get::<crate::spans::AgentRun>()
         .is_some_and(|run| run.cx.span().span_context().span_id() == cx.span().span_context().span_id())
-}
-
-fn find_op_name(attributes: &[KeyValue]) -> Option<String> {
-    attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == GEN_AI_OPERATION_NAME)
-        .map(|kv| kv.value.as_str().into_owned())
 }
 
 impl Seen {
@@ -638,7 +632,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
     {
         match self {
             Self::Plain(span) => span.add_event_with_timestamp(name, timestamp, attributes),
-            Self::Merged(_) => {}
+            Self::Inert(_) => {}
             Self::Tool(span) => {
                 // Only exceptions, their messages scrubbed: a tool's error can quote its arguments.
                 if name.into() == "exception" {
@@ -673,7 +667,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.span_context(),
             Self::Llm(span) => &span.span_context,
-            Self::Merged(span_context) => span_context,
+            Self::Inert(span_context) => span_context,
             Self::Tool(span) => span.inner.span_context(),
         }
     }
@@ -682,7 +676,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.is_recording(),
             Self::Llm(span) => span.call.context().span().is_recording(),
-            Self::Merged(_) => false,
+            Self::Inert(_) => false,
             Self::Tool(span) => span.inner.is_recording(),
         }
     }
@@ -703,7 +697,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
                 }
             },
             Self::Tool(span) => span.set_attribute(attribute),
-            Self::Merged(_) => {}
+            Self::Inert(_) => {}
         }
     }
 
@@ -723,7 +717,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
                 };
                 span.inner.set_status(status);
             }
-            Self::Merged(_) => {}
+            Self::Inert(_) => {}
         }
     }
 
@@ -742,7 +736,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
             Self::Plain(span) => span.add_link(span_context, attributes),
             Self::Llm(span) => span.call.context().span().add_link(span_context, attributes),
             Self::Tool(span) => span.inner.add_link(span_context, attributes),
-            Self::Merged(_) => {}
+            Self::Inert(_) => {}
         }
     }
 
@@ -750,25 +744,18 @@ impl opentelemetry::trace::Span for GenAiSpan {
         match self {
             Self::Plain(span) => span.end_with_timestamp(timestamp),
             Self::Tool(span) => span.inner.end_with_timestamp(timestamp),
-            Self::Merged(_) => {}
+            Self::Inert(_) => {}
             Self::Llm(span) => {
                 // The parsing, pricing and scrubbing run on the recording thread (`crate::deferred`);
                 // the span still ends at `timestamp`.
                 span.call.ended_at_time(Instant::now(), timestamp);
-                let placeholder = LlmSpan {
-                    call: CallTelemetry::moved_out(),
-                    span_context: span.span_context.clone(),
-                    operation: span.operation,
-                    operation_name: String::new(),
-                    identity_pending: false,
-                    stream: span.stream,
-                    seen: Seen::default(),
-                };
-                let mut ending = std::mem::replace(&mut **span, placeholder);
-                crate::deferred::defer(move || {
-                    let _cx = ending.call.context().clone().attach();
-                    ending.end();
-                });
+                let span_context = span.span_context.clone();
+                if let Self::Llm(mut ending) = std::mem::replace(self, Self::Inert(span_context)) {
+                    crate::deferred::defer(move || {
+                        let _cx = ending.call.context().clone().attach();
+                        ending.end();
+                    });
+                }
             }
         }
     }

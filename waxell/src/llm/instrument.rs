@@ -309,6 +309,7 @@ impl CallTelemetry {
 
     /// The call ended at `at` (its answer arrived), whenever it is recorded: the span's end, the decision's
     /// time and the duration metric use it.
+    #[cfg(feature = "async-openai")]
     pub(crate) fn ended_at(&mut self, at: Instant) {
         let wall = SystemTime::now()
             .checked_sub(at.elapsed())
@@ -320,24 +321,6 @@ impl CallTelemetry {
     #[cfg(feature = "tracing")]
     pub(crate) fn ended_at_time(&mut self, at: Instant, wall: SystemTime) {
         self.end_time = Some((at, wall));
-    }
-
-    /// A call that is over and records nothing: what stays behind when a call moves to the recording
-    /// thread.
-    #[cfg(feature = "tracing")]
-    pub(crate) fn moved_out() -> Self {
-        Self {
-            cx: Context::new(),
-            started: Instant::now(),
-            request_model: String::new(),
-            metric_attributes: Vec::new(),
-            offered_tools: Vec::new(),
-            prices: PriceTable::shared_defaults(),
-            capture: false,
-            usage_override: None,
-            end_time: None,
-            ended: true,
-        }
     }
 
     /// OpenInference's `llm.model_name`: the model that answered, else the one asked for. Set once, at the
