@@ -127,7 +127,7 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let Some(refusal) = refuse(uri.path(), &headers, &body) {
+    if let Some(refusal) = refuse(&uri, &headers, &body) {
         return refusal;
     }
     let (reply, delay) = {
@@ -141,7 +141,7 @@ async fn answer(
         (reply, script.delay)
     };
     if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+        precise_sleep(delay).await;
     }
     let Some(reply) = reply else {
         return json_response(
@@ -169,7 +169,8 @@ async fn answer(
 }
 
 /// What the real Anthropic and Gemini services answer to a request missing what they require.
-fn refuse(path: &str, headers: &HeaderMap, body: &Value) -> Option<Response> {
+fn refuse(uri: &Uri, headers: &HeaderMap, body: &Value) -> Option<Response> {
+    let path = uri.path();
     let has = |name: &str| headers.get(name).is_some_and(|v| !v.is_empty());
     if path == "/v1/messages" {
         let problem = if !has("x-api-key") {
@@ -192,7 +193,13 @@ fn refuse(path: &str, headers: &HeaderMap, body: &Value) -> Option<Response> {
             )
         });
     }
-    if path.starts_with("/v1beta/models/") && !has("x-goog-api-key") {
+    // Gemini takes the key as a header or as the `key` query parameter (rig sends the latter).
+    let key_in_query = uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair.starts_with("key=") && pair.len() > 4)
+    });
+    if path.starts_with("/v1beta/models/") && !has("x-goog-api-key") && !key_in_query {
         return Some(json_response(
             403,
             json!({"error": {"code": 403, "status": "PERMISSION_DENIED",
@@ -202,13 +209,21 @@ fn refuse(path: &str, headers: &HeaderMap, body: &Value) -> Option<Response> {
     None
 }
 
+/// Wait `delay` to within the OS timer's precision. tokio's timer rounds up to whole milliseconds, so
+/// its "1 ms" lasts 1-2 ms by phase: a benchmark's fixed round trip would carry ±0.5 ms of noise.
+async fn precise_sleep(delay: Duration) {
+    tokio::task::spawn_blocking(move || std::thread::sleep(delay))
+        .await
+        .expect("a sleep does not panic");
+}
+
 fn event_stream(frames: Vec<String>, gap: Duration) -> Response {
     let stream = futures_util::stream::unfold(
         (frames.into_iter(), true),
         move |(mut frames, first)| async move {
             let frame = frames.next()?;
             if !first && !gap.is_zero() {
-                tokio::time::sleep(gap).await;
+                precise_sleep(gap).await;
             }
             Some((Ok::<_, std::io::Error>(Bytes::from(frame)), (frames, false)))
         },

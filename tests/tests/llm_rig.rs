@@ -168,3 +168,83 @@ async fn a_rig_anthropic_message_is_recorded_with_its_cache_tokens_and_cost() {
     assert!((recorded - cost).abs() < 1e-12, "{recorded} != {cost}");
     assert!(!attr_str(chat, GEN_AI_INPUT_MESSAGES).contains(PLANTED_KEY));
 }
+
+/// rig-core's Gemini provider against the fake Gemini API, plainly (`generateContent`) and streamed
+/// (`streamGenerateContent?alt=sse`): the operation and provider in the conventions' spelling, the tokens
+/// rig reports (cached ones included) and the cost at the cached price. rig sends the API key in the
+/// URL's query; it reaches no span.
+async fn rig_gemini_call(stream: bool) {
+    use waxell_tests::fake_llm::{gemini_chunks, gemini_response, LlmReply, WireUsage};
+    const GEMINI_KEY: &str = "AIzaSyPlantedGeminiKey0123456789abcdefg";
+    const MODEL: &str = "gemini-2.5-flash";
+    let exporter = capture_spans();
+    let usage = WireUsage {
+        input: 1000,
+        output: 20,
+        cache_read: 400,
+        cache_creation: 0,
+    };
+    let call = ("get_weather", serde_json::json!({"city": "Paris"}));
+    let reply = if stream {
+        LlmReply::Sse {
+            events: gemini_chunks(MODEL, Some("Let me check."), Some(call), usage),
+            done: false,
+            gap: std::time::Duration::from_millis(2),
+        }
+    } else {
+        LlmReply::Json(200, gemini_response(MODEL, None, &[call], usage))
+    };
+    let server = FakeLlm::start(vec![reply]);
+    let _guard = tracing::subscriber::set_default(subscriber());
+    let model = rig_core::providers::gemini::GeminiConfig::new(GEMINI_KEY)
+        .with_base_url(server.base_url().trim_end_matches("/v1"))
+        .client()
+        .completion(MODEL);
+    let response = if stream {
+        let mut events = model.stream(request()).unwrap();
+        events.next().await.expect("a first event").unwrap();
+        events.finish().await.unwrap()
+    } else {
+        model.call(request()).await.unwrap()
+    };
+    assert_eq!(
+        &*response.tool_calls().next().expect("a tool call").function.name,
+        "get_weather"
+    );
+    let verb = if stream {
+        "streamGenerateContent"
+    } else {
+        "generateContent"
+    };
+    assert_eq!(
+        server.received()[0].path,
+        format!("/v1beta/models/{MODEL}:{verb}")
+    );
+
+    let spans = spans(&exporter);
+    // rig names Gemini's operation as the conventions do for it: `generate_content`, not `chat`.
+    let chat = one(&spans, &format!("generate_content {MODEL}"));
+    assert_eq!(attr_str(chat, GEN_AI_OPERATION_NAME), "generate_content");
+    assert_eq!(attr_str(chat, OI_SPAN_KIND), "LLM");
+    assert_eq!(attr_str(chat, GEN_AI_PROVIDER_NAME), "gcp.gemini");
+    assert_eq!(attr_str(chat, OI_LLM_PROVIDER), "google");
+    assert_eq!(attr_i64(chat, GEN_AI_USAGE_INPUT_TOKENS), 1000);
+    assert_eq!(attr_i64(chat, GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS), 400);
+    assert_eq!(attr_i64(chat, GEN_AI_USAGE_OUTPUT_TOKENS), 20);
+    // gemini-2.5-flash: $0.30 input, $0.03 cached, $2.50 output per million.
+    let cost = (600.0 * 0.30 + 400.0 * 0.03 + 20.0 * 2.50) / 1e6;
+    let recorded = attr_f64(chat, WAXELL_LLM_COST);
+    assert!((recorded - cost).abs() < 1e-12, "{recorded} != {cost}");
+    assert_secret_absent(&spans, GEMINI_KEY);
+    assert_secret_absent(&spans, PLANTED_KEY);
+}
+
+#[tokio::test]
+async fn a_rig_gemini_generate_content_is_recorded_with_its_tokens_and_cost() {
+    rig_gemini_call(false).await;
+}
+
+#[tokio::test]
+async fn a_streamed_rig_gemini_answer_is_recorded_with_its_tokens_and_cost() {
+    rig_gemini_call(true).await;
+}

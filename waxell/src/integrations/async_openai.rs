@@ -28,10 +28,7 @@ use async_openai::middleware::retry::OpenAIRetryLayer;
 use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
-use opentelemetry::propagation::{Injector, TextMapPropagator as _};
 use opentelemetry::trace::FutureExt as _;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
-use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use tower::{Layer, Service, ServiceExt as _};
 
@@ -329,22 +326,9 @@ fn transport_error_type(error: &OpenAIError) -> &'static str {
     }
 }
 
-struct HeaderInjector<'a>(&'a mut reqwest::header::HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(key.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
-        }
-    }
-}
-
 /// The server sees the call's span as the parent (W3C `traceparent`), as with waxell's own client.
 fn inject_traceparent(call: &LlmCall, headers: &mut reqwest::header::HeaderMap) {
-    TraceContextPropagator::new().inject_context(call.context(), &mut HeaderInjector(headers));
+    crate::http::insert_trace_headers(call.context(), headers);
 }
 
 /// Hand the response on with its body teed through [`SseTee`].
