@@ -276,3 +276,39 @@ async fn a_failed_call_records_the_servers_error_type() {
     assert!(matches!(chat.status, Status::Error { .. }));
     assert_secret_absent(&spans, PLANTED_KEY);
 }
+
+/// async-openai's retry layer runs inside waxell's: a rate-limited attempt and its retry are one call
+/// and one span, and both attempts carry that span to the server as their parent.
+#[tokio::test]
+async fn a_retried_call_is_one_span_whose_traceparent_every_attempt_carries() {
+    let exporter = capture_spans();
+    let server = FakeLlm::start(vec![
+        LlmReply::Json(
+            429,
+            json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}),
+        ),
+        LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Sunny."), &[], (20, 5))),
+    ]);
+    let response = client(&server)
+        .chat()
+        .create(chat_request(
+            json!([{"role": "user", "content": "Weather?"}]),
+            false,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.choices[0].message.content.as_deref(), Some("Sunny."));
+
+    let spans = spans(&exporter);
+    let chat = one(&spans, "chat gpt-4o-mini");
+    assert_eq!(attr_i64(chat, GEN_AI_USAGE_INPUT_TOKENS), 20);
+    assert!(!matches!(chat.status, Status::Error { .. }));
+    let received = server.received();
+    assert_eq!(received.len(), 2, "the first attempt and its retry");
+    let span_id = chat.span_context.span_id().to_string();
+    for attempt in &received {
+        let traceparent = attempt.headers["traceparent"].to_str().unwrap();
+        assert!(traceparent.contains(&span_id), "{traceparent}");
+        assert_eq!(attempt.body["model"], "gpt-4o-mini");
+    }
+}

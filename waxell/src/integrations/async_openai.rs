@@ -20,6 +20,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Instant;
 
@@ -29,6 +30,7 @@ use async_openai::middleware::{HttpRequestFactory, ReqwestService};
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use opentelemetry::trace::FutureExt as _;
+use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tower::{Layer, Service, ServiceExt as _};
 
@@ -58,7 +60,7 @@ pub fn service_with(
 pub struct WaxellLayer {
     provider_name: Option<String>,
     /// Shared by every call's `Provider`, so a custom table is not copied per request.
-    prices: Option<std::sync::Arc<PriceTable>>,
+    prices: Option<Arc<PriceTable>>,
 }
 
 impl WaxellLayer {
@@ -75,7 +77,7 @@ impl WaxellLayer {
 
     /// Prices for `waxell.llm.cost` instead of [`PriceTable::defaults`].
     pub fn with_prices(mut self, prices: PriceTable) -> Self {
-        self.prices = Some(std::sync::Arc::new(prices));
+        self.prices = Some(Arc::new(prices));
         self
     }
 
@@ -90,7 +92,7 @@ impl WaxellLayer {
             provider = provider.with_server(host, port);
         }
         if let Some(prices) = &self.prices {
-            provider.prices = std::sync::Arc::clone(prices);
+            provider.prices = Arc::clone(prices);
         }
         provider
     }
@@ -165,10 +167,11 @@ where
             if !crate::telemetry::is_enabled() {
                 return inner.oneshot(factory).await.map_err(Into::into);
             }
-            // Build once to see the URL and body; attempts (retries) replay clones of this request.
-            let mut request = factory.build().await?;
+            // Built once to see the URL and body; the first attempt sends it, a retry builds afresh.
+            let request = factory.build().await?;
             let Some(api) = Api::of(&request) else {
-                return inner.oneshot(replay(request, factory)).await.map_err(Into::into);
+                let replay = replay(request, factory, HeaderMap::new());
+                return inner.oneshot(replay).await.map_err(Into::into);
             };
             let body = request
                 .body()
@@ -177,9 +180,10 @@ where
                 .unwrap_or_default();
             let provider = layer.provider_for(request.url());
             let call = open(api, &provider, &body);
-            inject_traceparent(&call, request.headers_mut());
+            let mut trace_headers = HeaderMap::new();
+            crate::http::insert_trace_headers(call.context(), &mut trace_headers);
             let result = inner
-                .oneshot(replay(request, factory))
+                .oneshot(replay(request, factory, trace_headers))
                 .with_context(call.context().clone())
                 .await
                 .map_err(Into::into);
@@ -292,15 +296,29 @@ fn finish(api: Api, call: &mut LlmCall, bytes: &[u8]) {
     }
 }
 
-/// A factory that hands each attempt a copy of the already-built request; the original factory when
-/// the body cannot be copied (a streamed upload).
-fn replay(request: reqwest::Request, factory: HttpRequestFactory) -> HttpRequestFactory {
-    if request.try_clone().is_none() {
-        return factory;
-    }
+/// The factory the attempts use: the first takes `request` (built once to read its URL and body, so not
+/// copied), a retry builds afresh from async-openai's `factory`. Each gets `trace_headers`: the server
+/// sees the call's span as the parent (W3C `traceparent`), as with waxell's own client.
+fn replay(
+    request: reqwest::Request,
+    factory: HttpRequestFactory,
+    trace_headers: HeaderMap,
+) -> HttpRequestFactory {
+    let first = Arc::new(Mutex::new(Some(request)));
     HttpRequestFactory::new(move || {
-        let copy = request.try_clone();
-        async move { copy.ok_or_else(|| OpenAIError::InvalidArgument("the request cannot be replayed".into())) }
+        let built = first
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let (factory, trace_headers) = (factory.clone(), trace_headers.clone());
+        async move {
+            let mut request = match built {
+                Some(request) => request,
+                None => factory.build().await?,
+            };
+            request.headers_mut().extend(trace_headers);
+            Ok(request)
+        }
     })
 }
 
@@ -324,11 +342,6 @@ fn transport_error_type(error: &OpenAIError) -> &'static str {
         OpenAIError::Reqwest(_) => "http_error",
         _ => "_OTHER",
     }
-}
-
-/// The server sees the call's span as the parent (W3C `traceparent`), as with waxell's own client.
-fn inject_traceparent(call: &LlmCall, headers: &mut reqwest::header::HeaderMap) {
-    crate::http::insert_trace_headers(call.context(), headers);
 }
 
 /// Hand the response on with its body teed through [`SseTee`].
