@@ -312,3 +312,38 @@ async fn a_retried_call_is_one_span_whose_traceparent_every_attempt_carries() {
         assert_eq!(attempt.body["model"], "gpt-4o-mini");
     }
 }
+
+/// A caller that gives up on a call (its future dropped while the request is out) still gets the call's
+/// span, marked cancelled, ending when it gave up, with the id the server saw in `traceparent`.
+#[tokio::test]
+async fn a_call_the_caller_gives_up_on_is_recorded_cancelled() {
+    use std::time::Duration;
+    let exporter = capture_spans();
+    let answer = LlmReply::Json(200, chat_completion("gpt-4o-mini", Some("Late."), &[], (20, 5)));
+    let server = FakeLlm::repeating(answer, Duration::from_secs(2));
+    let client = client(&server);
+    let chat = client.chat();
+    let call = chat.create(chat_request(
+        json!([{"role": "user", "content": "Weather?"}]),
+        false,
+    ));
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), call).await;
+    assert!(gave_up.is_err(), "the server answers after 2 s");
+
+    let spans = spans(&exporter);
+    let chat = one(&spans, "chat gpt-4o-mini");
+    assert_eq!(attr(chat, WAXELL_CANCELLED), Some(true.into()));
+    let lasted = chat.end_time.duration_since(chat.start_time).unwrap();
+    assert!(
+        lasted >= Duration::from_millis(150) && lasted < Duration::from_secs(1),
+        "{lasted:?}"
+    );
+    let traceparent = server.received()[0].headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        traceparent.contains(&chat.span_context.span_id().to_string()),
+        "{traceparent}"
+    );
+}

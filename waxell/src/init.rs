@@ -366,7 +366,9 @@ impl Builder {
             self.project_name.as_deref(),
             cloud.as_ref().and_then(|c| c.tenant_id.as_deref()),
         );
-        let mut provider = SdkTracerProvider::builder().with_resource(resource.clone());
+        let mut provider = SdkTracerProvider::builder()
+            .with_resource(resource.clone())
+            .with_id_generator(telemetry::PresetIds::default());
         for add in self.processors {
             provider = add(provider);
         }
@@ -461,6 +463,7 @@ impl Builder {
             tracer: telemetry::SpanSource::Sdk(provider.tracer_with_scope(telemetry::scope())),
             capture,
             scrubber,
+            ids_ahead: telemetry::samples_by_parent(),
         });
         Ok(Guard {
             provider: Some(provider),

@@ -5,8 +5,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock, Weak};
 
 use opentelemetry::global::BoxedTracer;
-use opentelemetry::trace::{SpanBuilder, TraceContextExt as _, TraceId, Tracer as _, TracerProvider as _};
+use opentelemetry::trace::{
+    SpanBuilder, SpanId, TraceContextExt as _, TraceId, Tracer as _, TracerProvider as _,
+};
 use opentelemetry::{Context, InstrumentationScope};
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 use crate::capture::truncate_owned;
 use crate::config::{self, Capture};
@@ -25,6 +28,95 @@ pub(crate) struct State {
     pub(crate) capture: Capture,
     /// `None` when scrubbing is switched off.
     pub(crate) scrubber: Option<&'static Scrubber>,
+    /// Whether a span may be started later under ids handed out now ([`SpanIds::ahead`]): the tracer's
+    /// provider draws its ids from [`PresetIds`] and samples by the parent (the SDK's default), so the
+    /// sampled flag is known before the span starts.
+    #[cfg_attr(
+        not(feature = "async-openai"),
+        allow(dead_code, reason = "read by the async-openai layer")
+    )]
+    pub(crate) ids_ahead: bool,
+}
+
+/// The ids of a span that starts later, on another thread, than the request that carries it out: the
+/// async-openai layer sends `traceparent` at once and opens the call's span on the recording thread, so
+/// the caller does not wait for it. [`State::start_with_ids`] gives the span exactly these ids.
+#[cfg(feature = "async-openai")]
+#[derive(Debug, Clone)]
+pub(crate) struct SpanIds {
+    /// The parent's context, in which the span will start; it also picks the state (a test capture).
+    pub(crate) parent: Context,
+    /// The span as the server sees it: in the request's context, and on the wire as `traceparent`.
+    pub(crate) context: opentelemetry::trace::SpanContext,
+    /// When the span begins (its start time, whenever it is started).
+    pub(crate) started: std::time::Instant,
+    pub(crate) start_time: std::time::SystemTime,
+}
+
+#[cfg(feature = "async-openai")]
+impl SpanIds {
+    /// Ids for a child of the current context, if its state can start a span under them later.
+    pub(crate) fn ahead() -> Option<Self> {
+        use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
+        let parent = Context::current();
+        if !state_for(&parent)?.ids_ahead {
+            return None;
+        }
+        let ids = RandomIdGenerator::default();
+        let (trace_id, flags, trace_state) = {
+            let span = parent.span();
+            let of_parent = span.span_context();
+            if of_parent.is_valid() {
+                // Parent-based sampling: the child is sampled exactly when its parent is.
+                let state = of_parent.trace_state().clone();
+                (of_parent.trace_id(), of_parent.trace_flags(), state)
+            } else {
+                (ids.new_trace_id(), TraceFlags::SAMPLED, TraceState::default())
+            }
+        };
+        let context = SpanContext::new(trace_id, ids.new_span_id(), flags, false, trace_state);
+        Some(Self {
+            parent,
+            context,
+            started: std::time::Instant::now(),
+            start_time: std::time::SystemTime::now(),
+        })
+    }
+
+    /// The context to send the request in: the span-to-be is its current span.
+    pub(crate) fn request_context(&self) -> Context {
+        self.parent.with_remote_span_context(self.context.clone())
+    }
+}
+
+thread_local! {
+    /// The ids [`PresetIds`] hands out for the span being started on this thread, if preset.
+    static PRESET: std::cell::Cell<Option<(TraceId, SpanId)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The id generator of every provider waxell builds: random ids, except for a span started through
+/// [`State::start_with_ids`], which gets the ids its request already carried.
+#[derive(Debug, Default)]
+pub(crate) struct PresetIds(RandomIdGenerator);
+
+impl IdGenerator for PresetIds {
+    fn new_trace_id(&self) -> TraceId {
+        PRESET
+            .with(std::cell::Cell::get)
+            .map_or_else(|| self.0.new_trace_id(), |(trace, _)| trace)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        PRESET
+            .with(std::cell::Cell::get)
+            .map_or_else(|| self.0.new_span_id(), |(_, span)| span)
+    }
+}
+
+/// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
+/// `parentbased_always_on`): only then is a span's sampled flag known before it starts.
+pub(crate) fn samples_by_parent() -> bool {
+    std::env::var("OTEL_TRACES_SAMPLER").map_or(true, |sampler| sampler.trim() == "parentbased_always_on")
 }
 
 /// `WAXELL_OBSERVE`, read once; `init()` may switch it. Checked before anything else so that a
@@ -165,6 +257,8 @@ fn global_state() -> Arc<State> {
         tracer: SpanSource::Global(opentelemetry::global::tracer_provider().tracer_with_scope(scope())),
         scrubber: capture.scrub.then(|| &*scrub::DEFAULT),
         capture,
+        // Someone else's provider: its ids and sampler are its own.
+        ids_ahead: false,
     });
     let mut slot = STATE.write().unwrap_or_else(|p| p.into_inner());
     Arc::clone(slot.get_or_insert(state))
@@ -184,6 +278,22 @@ impl State {
             }
         }
         cx
+    }
+
+    /// [`State::start`] with the ids `ids` handed out earlier ([`SpanIds::ahead`]), under their parent and
+    /// as of when they were handed out.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn start_with_ids(&self, builder: SpanBuilder, ids: &SpanIds) -> Context {
+        /// Clears the preset ids however the start ends, so no later span on this thread reuses them.
+        struct Preset;
+        impl Drop for Preset {
+            fn drop(&mut self) {
+                PRESET.with(|slot| slot.set(None));
+            }
+        }
+        PRESET.with(|slot| slot.set(Some((ids.context.trace_id(), ids.context.span_id()))));
+        let _preset = Preset;
+        self.start(builder.with_start_time(ids.start_time), &ids.parent)
     }
 
     /// The span [`State::start`] would start, not yet in a context: for the `tracing` bridge, whose layer

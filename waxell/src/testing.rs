@@ -117,12 +117,14 @@ impl CaptureBuilder {
         let exporter = Memory::default();
         let provider = SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())
+            .with_id_generator(telemetry::PresetIds::default())
             .build();
         let tracer = provider.tracer_with_scope(telemetry::scope());
         let state = Arc::new(State {
             tracer: SpanSource::Sdk(tracer.clone()),
             scrubber: self.capture.scrub.then(|| &*scrub::DEFAULT),
             capture: self.capture,
+            ids_ahead: telemetry::samples_by_parent(),
         });
         let token = ScopedToken::new();
         CaptureView {

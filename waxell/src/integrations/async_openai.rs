@@ -179,12 +179,12 @@ where
                 .map(Bytes::copy_from_slice)
                 .unwrap_or_default();
             let provider = layer.provider_for(request.url());
-            let call = open(api, &provider, &body);
+            let (call, request_context) = CallStart::begin(api, provider, &body);
             let mut trace_headers = HeaderMap::new();
-            crate::http::insert_trace_headers(call.context(), &mut trace_headers);
+            crate::http::insert_trace_headers(&request_context, &mut trace_headers);
             let result = inner
                 .oneshot(replay(request, factory, trace_headers))
-                .with_context(call.context().clone())
+                .with_context(request_context)
                 .await
                 .map_err(Into::into);
             let response = match result {
@@ -222,6 +222,81 @@ where
     }
 }
 
+/// How a call's span starts. A chat or Responses call under waxell's own provider gets its span ids
+/// now and its span on the recording thread, as of now: the caller waits only for the ids, not for the
+/// span's start (about a third of the layer's time on the caller's path, several times more on a CPU that
+/// was idle while the previous answer streamed). Elsewhere (embeddings, someone else's provider) the span
+/// starts here.
+#[allow(clippy::large_enum_variant, reason = "one per call, held in its future")]
+enum CallStart {
+    Open(LlmCall),
+    Later(LaterCall),
+}
+
+impl CallStart {
+    /// Begin the call; the context to send its request in.
+    fn begin(api: Api, provider: Provider, body: &Bytes) -> (Self, opentelemetry::Context) {
+        if api != Api::Embeddings {
+            if let Some(ids) = crate::telemetry::SpanIds::ahead() {
+                let context = ids.request_context();
+                let later = LaterCall {
+                    provider,
+                    body: body.clone(),
+                    ids: Some(ids),
+                };
+                return (Self::Later(later), context);
+            }
+        }
+        let call = open(api, &provider, body);
+        let context = call.context().clone();
+        (Self::Open(call), context)
+    }
+
+    /// The call with its span, on the recording thread.
+    fn into_call(self) -> LlmCall {
+        match self {
+            Self::Open(call) => call,
+            Self::Later(mut later) => later.open(),
+        }
+    }
+}
+
+/// A call whose span is opened later (see [`CallStart`]). Dropped unopened (the caller gave up on the
+/// call), it is still recorded, cancelled, as an open span would be.
+struct LaterCall {
+    provider: Provider,
+    body: Bytes,
+    /// `None` once opened.
+    ids: Option<crate::telemetry::SpanIds>,
+}
+
+impl LaterCall {
+    fn open(&mut self) -> LlmCall {
+        let ids = self.ids.take().expect("a later call is opened once");
+        let (model, stream) = wire::request_head(&self.body);
+        LlmCall::open_ahead(&self.provider, &model, stream, &ids)
+    }
+}
+
+impl Drop for LaterCall {
+    fn drop(&mut self) {
+        let Some(ids) = self.ids.take() else {
+            return;
+        };
+        let dropped_at = Instant::now();
+        let mut unopened = LaterCall {
+            provider: self.provider.clone(),
+            body: self.body.clone(),
+            ids: Some(ids),
+        };
+        crate::deferred::defer(move || {
+            let mut call = unopened.open();
+            call.ended_at(dropped_at);
+            // Dropped unfinished: the span says the call was cancelled.
+        });
+    }
+}
+
 /// Start the call's span with what identifies it; [`describe`] adds the rest of the request.
 fn open(api: Api, provider: &Provider, body: &[u8]) -> LlmCall {
     match api {
@@ -244,12 +319,14 @@ fn open(api: Api, provider: &Provider, body: &[u8]) -> LlmCall {
 /// gets its answer without waiting for the parsing, pricing and scrubbing (see `crate::deferred`).
 fn record_later(
     api: Api,
-    mut call: LlmCall,
+    call: CallStart,
     request_body: Bytes,
     outcome: impl FnOnce(&mut LlmCall) + Send + 'static,
 ) {
-    call.ended_at(Instant::now());
+    let ended = Instant::now();
     crate::deferred::defer(move || {
+        let mut call = call.into_call();
+        call.ended_at(ended);
         // The call's context picks the SDK state (capture policy, scrubber) that applies to it.
         let _cx = call.context().clone().attach();
         describe(api, &mut call, &request_body);
@@ -345,7 +422,7 @@ fn transport_error_type(error: &OpenAIError) -> &'static str {
 }
 
 /// Hand the response on with its body teed through [`SseTee`].
-fn tee(response: reqwest::Response, api: Api, call: LlmCall, request_body: Bytes) -> reqwest::Response {
+fn tee(response: reqwest::Response, api: Api, call: CallStart, request_body: Bytes) -> reqwest::Response {
     let response = ::http::Response::from(response);
     let (parts, body) = response.into_parts();
     let chunks = reqwest::Response::from(::http::Response::new(body)).bytes_stream();
@@ -378,7 +455,7 @@ struct SseTee {
 /// A streamed call and what its recording needs.
 struct StreamRecording {
     api: Api,
-    call: LlmCall,
+    call: CallStart,
     request_body: Bytes,
     /// Every chunk handed on, and when it arrived.
     chunks: Vec<(Bytes, Instant)>,
@@ -399,13 +476,15 @@ impl StreamRecording {
     fn record_later(self, end: StreamEnd) {
         let Self {
             api,
-            mut call,
+            call,
             request_body,
             chunks,
         } = self;
         let last_arrived = chunks.last().map(|(_, arrived)| *arrived);
-        call.ended_at(Instant::now());
+        let ended = Instant::now();
         crate::deferred::defer(move || {
+            let mut call = call.into_call();
+            call.ended_at(ended);
             let _cx = call.context().clone().attach();
             describe(api, &mut call, &request_body);
             let mut reader = SseReader {

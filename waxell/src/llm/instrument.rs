@@ -167,6 +167,28 @@ impl CallTelemetry {
         call
     }
 
+    /// [`Self::open_request`] for a span whose ids its request already carries (see
+    /// [`telemetry::SpanIds`]): started now, on the recording thread, as of when the call began.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn open_request_ahead(
+        provider: &Provider,
+        operation: Operation,
+        model: &str,
+        stream: bool,
+        ids: &telemetry::SpanIds,
+    ) -> Self {
+        let Some(state) = telemetry::state_for(&ids.parent) else {
+            return Self::disabled(provider, model);
+        };
+        let attributes = vec![KeyValue::new(GEN_AI_REQUEST_STREAM, stream)];
+        let capture = state.capture.content;
+        let mut call = Self::open_with(provider, operation, model, attributes, capture, |builder| {
+            state.start_with_ids(builder, ids)
+        });
+        call.started = ids.started;
+        call
+    }
+
     /// Start the span with the attributes every operation shares plus `extra`.
     fn open(
         provider: &Provider,
@@ -174,6 +196,25 @@ impl CallTelemetry {
         model: &str,
         extra: Vec<KeyValue>,
         capture: bool,
+    ) -> Self {
+        Self::open_with(
+            provider,
+            operation,
+            model,
+            extra,
+            capture,
+            telemetry::start_current,
+        )
+    }
+
+    /// [`Self::open`], the span started by `start`.
+    fn open_with(
+        provider: &Provider,
+        operation: Operation,
+        model: &str,
+        extra: Vec<KeyValue>,
+        capture: bool,
+        start: impl FnOnce(SpanBuilder) -> Context,
     ) -> Self {
         // Sampling-relevant attributes go into the builder, so a sampler can see them.
         let mut identity = Self::identity(operation, provider, model);
@@ -193,7 +234,7 @@ impl CallTelemetry {
         }
         attributes.extend(extra);
 
-        let cx = telemetry::start_current(
+        let cx = start(
             SpanBuilder::from_name(format!("{} {model}", operation.name()))
                 .with_kind(SpanKind::Client)
                 .with_attributes(attributes),

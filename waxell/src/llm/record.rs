@@ -142,6 +142,22 @@ impl LlmCall {
         }
     }
 
+    /// [`LlmCall::open`] on the recording thread, for a call that began when `ids` were handed out and
+    /// whose request carried them.
+    #[cfg(feature = "async-openai")]
+    pub(crate) fn open_ahead(
+        provider: &Provider,
+        model: &str,
+        stream: bool,
+        ids: &crate::telemetry::SpanIds,
+    ) -> Self {
+        Self {
+            telemetry: CallTelemetry::open_request_ahead(provider, Operation::Chat, model, stream, ids),
+            started: ids.started,
+            stream: stream.then(StreamState::default),
+        }
+    }
+
     /// The request of a call started with [`LlmCall::open`].
     #[cfg(feature = "async-openai")]
     pub(crate) fn describe(&mut self, request: &ChatRequest) {
