@@ -79,3 +79,30 @@ async fn a_streamed_genai_chat_is_recorded_with_its_first_chunk_and_tool_call() 
     assert_eq!(attr(chat, GEN_AI_REQUEST_STREAM), Some(true.into()));
     assert!(attr_f64(chat, GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK) > 0.0);
 }
+
+/// genai's chat span is recorded on the recording thread when genai closes it, under the ids it got when
+/// genai opened it: it still starts when the call began, lasts the round trip and nests under the agent,
+/// and the tool-call decision nests under it.
+#[tokio::test]
+async fn a_genai_chat_span_keeps_the_calls_own_start_and_duration() {
+    use std::time::{Duration, SystemTime};
+    genai_capture_content();
+    let exporter = capture_spans();
+    let server = FakeLlm::repeating(openai_tool_call(1000), Duration::from_millis(100));
+    let _guard = tracing::subscriber::set_default(subscriber());
+    let before = SystemTime::now();
+    assert_eq!(ask(client(&server), false).await, 1);
+    let spans = spans(&exporter);
+    check_chat(&spans, 1000);
+    let chat = one(&spans, "chat gpt-4o-mini");
+    let began = chat.start_time.duration_since(before).unwrap();
+    assert!(
+        began < Duration::from_millis(90),
+        "started {began:?} after the call"
+    );
+    let lasted = chat.end_time.duration_since(chat.start_time).unwrap();
+    assert!(
+        lasted >= Duration::from_millis(100) && lasted < Duration::from_secs(2),
+        "{lasted:?}"
+    );
+}

@@ -32,16 +32,17 @@ pub(crate) struct State {
     /// provider draws its ids from [`PresetIds`] and samples by the parent (the SDK's default), so the
     /// sampled flag is known before the span starts.
     #[cfg_attr(
-        not(feature = "async-openai"),
-        allow(dead_code, reason = "read by the async-openai layer")
+        not(any(feature = "async-openai", all(feature = "tracing", feature = "llm"))),
+        allow(dead_code, reason = "read by the LLM integrations")
     )]
     pub(crate) ids_ahead: bool,
 }
 
-/// The ids of a span that starts later, on another thread, than the request that carries it out: the
-/// async-openai layer sends `traceparent` at once and opens the call's span on the recording thread, so
-/// the caller does not wait for it. [`State::start_with_ids`] gives the span exactly these ids.
-#[cfg(feature = "async-openai")]
+/// The ids of a span that starts later, on another thread, than the call it records: the LLM
+/// integrations hand out an LLM call's ids (and send them as `traceparent`) at once and open its span on
+/// the recording thread, so the caller does not wait for the span's start. [`with_preset_ids`] gives the
+/// span exactly these ids.
+#[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
 #[derive(Debug, Clone)]
 pub(crate) struct SpanIds {
     /// The parent's context, in which the span will start; it also picks the state (a test capture).
@@ -53,13 +54,20 @@ pub(crate) struct SpanIds {
     pub(crate) start_time: std::time::SystemTime,
 }
 
-#[cfg(feature = "async-openai")]
+#[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
 impl SpanIds {
     /// Ids for a child of the current context, if its state can start a span under them later.
+    #[cfg(feature = "async-openai")]
     pub(crate) fn ahead() -> Option<Self> {
-        use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
         let parent = Context::current();
-        if !state_for(&parent)?.ids_ahead {
+        let state = state_for(&parent)?;
+        Self::for_child_of(parent, &state)
+    }
+
+    /// Ids for a child of `parent`, if `state` (the one for `parent`) can start a span under them later.
+    pub(crate) fn for_child_of(parent: Context, state: &State) -> Option<Self> {
+        use opentelemetry::trace::{SpanContext, TraceFlags, TraceState};
+        if !state.ids_ahead {
             return None;
         }
         let ids = RandomIdGenerator::default();
@@ -84,6 +92,7 @@ impl SpanIds {
     }
 
     /// The context to send the request in: the span-to-be is its current span.
+    #[cfg(feature = "async-openai")]
     pub(crate) fn request_context(&self) -> Context {
         self.parent.with_remote_span_context(self.context.clone())
     }
@@ -95,7 +104,7 @@ thread_local! {
 }
 
 /// The id generator of every provider waxell builds: random ids, except for a span started through
-/// [`State::start_with_ids`], which gets the ids its request already carried.
+/// [`with_preset_ids`], which gets the ids handed out for it earlier.
 #[derive(Debug, Default)]
 pub(crate) struct PresetIds(RandomIdGenerator);
 
@@ -111,6 +120,21 @@ impl IdGenerator for PresetIds {
             .with(std::cell::Cell::get)
             .map_or_else(|| self.0.new_span_id(), |(_, span)| span)
     }
+}
+
+#[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
+/// Run `start`, which starts one span on this thread, with `ids` as the ids [`PresetIds`] hands out.
+pub(crate) fn with_preset_ids<R>(ids: &SpanIds, start: impl FnOnce() -> R) -> R {
+    /// Clears the preset ids however the start ends, so no later span on this thread reuses them.
+    struct Preset;
+    impl Drop for Preset {
+        fn drop(&mut self) {
+            PRESET.with(|slot| slot.set(None));
+        }
+    }
+    PRESET.with(|slot| slot.set(Some((ids.context.trace_id(), ids.context.span_id()))));
+    let _preset = Preset;
+    start()
 }
 
 /// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
@@ -284,16 +308,9 @@ impl State {
     /// as of when they were handed out.
     #[cfg(feature = "async-openai")]
     pub(crate) fn start_with_ids(&self, builder: SpanBuilder, ids: &SpanIds) -> Context {
-        /// Clears the preset ids however the start ends, so no later span on this thread reuses them.
-        struct Preset;
-        impl Drop for Preset {
-            fn drop(&mut self) {
-                PRESET.with(|slot| slot.set(None));
-            }
-        }
-        PRESET.with(|slot| slot.set(Some((ids.context.trace_id(), ids.context.span_id()))));
-        let _preset = Preset;
-        self.start(builder.with_start_time(ids.start_time), &ids.parent)
+        with_preset_ids(ids, || {
+            self.start(builder.with_start_time(ids.start_time), &ids.parent)
+        })
     }
 
     /// The span [`State::start`] would start, not yet in a context: for the `tracing` bridge, whose layer

@@ -29,6 +29,7 @@ use crate::llm::{
 };
 use crate::semconv::*;
 use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
+use crate::telemetry::{with_preset_ids, SpanIds};
 
 /// The tracer behind [`crate::tracing_layer`]: waxell's tracer, with GenAI client spans recorded by
 /// waxell's LLM recorder.
@@ -90,7 +91,7 @@ struct Seen {
 /// A GenAI client span being recorded.
 #[derive(Debug)]
 pub(crate) struct LlmSpan {
-    call: CallTelemetry,
+    call: CallSpan,
     span_context: SpanContext,
     operation: Operation,
     /// The operation as the crate named it (`chat`, `generate_content`), the span name's first word.
@@ -132,6 +133,126 @@ fn renamed(key: &str) -> Option<&'static str> {
         "rig.completion_parent" => return None,
         _ => return None,
     })
+}
+
+/// An LLM span's OpenTelemetry span: started, or to be started on the recording thread.
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "held in the boxed `LlmSpan`; boxing again would cost a second allocation per call"
+)]
+enum CallSpan {
+    Started(CallTelemetry),
+    Later(LaterSpan),
+}
+
+impl CallSpan {
+    /// The started call, starting it now if it was left for later (on the recording thread).
+    fn started(&mut self) -> &mut CallTelemetry {
+        if let Self::Later(later) = self {
+            let parent = later
+                .ids
+                .as_ref()
+                .map_or_else(Context::current, |ids| ids.parent.clone());
+            let call = later.start(&parent);
+            *self = Self::Started(call);
+        }
+        match self {
+            Self::Started(call) => call,
+            Self::Later(_) => unreachable!("started just above"),
+        }
+    }
+
+    fn set_attribute(&mut self, attribute: KeyValue) {
+        match self {
+            Self::Started(call) => call.context().span().set_attribute(attribute),
+            Self::Later(later) => later
+                .builder
+                .attributes
+                .get_or_insert_with(Vec::new)
+                .push(attribute),
+        }
+    }
+
+    fn add_exception(&mut self, at: SystemTime, attributes: Vec<KeyValue>) {
+        match self {
+            Self::Started(call) => {
+                call.context()
+                    .span()
+                    .add_event_with_timestamp("exception", at, attributes)
+            }
+            Self::Later(later) => later.exceptions.push((at, attributes)),
+        }
+    }
+
+    fn add_link(&mut self, span_context: SpanContext, attributes: Vec<KeyValue>) {
+        match self {
+            Self::Started(call) => call.context().span().add_link(span_context, attributes),
+            Self::Later(later) => later.links.push((span_context, attributes)),
+        }
+    }
+
+    fn is_recording(&self) -> bool {
+        match self {
+            Self::Started(call) => call.context().span().is_recording(),
+            Self::Later(later) => later.ids.as_ref().is_some_and(|ids| ids.context.is_sampled()),
+        }
+    }
+
+    fn ended_at_time(&mut self, at: Instant, wall: SystemTime) {
+        match self {
+            Self::Started(call) => call.ended_at_time(at, wall),
+            Self::Later(later) => later.ended = Some((at, wall)),
+        }
+    }
+}
+
+/// An LLM span not started yet: what its start needs and what arrived for it meanwhile. Under waxell's
+/// own provider (parent-based sampling) its ids are handed out when the crate opens it, and the SDK span
+/// is started with them, as of then, on the recording thread: the crate's call does not wait for the
+/// span's start, only for the ids (see `telemetry::SpanIds`).
+#[derive(Debug)]
+struct LaterSpan {
+    tracer: BridgeTracer,
+    builder: SpanBuilder,
+    /// The ids handed out; `None` when the span is started at once with the SDK's own.
+    ids: Option<SpanIds>,
+    provider: Provider,
+    model: String,
+    operation: Operation,
+    capture: bool,
+    exceptions: Vec<(SystemTime, Vec<KeyValue>)>,
+    links: Vec<(SpanContext, Vec<KeyValue>)>,
+    ended: Option<(Instant, SystemTime)>,
+}
+
+impl LaterSpan {
+    /// Start the span under `parent` and replay what arrived for it meanwhile.
+    fn start(&mut self, parent: &Context) -> CallTelemetry {
+        let builder = std::mem::take(&mut self.builder);
+        let inner = match &self.ids {
+            Some(ids) => with_preset_ids(ids, || self.tracer.build_with_context(builder, parent)),
+            None => self.tracer.build_with_context(builder, parent),
+        };
+        let cx = parent.with_span(inner);
+        {
+            let span = cx.span();
+            for (at, attributes) in self.exceptions.drain(..) {
+                span.add_event_with_timestamp("exception", at, attributes);
+            }
+            for (span_context, attributes) in self.links.drain(..) {
+                span.add_link(span_context, attributes);
+            }
+        }
+        let mut call = CallTelemetry::adopt(cx, self.operation, &self.provider, &self.model, self.capture);
+        if let Some(ids) = &self.ids {
+            call.began_at(ids.started);
+        }
+        if let Some((at, wall)) = self.ended {
+            call.ended_at_time(at, wall);
+        }
+        call
+    }
 }
 
 impl Tracer for GenAiTracer {
@@ -205,18 +326,34 @@ impl Tracer for GenAiTracer {
         };
         builder.span_kind = Some(opentelemetry::trace::SpanKind::Client);
         builder.attributes = Some(kept);
-        let inner = self.inner.build_with_context(builder, parent_cx);
-
-        let span_context = opentelemetry::trace::Span::span_context(&inner).clone();
         let provider = Provider::new(provider_name);
-        let call = CallTelemetry::adopt(
-            parent_cx.with_span(inner),
-            operation,
-            &provider,
-            &model,
-            state.capture.content,
-        );
         seen.provider_name = Some(provider.name().to_owned());
+        let ids = SpanIds::for_child_of(parent_cx.clone(), &state);
+        if let Some(ids) = &ids {
+            builder.start_time.get_or_insert(ids.start_time);
+        }
+        let ahead = ids.as_ref().map(|ids| ids.context.clone());
+        let mut later = LaterSpan {
+            tracer: self.inner,
+            builder,
+            ids,
+            provider,
+            model,
+            operation,
+            capture: state.capture.content,
+            exceptions: Vec::new(),
+            links: Vec::new(),
+            ended: None,
+        };
+        let (call, span_context) = match ahead {
+            // The span starts on the recording thread when the crate ends it (see `LaterSpan`).
+            Some(span_context) => (CallSpan::Later(later), span_context),
+            None => {
+                let call = later.start(parent_cx);
+                let span_context = call.context().span().span_context().clone();
+                (CallSpan::Started(call), span_context)
+            }
+        };
         GenAiSpan::Llm(Box::new(LlmSpan {
             call,
             span_context,
@@ -401,15 +538,15 @@ fn tool_attributes(state: &crate::telemetry::State, kv: KeyValue) -> Vec<KeyValu
 impl LlmSpan {
     fn end(&mut self) {
         let seen = std::mem::take(&mut self.seen);
+        let call = self.call.started();
         if self.identity_pending {
             let provider = seen.provider_name.as_deref().unwrap_or("openai");
             let model = seen.request_model.as_deref().unwrap_or_default();
-            self.call
-                .identify(self.operation, &self.operation_name, provider, model);
+            call.identify(self.operation, &self.operation_name, provider, model);
         }
         if let Some(error_type) = &seen.error_type {
             let message = seen.error.clone().unwrap_or_else(|| error_type.clone());
-            self.call.failed(error_type, &message, None);
+            call.failed(error_type, &message, None);
             return;
         }
         let usage = seen.input_tokens.map(|input| {
@@ -427,13 +564,12 @@ impl LlmSpan {
         });
         let response_model = seen.response_model.clone().unwrap_or_default();
         if self.operation == Operation::Embeddings {
-            self.call
-                .succeeded_embeddings(&response_model, usage.as_ref(), seen.dimensions);
+            call.succeeded_embeddings(&response_model, usage.as_ref(), seen.dimensions);
             return;
         }
         let request = request_of(&seen);
-        self.call.set_offered_tools(request.tool_names());
-        self.call.record_input(&request);
+        call.set_offered_tools(request.tool_names());
+        call.record_input(&request);
         let mut response = response_of(&seen);
         response.usage = usage;
         response.model = response_model;
@@ -441,7 +577,7 @@ impl LlmSpan {
             time_to_first_chunk: seen.time_to_first_chunk.map(std::time::Duration::from_secs_f64),
             chunks: 0,
         });
-        self.call.succeeded(&response, stats);
+        call.succeeded(&response, stats);
     }
 }
 
@@ -652,12 +788,8 @@ impl opentelemetry::trace::Span for GenAiSpan {
                 // records content as attributes under its own policy instead.
                 // Log events of the HTTP stack below (hyper's connection debug lines) are not part
                 // of the call's record either; only exceptions are kept.
-                let name = name.into();
-                if name == "exception" {
-                    span.call
-                        .context()
-                        .span()
-                        .add_event_with_timestamp(name, timestamp, attributes);
+                if name.into() == "exception" {
+                    span.call.add_exception(timestamp, attributes);
                 }
             }
         }
@@ -675,7 +807,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
     fn is_recording(&self) -> bool {
         match self {
             Self::Plain(span) => span.is_recording(),
-            Self::Llm(span) => span.call.context().span().is_recording(),
+            Self::Llm(span) => span.call.is_recording(),
             Self::Inert(_) => false,
             Self::Tool(span) => span.inner.is_recording(),
         }
@@ -692,7 +824,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
                 GEN_AI_OPERATION_NAME => {}
                 _ => {
                     if let Some(kept) = span.seen.observe(attribute) {
-                        span.call.context().span().set_attribute(kept);
+                        span.call.set_attribute(kept);
                     }
                 }
             },
@@ -734,7 +866,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
     fn add_link(&mut self, span_context: SpanContext, attributes: Vec<KeyValue>) {
         match self {
             Self::Plain(span) => span.add_link(span_context, attributes),
-            Self::Llm(span) => span.call.context().span().add_link(span_context, attributes),
+            Self::Llm(span) => span.call.add_link(span_context, attributes),
             Self::Tool(span) => span.inner.add_link(span_context, attributes),
             Self::Inert(_) => {}
         }
@@ -752,7 +884,7 @@ impl opentelemetry::trace::Span for GenAiSpan {
                 let span_context = span.span_context.clone();
                 if let Self::Llm(mut ending) = std::mem::replace(self, Self::Inert(span_context)) {
                     crate::deferred::defer(move || {
-                        let _cx = ending.call.context().clone().attach();
+                        let _cx = ending.call.started().context().clone().attach();
                         ending.end();
                     });
                 }

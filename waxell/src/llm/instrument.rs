@@ -358,6 +358,12 @@ impl CallTelemetry {
         self.end_time = Some((at, wall));
     }
 
+    /// The call began at `at` (its span was started later, under ids handed out then).
+    #[cfg(feature = "tracing")]
+    pub(crate) fn began_at(&mut self, at: Instant) {
+        self.started = at;
+    }
+
     /// [`Self::ended_at`] with the wall-clock time already known.
     #[cfg(feature = "tracing")]
     pub(crate) fn ended_at_time(&mut self, at: Instant, wall: SystemTime) {
