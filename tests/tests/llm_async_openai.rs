@@ -14,7 +14,7 @@ use llm_support::*;
 use opentelemetry::trace::Status;
 use serde_json::{json, Value};
 use waxell::semconv::*;
-use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
+use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply, LlmRequest};
 
 fn client(server: &FakeLlm) -> Client<OpenAIConfig> {
     Client::with_config(
@@ -36,6 +36,17 @@ fn chat_request(messages: Value, stream: bool) -> CreateChatCompletionRequest {
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
     }))
     .unwrap()
+}
+
+/// The request's `traceparent` names `span` as the parent of the server's work (its trace and span id).
+fn assert_names_span_as_parent(request: &LlmRequest, span: &opentelemetry_sdk::trace::SpanData) {
+    let traceparent = request.headers["traceparent"].to_str().unwrap();
+    let context = &span.span_context;
+    let expected = format!("00-{}-{}-", context.trace_id(), context.span_id());
+    assert!(
+        traceparent.starts_with(&expected),
+        "{traceparent} does not name {expected}"
+    );
 }
 
 #[waxell::tool]
@@ -112,14 +123,7 @@ async fn chat_calls_of_a_tool_using_agent_are_recorded_under_it() {
     let decision = one(&spans, "decide tool_call:get_weather");
     assert!(is_child(decision, first));
     // The server saw the chat span as the parent of its work.
-    let traceparent = server.received()[0].headers["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        traceparent.contains(&first.span_context.span_id().to_string()),
-        "{traceparent}"
-    );
+    assert_names_span_as_parent(&server.received()[0], first);
     assert_secret_absent(&spans, PLANTED_KEY);
     assert_semconv(&spans);
 }
@@ -305,10 +309,8 @@ async fn a_retried_call_is_one_span_whose_traceparent_every_attempt_carries() {
     assert!(!matches!(chat.status, Status::Error { .. }));
     let received = server.received();
     assert_eq!(received.len(), 2, "the first attempt and its retry");
-    let span_id = chat.span_context.span_id().to_string();
     for attempt in &received {
-        let traceparent = attempt.headers["traceparent"].to_str().unwrap();
-        assert!(traceparent.contains(&span_id), "{traceparent}");
+        assert_names_span_as_parent(attempt, chat);
         assert_eq!(attempt.body["model"], "gpt-4o-mini");
     }
 }
@@ -338,12 +340,5 @@ async fn a_call_the_caller_gives_up_on_is_recorded_cancelled() {
         lasted >= Duration::from_millis(150) && lasted < Duration::from_secs(1),
         "{lasted:?}"
     );
-    let traceparent = server.received()[0].headers["traceparent"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        traceparent.contains(&chat.span_context.span_id().to_string()),
-        "{traceparent}"
-    );
+    assert_names_span_as_parent(&server.received()[0], chat);
 }
