@@ -1,45 +1,27 @@
-//! The one place HTTP clients are built. TLS is rustls with the *ring* provider and the platform's certificate
-//! verifier, handed to reqwest ready-made: reqwest's own default provider (aws-lc-rs) needs cmake and a C
-//! toolchain to build, which a lean default build must not impose. Nothing is installed process-wide, so an
-//! application that picked another rustls provider keeps it.
+//! The one place HTTP clients are built. TLS is reqwest's own: rustls with the aws-lc-rs provider and the
+//! platform's certificate verifier, or the process-wide rustls provider when the application installed one.
 //!
-//! Every reqwest client in this crate must come from here: with reqwest's `rustls-no-provider` feature, a client
-//! built without a preconfigured TLS config panics when no process-wide provider is installed.
+//! Why not a leaner provider handed to reqwest ready-made (ring, through reqwest's `rustls-no-provider`): Cargo
+//! unifies features across the whole dependency graph, so that feature would reach every other crate in the
+//! user's tree that uses reqwest 0.13, and there a client built without a provider of its own panics ("No rustls
+//! crypto provider is configured"). reqwest's `rustls` feature gives those clients a working default instead.
 
-use std::sync::{Arc, LazyLock};
-
-/// The TLS client configuration every client shares (building the platform verifier reads the system's roots
-/// once).
-fn tls_config() -> Result<rustls::ClientConfig, String> {
-    static CONFIG: LazyLock<Result<rustls::ClientConfig, String>> = LazyLock::new(|| {
-        use rustls_platform_verifier::BuilderVerifierExt as _;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .and_then(|b| b.with_platform_verifier())
-            .map(|b| b.with_no_client_auth())
-            .map_err(|e| format!("setting up TLS: {e}"))
-    });
-    CONFIG.clone()
-}
-
-/// A builder for an async client with waxell's TLS set up.
+/// A builder for an async client.
 #[cfg(any(feature = "llm", feature = "e2b"))]
-pub(crate) fn async_client() -> Result<reqwest::ClientBuilder, String> {
-    Ok(reqwest::Client::builder().tls_backend_preconfigured(tls_config()?))
+pub(crate) fn async_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
 }
 
-/// A blocking client with waxell's TLS set up. Built on a thread of its own: reqwest's blocking client starts a
-/// runtime, which must not happen inside the caller's async runtime.
+/// A blocking client. Built on a thread of its own: reqwest's blocking client starts a runtime, which must not
+/// happen inside the caller's async runtime.
 #[cfg(feature = "otlp-http")]
 pub(crate) fn blocking_client(
     configure: impl FnOnce(reqwest::blocking::ClientBuilder) -> reqwest::blocking::ClientBuilder + Send + 'static,
 ) -> Result<reqwest::blocking::Client, String> {
-    let tls = tls_config()?;
     std::thread::Builder::new()
         .name("waxell-http-client".into())
         .spawn(move || {
-            configure(reqwest::blocking::Client::builder().tls_backend_preconfigured(tls))
+            configure(reqwest::blocking::Client::builder())
                 .build()
                 .map_err(|e| format!("building the HTTP client: {e}"))
         })
@@ -86,17 +68,17 @@ pub(crate) fn insert_trace_headers(cx: &opentelemetry::Context, headers: &mut re
 
 #[cfg(test)]
 mod tests {
-    /// Guards the lean build: with reqwest's `rustls-no-provider`, a client built any other way panics for
-    /// want of a crypto provider; these must not.
+    /// Every client builds with no process-wide rustls provider installed, the state of any program that
+    /// never chose one: waxell's own, and one built the plain way, as another crate in the user's tree does.
     #[test]
     fn clients_build_without_a_process_wide_crypto_provider() {
-        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
         #[cfg(feature = "otlp-http")]
         super::blocking_client(|b| b).expect("blocking client");
         #[cfg(any(feature = "llm", feature = "e2b"))]
-        super::async_client()
-            .expect("builder")
+        super::async_client().build().expect("async client");
+        #[cfg(any(feature = "llm", feature = "e2b"))]
+        reqwest::Client::builder()
             .build()
-            .expect("async client");
+            .expect("a neighbour's plain client");
     }
 }

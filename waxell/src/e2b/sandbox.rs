@@ -77,7 +77,6 @@ impl E2bBackend {
             ));
         }
         let client = crate::http::async_client()
-            .map_err(SandboxError::Other)?
             .user_agent(USER_AGENT)
             .connect_timeout(config.request_timeout)
             .timeout(config.request_timeout)
@@ -86,7 +85,6 @@ impl E2bBackend {
         // One fresh HTTP/1.1 connection per execution, never pooled: dropping it on timeout is
         // what tells the server to interrupt the code (HTTP/2 would hide the disconnect).
         let execute_client = crate::http::async_client()
-            .map_err(SandboxError::Other)?
             .user_agent(USER_AGENT)
             .http1_only()
             .pool_max_idle_per_host(0)

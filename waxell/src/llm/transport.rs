@@ -175,7 +175,6 @@ impl HttpTransport {
             )));
         }
         let http = crate::http::async_client()
-            .map_err(Error::Config)?
             .connect_timeout(settings.connect_timeout)
             .build()
             .map_err(|e| Error::Config(format!("could not build the HTTP client: {}", error_chain(&e))))?;
