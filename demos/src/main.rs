@@ -185,7 +185,7 @@ async fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBack
     .into())
 }
 
-fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard, flushed: &Result<(), String>) {
+fn print_summary(outcome: &agents::Outcome) {
     let r = &outcome.report;
     let a = &r.analysis;
     println!("\n══ Code Sandbox Agent ══");
@@ -240,38 +240,54 @@ fn print_summary(outcome: &agents::Outcome, guard: &waxell::Guard, flushed: &Res
     }
     if let Some(trace) = &outcome.trace_id {
         println!("trace id: {trace}");
-        if let Some(url) = guard.otlp_endpoint() {
-            print_export_outcome(trace, url, guard, flushed);
-        }
     }
 }
 
-/// The Jaeger link only when the trace reached the collector; otherwise why not, where it was saved, and how
-/// to start Jaeger.
-fn print_export_outcome(trace: &str, url: &str, guard: &waxell::Guard, flushed: &Result<(), String>) {
-    let export = guard.drop_counter();
+/// Once the export has ended (the guard shut down, so every figure is final and agrees with the exit report):
+/// the link to the trace only when the endpoint took all of it; otherwise why not, where it was saved and the
+/// command that sends it, and, when nothing listened, how to start that kind of backend.
+fn print_export_outcome(
+    trace: &str,
+    url: &str,
+    export: &waxell::export::DropCounter,
+    shutdown: Result<(), String>,
+) {
+    let kind = waxell::export::EndpointKind::of(url);
     let (saved, dropped) = (export.saved().total(), export.dropped().total());
-    if flushed.is_ok() && export.exported() > 0 && saved == 0 && dropped == 0 {
-        let ui = std::env::var("JAEGER_UI_URL").unwrap_or_else(|_| "http://localhost:16686".to_owned());
-        println!("jaeger: {}/trace/{trace}", ui.trim_end_matches('/'));
+    if shutdown.is_ok() && export.exported() > 0 && saved == 0 && dropped == 0 {
+        let jaeger_ui = std::env::var("JAEGER_UI_URL").ok();
+        match kind.trace_page(url, trace, jaeger_ui.as_deref()) {
+            Some((label, page)) => println!("{label}: {page}"),
+            None => println!("trace sent to {} at {url}", kind.name()),
+        }
         return;
     }
     let why = export
         .last_error()
-        .or_else(|| flushed.clone().err())
-        .unwrap_or_else(|| "the collector did not confirm the spans".to_owned());
-    println!("trace export to {url} failed: {why}");
+        .or_else(|| shutdown.err())
+        .unwrap_or_else(|| "it did not confirm the spans".to_owned());
+    println!("trace export to {} at {url} failed: {why}", kind.name());
     match export.saved_to() {
         Some(file) if saved > 0 => {
-            println!("trace saved to {}", file.display());
+            println!("trace saved to {} ({saved} spans)", file.display());
             println!(
-                "send it once the collector is up: {}",
+                "send it once {} is up: {}",
+                kind.name(),
                 waxell::export::replay_hint(file)
             );
         }
-        _ => println!("{dropped} spans were dropped (the trace file is off)"),
+        _ if dropped > 0 => println!("{dropped} spans were lost (no trace file to save them to)"),
+        _ => {}
     }
-    println!("start Jaeger: docker compose -f docs/jaeger/docker-compose.yml up -d  (see docs/jaeger.md)");
+    if why.contains("refused") {
+        match kind {
+            waxell::export::EndpointKind::OtlpPort => println!(
+                "nothing listens there; start Jaeger: docker compose -f docs/jaeger/docker-compose.yml up -d  (see docs/jaeger.md)"
+            ),
+            waxell::export::EndpointKind::Other => {}
+            other => println!("nothing listens there; is {} running? (see docs/jaeger.md)", other.name()),
+        }
+    }
 }
 
 async fn run(args: Args) -> DemoResult<()> {
@@ -321,9 +337,15 @@ async fn run(args: Args) -> DemoResult<()> {
     let outcome = agents::orchestrator(&env, backend.as_ref()).await?;
     // Flush before printing the summary, so the trace tree (embedded default) comes first. A failed flush
     // is only reported (with why and where the trace went, below): the demo's result stands.
-    let flushed = guard.force_flush().map_err(|e| e.to_string());
-    print_summary(&outcome, &guard, &flushed);
-    drop(guard);
+    let flushed = guard.force_flush();
+    print_summary(&outcome);
+    let (endpoint, export) = (guard.otlp_endpoint().map(str::to_owned), guard.drop_counter());
+    // The exit report (stderr) comes from the shutdown; what follows reads the same final figures.
+    let shut_down = guard.shutdown().map_err(|e| e.to_string());
+    let shutdown = flushed.map_err(|e| e.to_string()).and(shut_down);
+    if let (Some(trace), Some(url)) = (&outcome.trace_id, endpoint) {
+        print_export_outcome(trace, &url, &export, shutdown);
+    }
     if !outcome.report.analysis.succeeded {
         return Err("the code agent did not produce a working analysis".into());
     }

@@ -121,13 +121,16 @@ fn child_exit_report() {
     let text = console.text();
     assert!(
         text.contains(&format!(
-            "waxell: could not send {SPANS} spans to {dead} (connection refused (is the collector running?)); \
+            "waxell: could not send {SPANS} spans to the OTLP endpoint at {dead} (connection refused (is the collector running?)); \
              saved them to {}",
             file.display()
         )),
         "{text}"
     );
-    assert!(text.contains("send them once the collector is up: "), "{text}");
+    assert!(
+        text.contains("send them once the OTLP endpoint is up: "),
+        "{text}"
+    );
 }
 
 #[test]

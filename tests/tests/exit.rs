@@ -83,14 +83,14 @@ fn collector_down_every_span_is_saved_and_replay_delivers_them() {
         ("WAXELL_TRACE_FILE", file.to_str().unwrap()),
     ]);
     let saved = format!(
-        "waxell: could not send {SPANS} spans to {dead} (connection refused (is the collector running?)); \
+        "waxell: could not send {SPANS} spans to the OTLP endpoint at {dead} (connection refused (is the collector running?)); \
          saved them to {}",
         file.display()
     );
     assert!(stderr.contains(&saved), "{stderr}");
     let hint = waxell::export::replay_hint(&file);
     assert!(
-        stderr.contains(&format!("send them once the collector is up: {hint}")),
+        stderr.contains(&format!("send them once the OTLP endpoint is up: {hint}")),
         "{stderr}"
     );
     assert!(!stderr.contains("dropped"), "nothing dropped: {stderr}");

@@ -921,15 +921,13 @@ fn exit_report(counter: &DropCounter, target: &Target, budget: Duration) -> Vec<
     let saved = counter.saved();
     if let (Target::Otlp(url), true, Some(file)) = (target, saved.total() > 0, counter.saved_to()) {
         let why = counter.last_error().unwrap_or_else(|| "export failed".into());
+        let kind = crate::export::EndpointKind::of(url).name();
         lines.push(format!(
-            "could not send {} spans to {url} ({why}); saved them to {}",
+            "could not send {} spans to {kind} at {url} ({why}); saved them to {}",
             saved.total(),
             file.display()
         ));
-        lines.push(format!(
-            "send them once the collector is up: {}",
-            replay_hint(file)
-        ));
+        lines.push(format!("send them once {kind} is up: {}", replay_hint(file)));
     }
     let dropped = counter.dropped();
     if dropped.total() > 0 {

@@ -4,6 +4,7 @@
 //! line) in a file that [`replay`] can send to any OTLP endpoint later.
 
 mod console;
+mod endpoint;
 pub(crate) mod fail_open;
 pub(crate) mod jsonl;
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
@@ -11,6 +12,7 @@ mod replay;
 mod show;
 pub(crate) mod transport;
 
+pub use endpoint::EndpointKind;
 pub use fail_open::{DropCounter, DroppedSpans, SavedSpans};
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
 pub use replay::{replay, replay_with, ReplayError, ReplayReport, ReplaySummary};
@@ -44,10 +46,11 @@ pub(crate) fn default_trace_file() -> PathBuf {
         .join(format!("{millis}-{}.jsonl", std::process::id()))
 }
 
-/// The command that sends a saved trace file to the configured OTLP endpoint, as it works on this machine:
-/// `waxell replay FILE` when a `waxell` command is on `PATH`; else, inside a checkout of this repository, the
-/// `cargo run` line that builds it; else the `cargo install` line, then the command. Every message that names
-/// the replay command gets it from here.
+/// The command that sends a saved trace file to the configured OTLP endpoint, as it works from the user's
+/// directory on this machine: `waxell replay FILE` when a `waxell` command is on `PATH`; else, inside a checkout
+/// of this repository, the `cargo run` line that builds it; else installing the very `waxell` source this
+/// program was built from (Cargo's copy of the crate, when it is still there), then the command. Every message
+/// that names the replay command gets it from here.
 pub fn replay_hint(file: &Path) -> String {
     command_hint(&format!("replay {}", shell_word(&file.display().to_string())))
 }
@@ -59,8 +62,25 @@ fn command_hint(args: &str) -> String {
         format!("cargo run -q -p waxell --features cli --bin waxell -- {args}")
     } else {
         format!(
-            "cargo install --git {} waxell --features cli && waxell {args}",
-            env!("CARGO_PKG_REPOSITORY")
+            "{} && waxell {args}",
+            install_command(Path::new(env!("CARGO_MANIFEST_DIR")))
+        )
+    }
+}
+
+/// How to install the `waxell` command of the version this program uses: from `source`, the crate's own
+/// directory at build time (Cargo's registry copy, a git checkout or a path dependency), when it still exists;
+/// else by name and exact version from the registry.
+fn install_command(source: &Path) -> String {
+    if source.join("Cargo.toml").is_file() {
+        format!(
+            "cargo install --path {} --features cli",
+            shell_word(&source.display().to_string())
+        )
+    } else {
+        format!(
+            "cargo install waxell@{} --features cli",
+            env!("CARGO_PKG_VERSION")
         )
     }
 }
@@ -213,5 +233,23 @@ mod tests {
     #[test]
     fn a_checkout_is_recognised_by_the_binarys_source() {
         assert!(super::in_source_checkout());
+    }
+
+    /// Outside a checkout and without `waxell` on PATH, the hint installs the very source this program was
+    /// built from (it exists here), or the same version by name once that source is gone.
+    #[test]
+    fn the_install_command_names_the_source_this_program_was_built_from() {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(
+            super::install_command(here),
+            format!("cargo install --path {} --features cli", here.display())
+        );
+        assert_eq!(
+            super::install_command(&here.join("no-such-directory")),
+            format!(
+                "cargo install waxell@{} --features cli",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
     }
 }
