@@ -10,10 +10,32 @@ pub mod own_process;
 pub mod semconv_check;
 pub mod waxell_api;
 
-/// `docs/testing.md`, whose examples run as doc tests here (`cargo test --doc -p waxell-tests`).
+/// The Rust examples of the README and of `docs/` compile here as doc tests (`cargo test --doc -p
+/// waxell-tests`), with every feature and the crates they name; those that would reach a network, a sandbox or a
+/// container engine are `no_run`, and the one illustration that is not code says why it is `ignore`.
 #[cfg(doctest)]
-#[doc = include_str!("../../docs/testing.md")]
-pub struct TestingGuide;
+mod docs {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/attributes.md")]
+    struct Attributes;
+    #[doc = include_str!("../../docs/container-sandbox.md")]
+    struct ContainerSandbox;
+    #[doc = include_str!("../../docs/e2b.md")]
+    struct E2b;
+    #[doc = include_str!("../../docs/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../../docs/integrations.md")]
+    struct Integrations;
+    #[doc = include_str!("../../docs/jaeger.md")]
+    struct Jaeger;
+    #[doc = include_str!("../../docs/llm.md")]
+    struct Llm;
+    #[doc = include_str!("../../docs/sandbox.md")]
+    struct Sandbox;
+    #[doc = include_str!("../../docs/testing.md")]
+    struct Testing;
+}
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
