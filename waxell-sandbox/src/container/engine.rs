@@ -484,7 +484,7 @@ pub(crate) async fn run_helper(
                 tty: Some(false),
                 cmd: Some(cmd),
                 user: Some(user.to_owned()),
-                working_dir: Some(crate::launcher::HOME_DIR.to_owned()),
+                working_dir: Some(crate::paths::HOME_DIR.to_owned()),
                 ..Default::default()
             },
         )
