@@ -121,7 +121,7 @@ pub(crate) fn unsupported<B: Backend>(operation: &'static str) -> SandboxError {
 
 /// A process to start in a sandbox ([`Backend::start_process`]).
 #[derive(Debug, Clone, Default)]
-#[cfg_attr(not(test), expect(dead_code, reason = "the process and PTY issue adds the callers"))]
+#[expect(dead_code, reason = "the process and PTY issue adds the backends that read it")]
 pub struct ProcessSpec {
     /// Program and arguments.
     pub(crate) cmd: Vec<String>,
@@ -141,7 +141,7 @@ pub(crate) struct PtySize {
 }
 
 /// A started process: the same parts a kernel is made of (see [`KernelProcess::from_parts`]).
-#[cfg_attr(not(test), expect(dead_code, reason = "the process and PTY issue adds the callers"))]
+#[expect(dead_code, reason = "the process and PTY issue adds the callers")]
 pub struct SandboxProcess {
     pub(crate) control: Box<dyn ProcessControl>,
     pub(crate) stdin: KernelWriter,

@@ -73,6 +73,9 @@ linux_only! {
     mod naming;
     mod paths;
     mod pool;
+    // An unisolated backend: only for testing the core.
+    #[cfg(test)]
+    mod process;
     mod session;
     // Containers reuse the kernel protocol (kernel/), hence Linux-only for now.
     #[cfg(feature = "container")]

@@ -365,7 +365,7 @@ async fn make_dir_and_remove_never_leave_the_scratch_dir() {
     }
     let missing = sandbox.remove("missing").await;
     assert!(
-        matches!(&missing, Err(waxell::sandbox::SandboxError::InvalidPath { reason, .. }) if reason.contains("no such file")),
+        matches!(&missing, Err(waxell::sandbox::SandboxError::FileNotFound { path }) if path == "missing"),
         "{missing:?}"
     );
     // rename: the destination's parents are made; a link moves as a link; no move through a link.

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use waxell::sandbox::{EntryInfo, SandboxError};
 
 use crate::backend::{Backend, Prepared};
-use crate::kernel::{KernelProcess, KERNEL_SOURCE};
+use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
 use crate::pool::Pooled;
@@ -38,9 +38,6 @@ use guard::ContainerGuard;
 pub use guard::removals_settled;
 use spec::{container_spec, create_error, resolve_runtime, sweep_stale};
 
-/// Runs the kernel source passed as argv[1] under the file name its traceback filter expects.
-/// It first leads its own process group, which pid 1 kills as a whole (see `init.py`).
-const KERNEL_BOOT: &str = "import os,sys\ntry: os.setsid()\nexcept OSError: pass\nf='/opt/waxell/kernel.py';exec(compile(sys.argv.pop(1),f,'exec'),{'__name__':'__main__','__file__':f})";
 /// pid 1: reaps orphans, and signals kernels for the host (commands on its attached stdin).
 const INIT_SOURCE: &str = include_str!("init.py");
 /// Label marking our containers; its value is the sandbox id (`<host pid>-...`).

@@ -27,6 +27,10 @@ pub(crate) use protocol::ReadyInfo;
 pub(crate) const KERNEL_SOURCE: &str = include_str!("kernel.py");
 /// Where the kernel script is inside a sandbox (its traceback filter expects this name).
 pub(crate) const KERNEL_PATH: &str = "/opt/waxell/kernel.py";
+/// Runs the kernel source passed as argv[1] under the file name its traceback filter expects.
+/// It first leads its own process group, which pid 1 kills as a whole (see `init.py`).
+#[cfg(any(feature = "container", test))]
+pub(crate) const KERNEL_BOOT: &str = "import os,sys\ntry: os.setsid()\nexcept OSError: pass\nf='/opt/waxell/kernel.py';exec(compile(sys.argv.pop(1),f,'exec'),{'__name__':'__main__','__file__':f})";
 /// A kernel's own stderr kept for error messages.
 const STDERR_TAIL_LIMIT: usize = 8 << 10;
 
