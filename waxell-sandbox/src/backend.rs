@@ -39,10 +39,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// its files), so a dropped or crashed-out sandbox leaks nothing.
     type Shell: Send + Sync + 'static;
 
-    /// [`waxell::sandbox::SandboxBackend::name`]: `local`, `docker`, ...
+    /// [`waxell::sandbox::SandboxBackend::name`], and the backend's name in errors: `local`,
+    /// `docker`, ...
     const NAME: &'static str;
-    /// Names the backend in argument errors: "local sandbox", "container sandbox".
-    const KIND: &'static str;
 
     /// Limits, pool size, timeouts and lifetime (and the backend's own options).
     fn config(&self) -> &SandboxConfig<Self::Options>;

@@ -81,10 +81,24 @@ linux_only! {
     #[cfg(feature = "container")]
     pub mod container;
     #[cfg(feature = "container")]
-    pub use container::{removals_settled, ContainerBackend, ContainerConfig, ContainerSandbox};
+    pub use container::{removals_settled, ContainerConfig};
 
     pub use local::{cgroup_subtree_dir, default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
-    pub use local::{LocalBackend, LocalSandbox};
+
+    /// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from
+    /// a warm pool of pre-started interpreters. Cheap to clone; the pool is shared.
+    pub type LocalBackend = pool::Pooled<local::Local>;
+    /// One live local sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`]) kills
+    /// every process in it and removes its cgroups and scratch directory.
+    pub type LocalSandbox = session::Session<local::Local>;
+    /// Creates sandboxes as containers of a Docker-compatible engine. Cheap to clone; the warm
+    /// pool is shared.
+    #[cfg(feature = "container")]
+    pub type ContainerBackend = pool::Pooled<container::Container>;
+    /// One live container sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`])
+    /// removes the container.
+    #[cfg(feature = "container")]
+    pub type ContainerSandbox = session::Session<container::Container>;
     pub use session::DEFAULT_CONTEXT_ID;
 }
 

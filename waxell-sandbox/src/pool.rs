@@ -166,8 +166,12 @@ impl<B: Backend> SandboxBackend for Pooled<B> {
     }
 }
 
-impl<B: Backend + std::fmt::Debug> std::fmt::Debug for Pooled<B> {
+impl<B: Backend> std::fmt::Debug for Pooled<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.backend.fmt(f)
+        f.debug_struct("Pooled")
+            .field("backend", &B::NAME)
+            .field("config", self.inner.backend.config())
+            .field("pool_len", &self.pool_len())
+            .finish_non_exhaustive()
     }
 }

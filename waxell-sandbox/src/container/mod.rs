@@ -35,6 +35,7 @@ use crate::session::Session;
 pub use config::{ContainerConfig, ContainerOptions, DEFAULT_IMAGE};
 use engine::{api_error, Control, Endpoint};
 use guard::ContainerGuard;
+pub use crate::{ContainerBackend, ContainerSandbox};
 pub use guard::removals_settled;
 use spec::{container_spec, create_error, resolve_runtime, sweep_stale};
 
@@ -45,13 +46,6 @@ const LABEL: &str = "io.waxell.sandbox";
 /// The sandbox user inside the container.
 const USER: &str = "1000:1000";
 
-/// Creates sandboxes as containers. Cheap to clone; the warm pool is shared.
-pub type ContainerBackend = Pooled<Container>;
-
-/// One live container sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`]) removes
-/// the container.
-pub type ContainerSandbox = Session<Container>;
-
 /// What every container sandbox of one backend shares: the engine client and the configuration.
 pub struct Container {
     docker: Docker,
@@ -59,15 +53,6 @@ pub struct Container {
     /// The runtime that isolates the code, for spans (`runc`, `runsc`, ...).
     runtime_name: String,
     podman: bool,
-}
-
-impl std::fmt::Debug for Container {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ContainerBackend")
-            .field("image", &self.config.image)
-            .field("runtime", &self.runtime_name)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Pooled<Container> {
@@ -145,7 +130,6 @@ impl Backend for Container {
     type Options = ContainerOptions;
     type Shell = ContainerGuard;
     const NAME: &'static str = "docker";
-    const KIND: &'static str = "container sandbox";
 
     fn config(&self) -> &ContainerConfig {
         &self.config

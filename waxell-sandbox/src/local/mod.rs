@@ -32,7 +32,7 @@ linux_only! {
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;
     pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
-    pub use sandbox::{LocalBackend, LocalSandbox};
+    pub(crate) use sandbox::Local;
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -24,14 +24,6 @@ use crate::naming;
 use crate::pool::Pooled;
 use crate::session::Session;
 
-/// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from a warm
-/// pool of pre-started interpreters. Cheap to clone; the pool is shared.
-pub type LocalBackend = Pooled<Local>;
-
-/// One live local sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`]) kills every
-/// process in it and removes its cgroups and scratch directory.
-pub type LocalSandbox = Session<Local>;
-
 /// What every local sandbox of one backend shares: the launcher (host tools, Python, seccomp
 /// programs, configuration), the cgroup limiter and the host report.
 pub struct Local {
@@ -39,15 +31,6 @@ pub struct Local {
     limiter: Limiter,
     report: HostReport,
     scratch_root: PathBuf,
-}
-
-impl std::fmt::Debug for Local {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalBackend")
-            .field("python", &self.launcher.python.executable)
-            .field("pool_size", &self.launcher.config.pool_size)
-            .finish_non_exhaustive()
-    }
 }
 
 /// What one local sandbox holds. Field order = drop order: the cgroup (kills stragglers), then
@@ -106,7 +89,7 @@ impl Pooled<Local> {
         &self.backend().report
     }
 
-    /// Probe the host as [`LocalBackend::new`] would, without making a backend: the report says
+    /// Probe the host as [`crate::LocalBackend::new`] would, without making a backend: the report says
     /// why the local sandbox is unavailable (with the fix) or what it would enforce.
     pub fn host_report(config: &LocalConfig) -> HostReport {
         let tools = match host::check_host() {
@@ -183,7 +166,6 @@ impl Backend for Local {
     type Options = LocalOptions;
     type Shell = LocalShell;
     const NAME: &'static str = "local";
-    const KIND: &'static str = "local sandbox";
 
     fn config(&self) -> &SandboxConfig<LocalOptions> {
         &self.launcher.config

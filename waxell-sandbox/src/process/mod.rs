@@ -119,7 +119,6 @@ impl Backend for Process {
     type Options = ProcessOptions;
     type Shell = Home;
     const NAME: &'static str = "process";
-    const KIND: &'static str = "process sandbox";
 
     fn config(&self) -> &SandboxConfig<ProcessOptions> {
         &self.config

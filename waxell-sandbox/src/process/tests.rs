@@ -42,7 +42,7 @@ async fn a_context_keeps_its_state_and_contexts_are_separate() {
     ));
     assert!(matches!(
         sandbox.create_context(Some("ruby"), None).await,
-        Err(SandboxError::InvalidArgument(message)) if message.contains("process sandbox")
+        Err(SandboxError::InvalidArgument(message)) if message.contains("process backend")
     ));
 }
 

@@ -79,8 +79,8 @@ impl<B: Backend> Session<B> {
         match language.trim().to_ascii_lowercase().as_str() {
             "" | "python" | "python3" => Ok(()),
             other => Err(SandboxError::InvalidArgument(format!(
-                "language {other:?} is not supported by the {} (only python)",
-                B::KIND
+                "language {other:?} is not supported by the {} backend (only python)",
+                B::NAME
             ))),
         }
     }
