@@ -12,16 +12,14 @@ mod protocol;
 mod run;
 
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use waxell::sandbox::RunOptions;
 
 use crate::config::Limits;
 use protocol::LineReader;
-pub(crate) use protocol::ReadyInfo;
+pub(crate) use protocol::{KernelReader, KernelWriter, ReadyInfo};
 
 /// The kernel script every backend runs (`kernel.py`), the same file for all of them.
 pub(crate) const KERNEL_SOURCE: &str = include_str!("kernel.py");
@@ -66,15 +64,10 @@ impl ExecLimits {
     }
 }
 
-/// Protocol input of a kernel (its stdin).
-pub(crate) type KernelWriter = Pin<Box<dyn AsyncWrite + Send>>;
-/// Protocol output of a kernel (its stdout).
-pub(crate) type KernelReader = Pin<Box<dyn AsyncRead + Send>>;
 /// Where a kernel's own stderr (the launcher's or engine's messages) is collected, size-capped.
 pub(crate) type StderrTail = Arc<Mutex<String>>;
 
-/// Counts OOM kills in the sandbox (e.g. the local backend's memory cgroup); see
-/// [`crate::backend::Backend::oom_kills`].
+/// Counts OOM kills in the sandbox (e.g. the local backend's memory cgroup).
 pub(crate) trait OomCounter: Send + Sync {
     fn oom_kills(&self) -> u64;
 }

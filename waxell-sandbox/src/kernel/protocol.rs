@@ -7,7 +7,14 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use waxell::sandbox::{ExecutionError, ExecutionResult};
 
-use super::{Abort, ExecLimits, KernelReader};
+use std::pin::Pin;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Protocol input of a kernel (its stdin).
+pub(crate) type KernelWriter = Pin<Box<dyn AsyncWrite + Send>>;
+/// Protocol output of a kernel (its stdout).
+pub(crate) type KernelReader = Pin<Box<dyn AsyncRead + Send>>;
 
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct ReadyInfo {
@@ -91,49 +98,6 @@ impl LineReader {
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
-}
-
-pub(super) fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: String) -> ExecutionError {
-    {
-        match (abort, oom) {
-            (Some(Abort::Timeout), _) => report(
-                "TimeoutError",
-                format!(
-                    "execution exceeded the {:?} timeout, ignored the interrupt for {:?} and was killed; the state \
-                     is lost and the context restarts on the next run",
-                    limits.timeout, limits.grace
-                ),
-                String::new(),
-            ),
-            (Some(Abort::OutputHardCap), _) => report(
-                "OutputTruncated",
-                format!(
-                    "the execution produced more than {} bytes of output and was killed; the state is lost and the \
-                     context restarts on the next run",
-                    limits.hard_cap_bytes
-                ),
-                String::new(),
-            ),
-            (None, true) => report(
-                "OutOfMemory",
-                format!(
-                    "the interpreter exceeded the sandbox's {} MiB memory limit and was killed; the state is lost \
-                     and the context restarts on the next run",
-                    limits.memory_bytes >> 20
-                ),
-                String::new(),
-            ),
-            (None, false) => report(
-                "KernelDied",
-                format!(
-                    "the interpreter exited unexpectedly ({detail}); the state is lost and the context restarts on \
-                     the next run"
-                ),
-                String::new(),
-            ),
-        }
-    }
-
 }
 
 /// A fresh 63-bit run id nobody can predict: SipHash, keyed randomly per process, over a counter.

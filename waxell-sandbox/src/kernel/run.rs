@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use waxell::sandbox::{Execution, ExecutionError, OutputMessage, RunOptions, SandboxError};
 
-use super::protocol::{death_report, non_empty, report, to_execution_result, unguessable_id, KernelMessage};
+use super::protocol::{non_empty, report, to_execution_result, unguessable_id, KernelMessage};
 use super::{Abort, ExecLimits, KernelProcess, OomCounter, ReadyInfo};
 
 /// Largest `ready` line accepted.
@@ -317,6 +317,49 @@ impl KernelProcess {
             ));
         }
         Ok(execution)
+    }
+
+}
+
+fn death_report(abort: Option<Abort>, oom: bool, limits: &ExecLimits, detail: String) -> ExecutionError {
+    {
+        match (abort, oom) {
+            (Some(Abort::Timeout), _) => report(
+                "TimeoutError",
+                format!(
+                    "execution exceeded the {:?} timeout, ignored the interrupt for {:?} and was killed; the state \
+                     is lost and the context restarts on the next run",
+                    limits.timeout, limits.grace
+                ),
+                String::new(),
+            ),
+            (Some(Abort::OutputHardCap), _) => report(
+                "OutputTruncated",
+                format!(
+                    "the execution produced more than {} bytes of output and was killed; the state is lost and the \
+                     context restarts on the next run",
+                    limits.hard_cap_bytes
+                ),
+                String::new(),
+            ),
+            (None, true) => report(
+                "OutOfMemory",
+                format!(
+                    "the interpreter exceeded the sandbox's {} MiB memory limit and was killed; the state is lost \
+                     and the context restarts on the next run",
+                    limits.memory_bytes >> 20
+                ),
+                String::new(),
+            ),
+            (None, false) => report(
+                "KernelDied",
+                format!(
+                    "the interpreter exited unexpectedly ({detail}); the state is lost and the context restarts on \
+                     the next run"
+                ),
+                String::new(),
+            ),
+        }
     }
 
 }

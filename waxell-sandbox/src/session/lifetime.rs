@@ -1,15 +1,12 @@
 //! A sandbox's end: killed (or dropped), or its lifetime deadline passed. The deadline moves with
-//! `set_timeout`; [`watch`] shuts the sandbox down when it passes.
+//! `set_timeout`; the session's watchdog shuts the sandbox down when it passes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-use super::Inner;
-use crate::backend::Backend;
 
 pub(crate) struct Lifetime {
     ended: AtomicBool,
@@ -44,34 +41,11 @@ impl Lifetime {
         self.changed.notify_one();
     }
 
-    fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|e| e.into_inner())
+    /// The current deadline, and what wakes a waiter when it moves or the sandbox ends.
+    pub(crate) fn deadline(&self) -> (Instant, Arc<Notify>) {
+        (
+            *self.deadline.lock().unwrap_or_else(|e| e.into_inner()),
+            Arc::clone(&self.changed),
+        )
     }
-}
-
-/// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
-/// dropping the sandbox cleans up at once.
-pub(super) fn watch<B: Backend>(weak: Weak<Inner<B>>) {
-    tokio::spawn(async move {
-        loop {
-            let (deadline, changed) = {
-                let Some(inner) = weak.upgrade() else { return };
-                let lifetime = &inner.lifetime;
-                if lifetime.has_ended() {
-                    return;
-                }
-                let deadline = lifetime.deadline();
-                if Instant::now() >= deadline {
-                    tracing::info!(sandbox = %B::sandbox_id(&inner.shell), "sandbox lifetime expired, shutting it down");
-                    inner.shutdown(false).await;
-                    return;
-                }
-                (deadline, Arc::clone(&lifetime.changed))
-            };
-            tokio::select! {
-                _ = changed.notified() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
-    });
 }

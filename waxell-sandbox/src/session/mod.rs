@@ -6,10 +6,11 @@ mod contexts;
 mod lifetime;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::time::Instant;
 use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions, SandboxError, SandboxOptions, SandboxSession};
 
 use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess};
@@ -53,7 +54,7 @@ impl<B: Backend> Session<B> {
             env: options.env_vars.clone(),
             lifetime: Lifetime::new(lifetime),
         });
-        lifetime::watch(Arc::downgrade(&inner));
+        watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
     }
 
@@ -158,6 +159,33 @@ impl<B: Backend> Inner<B> {
         }
         self.backend.remove(&self.shell).await;
     }
+}
+
+/// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
+/// dropping the sandbox cleans up at once.
+fn watch_lifetime<B: Backend>(weak: Weak<Inner<B>>) {
+    tokio::spawn(async move {
+        loop {
+            let (deadline, changed) = {
+                let Some(inner) = weak.upgrade() else { return };
+                let lifetime = &inner.lifetime;
+                if lifetime.has_ended() {
+                    return;
+                }
+                let (deadline, changed) = lifetime.deadline();
+                if Instant::now() >= deadline {
+                    tracing::info!(sandbox = %B::sandbox_id(&inner.shell), "sandbox lifetime expired, shutting it down");
+                    inner.shutdown(false).await;
+                    return;
+                }
+                (deadline, changed)
+            };
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    });
 }
 
 /// The OOM kills of one sandbox, as the kernel protocol counts them.
