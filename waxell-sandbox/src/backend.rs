@@ -66,7 +66,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn runtime<'a>(&'a self, shell: &'a Self::Shell) -> &'a str;
 
     /// OOM kills counted so far among the sandbox's processes. 0 (the default) when the backend
-    /// learns of them from a kernel's exit instead ([`crate::kernel::ExitInfo::oom_killed`]).
+    /// learns of them from a kernel's exit instead (`ExitInfo::oom_killed`).
     fn oom_kills(_shell: &Self::Shell) -> u64 {
         0
     }

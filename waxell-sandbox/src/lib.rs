@@ -99,7 +99,9 @@ linux_only! {
     /// removes the container.
     #[cfg(feature = "container")]
     pub type ContainerSandbox = session::Session<container::Container>;
-    pub use session::DEFAULT_CONTEXT_ID;
+    pub use backend::Backend;
+    pub use pool::Pooled;
+    pub use session::{Session, DEFAULT_CONTEXT_ID};
 }
 
 #[cfg(not(target_os = "linux"))]

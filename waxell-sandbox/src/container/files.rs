@@ -3,20 +3,27 @@
 
 use waxell::sandbox::{EntryInfo, LimitKind, SandboxError};
 
+use bollard::Docker;
+
 use super::engine::run_helper;
 use super::guard::ContainerGuard;
-use super::{Container, USER};
+use super::spec::USER;
 use crate::paths::sandbox_path;
 
 /// The in-container file helper.
 const FILEOP_SOURCE: &str = include_str!("fileop.py");
 
-impl Container {
+/// File operations in one sandbox's container.
+pub(super) struct Files<'a> {
+    pub(super) docker: &'a Docker,
+    pub(super) container: &'a ContainerGuard,
+    pub(super) max_file_bytes: u64,
+}
+
+impl Files<'_> {
     /// Run the file helper on `path`; its exit status says why it refused.
     async fn fileop(
-        &self,
-        container: &ContainerGuard,
-        args: &[&str],
+        &self, args: &[&str],
         stdin: Option<&[u8]>,
         path: &str,
     ) -> Result<Vec<u8>, SandboxError> {
@@ -27,7 +34,7 @@ impl Container {
             FILEOP_SOURCE.to_owned(),
         ];
         cmd.extend(args.iter().map(|a| (*a).to_owned()));
-        let output = run_helper(&self.docker, &container.id, USER, cmd, stdin).await?;
+        let output = run_helper(self.docker, &self.container.id, USER, cmd, stdin).await?;
         let reason = || {
             serde_json::from_slice::<serde_json::Value>(&output.stderr)
                 .ok()
@@ -53,13 +60,11 @@ impl Container {
     }
 
     async fn fileop_json<T: serde::de::DeserializeOwned>(
-        &self,
-        container: &ContainerGuard,
-        args: &[&str],
+        &self, args: &[&str],
         stdin: Option<&[u8]>,
         path: &str,
     ) -> Result<T, SandboxError> {
-        let out = self.fileop(container, args, stdin, path).await?;
+        let out = self.fileop(args, stdin, path).await?;
         serde_json::from_slice(&out).map_err(|e| SandboxError::Protocol {
             message: format!("file helper: {e}"),
             received: String::from_utf8_lossy(&out).chars().take(200).collect(),
@@ -67,12 +72,10 @@ impl Container {
     }
 
     pub(super) async fn write(
-        &self,
-        container: &ContainerGuard,
-        path: &str,
+        &self, path: &str,
         data: &[u8],
     ) -> Result<EntryInfo, SandboxError> {
-        let max = self.config.limits.max_file_bytes;
+        let max = self.max_file_bytes;
         if data.len() as u64 > max {
             return Err(SandboxError::LimitExceeded {
                 limit: LimitKind::FileSize,
@@ -82,44 +85,40 @@ impl Container {
         let target = sandbox_path(path)?;
         let mut stdin = format!("{}\n", data.len()).into_bytes();
         stdin.extend_from_slice(data);
-        self.fileop_json(container, &["write", &target], Some(&stdin), path)
+        self.fileop_json(&["write", &target], Some(&stdin), path)
             .await
     }
 
-    pub(super) async fn read(&self, container: &ContainerGuard, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let max = self.config.limits.max_file_bytes.to_string();
+    pub(super) async fn read(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let max = self.max_file_bytes.to_string();
         let target = sandbox_path(path)?;
-        self.fileop(container, &["read", &target, &max], None, path).await
+        self.fileop(&["read", &target, &max], None, path).await
     }
 
     pub(super) async fn list(
-        &self,
-        container: &ContainerGuard,
-        path: &str,
+        &self, path: &str,
     ) -> Result<Vec<EntryInfo>, SandboxError> {
         let target = sandbox_path(path)?;
-        self.fileop_json(container, &["list", &target], None, path).await
+        self.fileop_json(&["list", &target], None, path).await
     }
 
-    pub(super) async fn mkdir(&self, container: &ContainerGuard, path: &str) -> Result<bool, SandboxError> {
+    pub(super) async fn mkdir(&self, path: &str) -> Result<bool, SandboxError> {
         let target = sandbox_path(path)?;
-        self.fileop_json(container, &["mkdir", &target], None, path).await
+        self.fileop_json(&["mkdir", &target], None, path).await
     }
 
-    pub(super) async fn rename_path(
-        &self,
-        container: &ContainerGuard,
-        from: &str,
+    pub(super) async fn rename(
+        &self, from: &str,
         to: &str,
     ) -> Result<EntryInfo, SandboxError> {
         let (source, target) = (sandbox_path(from)?, sandbox_path(to)?);
-        self.fileop_json(container, &["rename", &source, &target], None, from)
+        self.fileop_json(&["rename", &source, &target], None, from)
             .await
     }
 
-    pub(super) async fn delete(&self, container: &ContainerGuard, path: &str) -> Result<(), SandboxError> {
+    pub(super) async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         let target = sandbox_path(path)?;
-        self.fileop(container, &["remove", &target], None, path).await?;
+        self.fileop(&["remove", &target], None, path).await?;
         Ok(())
     }
 }

@@ -37,14 +37,9 @@ use engine::{api_error, Control, Endpoint};
 use guard::ContainerGuard;
 pub use crate::{ContainerBackend, ContainerSandbox};
 pub use guard::removals_settled;
-use spec::{container_spec, create_error, resolve_runtime, sweep_stale};
+use files::Files;
+use spec::{container_spec, create_error, resolve_runtime, sweep_stale, USER};
 
-/// pid 1: reaps orphans, and signals kernels for the host (commands on its attached stdin).
-const INIT_SOURCE: &str = include_str!("init.py");
-/// Label marking our containers; its value is the sandbox id (`<host pid>-...`).
-const LABEL: &str = "io.waxell.sandbox";
-/// The sandbox user inside the container.
-const USER: &str = "1000:1000";
 
 /// What every container sandbox of one backend shares: the engine client and the configuration.
 pub struct Container {
@@ -117,6 +112,15 @@ impl Session<Container> {
 }
 
 impl Container {
+    /// File operations in `container`.
+    fn files<'a>(&'a self, container: &'a ContainerGuard) -> Files<'a> {
+        Files {
+            docker: &self.docker,
+            container,
+            max_file_bytes: self.config.limits.max_file_bytes,
+        }
+    }
+
     async fn container_running(&self, container: &ContainerGuard) -> bool {
         match self.docker.inspect_container(&container.id, None).await {
             Ok(inspect) => inspect.state.and_then(|s| s.running).unwrap_or(false),
@@ -223,27 +227,27 @@ impl Backend for Container {
     }
 
     async fn write_file(&self, container: &ContainerGuard, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
-        self.write(container, path, data).await
+        self.files(container).write(path, data).await
     }
 
     async fn read_file(&self, container: &ContainerGuard, path: &str) -> Result<Vec<u8>, SandboxError> {
-        self.read(container, path).await
+        self.files(container).read(path).await
     }
 
     async fn list_files(&self, container: &ContainerGuard, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
-        self.list(container, path).await
+        self.files(container).list(path).await
     }
 
     async fn make_dir(&self, container: &ContainerGuard, path: &str) -> Result<bool, SandboxError> {
-        self.mkdir(container, path).await
+        self.files(container).mkdir(path).await
     }
 
     async fn rename(&self, container: &ContainerGuard, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
-        self.rename_path(container, from, to).await
+        self.files(container).rename(from, to).await
     }
 
     async fn remove_path(&self, container: &ContainerGuard, path: &str) -> Result<(), SandboxError> {
-        self.delete(container, path).await
+        self.files(container).remove(path).await
     }
 }
 

@@ -10,9 +10,16 @@ use waxell::sandbox::SandboxError;
 
 use super::engine::api_error;
 use super::guard::remove_container;
-use super::{ContainerConfig, INIT_SOURCE, LABEL, USER};
+use super::config::ContainerConfig;
 use crate::naming;
 use crate::paths::HOME_DIR;
+
+/// pid 1: reaps orphans, and signals kernels for the host (commands on its attached stdin).
+const INIT_SOURCE: &str = include_str!("init.py");
+/// Label marking our containers; its value is the sandbox id (`<host pid>-...`).
+const LABEL: &str = "io.waxell.sandbox";
+/// The sandbox user inside the container.
+pub(super) const USER: &str = "1000:1000";
 
 /// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
 /// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible

@@ -19,9 +19,10 @@ use waxell::e2b::wire::{
 };
 use waxell::sandbox::EntryInfo;
 
+use super::body;
 use super::error::ApiError;
 use super::registry::SandboxEntry;
-use super::{body, AppState};
+use super::state::AppState;
 
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;

@@ -138,7 +138,7 @@ fn a_shared_or_foreign_scratch_root_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_interpreter_killed_while_waiting_is_not_handed_out() {
     // It kills every sandbox process of its host process, so it runs alone in a process of its own.
-    if ran_in_own_process("a_pooled_interpreter_killed_while_waiting_is_not_handed_out") {
+    if ran_in_own_process("lifecycle::a_pooled_interpreter_killed_while_waiting_is_not_handed_out") {
         return;
     }
     let backend = backend_with(config().with_pool_size(1));
