@@ -116,9 +116,9 @@ impl Process {
 
 #[async_trait]
 impl Backend for Process {
-    type Options = ProcessOptions;
-    type Shell = Home;
     const NAME: &'static str = "process";
+    type Shell = Home;
+    type Options = ProcessOptions;
 
     fn config(&self) -> &SandboxConfig<ProcessOptions> {
         &self.config
