@@ -29,7 +29,7 @@ pub struct Session<B: Backend> {
 /// Field order = drop order: kernels, then the sandbox's resources.
 pub(crate) struct Inner<B: Backend> {
     contexts: Contexts,
-    pub(crate) shell: B::Shell,
+    shell: B::Shell,
     backend: Arc<B>,
     env: BTreeMap<String, String>,
     lifetime: Lifetime,
