@@ -1,6 +1,8 @@
-//! Configuration of the local backend: resource limits, the warm pool, timeouts and the interpreter.
+//! Configuration every backend shares: resource limits, the warm pool, timeouts and the lifetime.
+//! A backend adds its own options (`O`): [`crate::LocalConfig`] is `SandboxConfig<LocalOptions>`,
+//! [`crate::ContainerConfig`] is `SandboxConfig<ContainerOptions>`.
 
-use std::path::PathBuf;
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 /// Resource limits of one sandbox (all its contexts share the memory, process and CPU caps).
@@ -60,21 +62,21 @@ impl Default for Limits {
     }
 }
 
-/// Configuration of a [`crate::LocalBackend`].
+/// Configuration of a backend: what every backend has (limits, pool, timeouts, lifetime) plus the
+/// backend's own options `O`, whose fields read and write through this value (`config.uid_base`)
+/// so each backend's configuration stays one flat value.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct LocalConfig {
+pub struct SandboxConfig<O> {
     /// Resource caps of each sandbox.
     pub limits: Limits,
-    /// Pre-started interpreters kept ready (0 = no pool, every create starts cold).
+    /// Sandboxes started ahead of `create` and kept ready (0 = no pool, every create starts cold).
     pub pool_size: usize,
-    /// Interpreter to run; `None` = `WAXELL_SANDBOX_PYTHON`, then the setup script's venv, then the
-    /// system python3.
-    pub python: Option<PathBuf>,
-    /// Modules imported before the interpreter reports ready (e.g. `numpy`, `pandas`,
+    /// Modules imported before an interpreter reports ready (e.g. `numpy`, `pandas`,
     /// `matplotlib.pyplot`): a slower pool fill, a faster first cell.
     pub preload: Vec<String>,
-    /// Default per-run timeout when `RunOptions::timeout` is unset.
+    /// Default per-run timeout when `RunOptions::timeout` is unset (then interrupt, then kill after
+    /// `interrupt_grace`).
     pub run_timeout: Duration,
     /// After the timeout interrupt, how long the code gets to stop before it is killed.
     pub interrupt_grace: Duration,
@@ -82,54 +84,47 @@ pub struct LocalConfig {
     pub lifetime: Duration,
     /// How long an interpreter may take to start and report ready.
     pub ready_timeout: Duration,
-    /// Sandbox uids are `uid_base .. uid_base + uid_span` (never 0), leased uniquely across the
-    /// host's processes. The default, `0x7000_0000 ..+ 65536`, lies above shadow's subordinate-id
-    /// ranges (`SUB_UID_MAX` 600100000), LXD's and systemd-nspawn's (up to `0x6FFFFFFF`) and below
-    /// systemd's foreign range (`0x7FFE0000`); `LocalBackend::new` checks it against `/etc/subuid`,
-    /// `/etc/subgid` and `/etc/passwd`.
-    pub uid_base: u32,
-    /// How many uids the backend may lease from `uid_base` on (also the most sandboxes at once, as root).
-    pub uid_span: u32,
-    /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
-    pub scratch_root: Option<PathBuf>,
+    /// The backend's own options.
+    pub backend: O,
 }
 
-impl Default for LocalConfig {
+/// A backend's own options: their defaults, and the ready timeout that suits the backend.
+pub trait BackendOptions: Default + Clone + std::fmt::Debug {
+    /// Default of [`SandboxConfig::ready_timeout`].
+    const READY_TIMEOUT: Duration;
+}
+
+impl<O: BackendOptions> Default for SandboxConfig<O> {
     fn default() -> Self {
         Self {
             limits: Limits::default(),
             pool_size: 0,
-            python: None,
             preload: Vec::new(),
             run_timeout: Duration::from_secs(60),
             interrupt_grace: Duration::from_secs(2),
             lifetime: Duration::from_secs(300),
-            ready_timeout: Duration::from_secs(30),
-            uid_base: 0x7000_0000,
-            uid_span: 65_536,
-            scratch_root: None,
+            ready_timeout: O::READY_TIMEOUT,
+            backend: O::default(),
         }
     }
 }
 
-impl LocalConfig {
+impl<O: BackendOptions> SandboxConfig<O> {
     /// The defaults: no warm pool, 60 s runs, 300 s lifetime, [`Limits::default`].
     pub fn new() -> Self {
         Self::default()
     }
+}
+
+impl<O> SandboxConfig<O> {
     /// Use these resource caps.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
-    /// Keep this many interpreters started ahead of `create` (0 turns the pool off).
+    /// Keep this many sandboxes started ahead of `create` (0 turns the pool off).
     pub fn with_pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
-        self
-    }
-    /// Run this Python interpreter instead of looking one up (`WAXELL_SANDBOX_PYTHON`, venv, python3).
-    pub fn with_python(mut self, python: impl Into<PathBuf>) -> Self {
-        self.python = Some(python.into());
         self
     }
     /// Import these modules in every interpreter before it reports ready (replaces the list).
@@ -151,6 +146,19 @@ impl LocalConfig {
     pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
         self.lifetime = lifetime;
         self
+    }
+}
+
+impl<O> Deref for SandboxConfig<O> {
+    type Target = O;
+    fn deref(&self) -> &O {
+        &self.backend
+    }
+}
+
+impl<O> DerefMut for SandboxConfig<O> {
+    fn deref_mut(&mut self) -> &mut O {
+        &mut self.backend
     }
 }
 

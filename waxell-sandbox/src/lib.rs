@@ -43,51 +43,69 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// Used only by the Linux modules (and the stub's constructor) elsewhere.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-mod capabilities;
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+//! ## Layout
+//! A shared core that every backend uses, and one folder per backend implementing the core's
+//! one trait (`backend.rs`, see docs/sandbox.md "Adding a backend"):
+//! * core: `backend.rs` (the trait), `session/` (a live sandbox: contexts, runs, files, lifetime),
+//!   `pool.rs` (the warm pool), `kernel/` (the JSON-lines kernel protocol), `config.rs` (limits,
+//!   timeouts, pool size), `paths.rs`, `naming.rs`;
+//! * backends: `local/` (bubblewrap, seccomp, cgroups, rootless, watchdog, uid leases, host
+//!   report), `container/` (Docker/Podman, gVisor);
+//! * `server/`: the E2B-compatible HTTP server in front of any backend.
+//!
+//! No core module imports a backend.
+
 mod config;
 #[cfg(feature = "server")]
 pub mod server;
 
 /// Declares the Linux-only items: the one place the platform is decided. Elsewhere
-/// `unsupported.rs` stands in, and [`LocalBackend::new`] reports `Unavailable`.
+/// `local/unsupported.rs` stands in, and [`LocalBackend::new`] reports `Unavailable`.
 macro_rules! linux_only {
     ($($item:item)*) => { $( #[cfg(target_os = "linux")] $item )* };
 }
 
+mod local;
+
 linux_only! {
-    mod cgroup;
-    mod cgroup_v2;
-    mod files;
-    mod host;
+    mod backend;
     mod kernel;
-    mod launcher;
-    mod local;
     mod naming;
-    mod rootless;
-    mod seccomp;
+    mod paths;
+    mod pool;
+    // An unisolated backend: only for testing the core.
+    #[cfg(test)]
+    mod process;
     mod session;
-    // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
-    #[allow(unsafe_code)]
-    mod spawn;
-    mod watchdog;
-    // Containers reuse the kernel protocol (kernel.rs), hence Linux-only for now.
+    // Containers reuse the kernel protocol (kernel/), hence Linux-only for now.
     #[cfg(feature = "container")]
     pub mod container;
     #[cfg(feature = "container")]
-    pub use container::{removals_settled, ContainerBackend, ContainerConfig, ContainerSandbox};
+    pub use container::{removals_settled, ContainerConfig};
 
-    pub use cgroup::subtree_dir as cgroup_subtree_dir;
-    pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
-    pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
+    pub use local::{cgroup_subtree_dir, default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
+
+    /// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from
+    /// a warm pool of pre-started interpreters. Cheap to clone; the pool is shared.
+    pub type LocalBackend = pool::Pooled<local::Local>;
+    /// One live local sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`]) kills
+    /// every process in it and removes its cgroups and scratch directory.
+    pub type LocalSandbox = session::Session<local::Local>;
+    /// Creates sandboxes as containers of a Docker-compatible engine. Cheap to clone; the warm
+    /// pool is shared.
+    #[cfg(feature = "container")]
+    pub type ContainerBackend = pool::Pooled<container::Container>;
+    /// One live container sandbox. Dropping it (or [`waxell::sandbox::SandboxSession::kill`])
+    /// removes the container.
+    #[cfg(feature = "container")]
+    pub type ContainerSandbox = session::Session<container::Container>;
+    pub use backend::Backend;
+    pub use pool::Pooled;
+    pub use session::{Session, DEFAULT_CONTEXT_ID};
 }
 
 #[cfg(not(target_os = "linux"))]
-mod unsupported;
-#[cfg(not(target_os = "linux"))]
-pub use unsupported::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
+pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
 
-pub use capabilities::{Check, Feature, HostReport, IsolationMode, Status};
-pub use config::{Limits, LocalConfig};
+pub use config::{BackendOptions, Limits, SandboxConfig};
+pub use local::{Check, Feature, HostReport, IsolationMode, LocalConfig, LocalOptions, Status};

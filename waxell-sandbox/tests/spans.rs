@@ -115,7 +115,7 @@ async fn sandbox_calls_emit_nested_spans() {
         Some(&Value::I64(5))
     );
     assert!(matches!(reads[1].status, Status::Error { .. }));
-    assert_eq!(string(reads[1], "error.type"), "invalid_path");
+    assert_eq!(string(reads[1], "error.type"), "file_not_found");
     assert_eq!(named("execute_tool sandbox.write_file").len(), 1);
     assert_eq!(
         string(

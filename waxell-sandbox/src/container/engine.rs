@@ -141,7 +141,7 @@ pub(crate) fn api_error(what: &str, e: bollard::errors::Error) -> SandboxError {
             message,
         } => SandboxError::NotFound(format!("{what}: {message}")),
         bollard::errors::Error::DockerResponseServerError { status_code, message } => {
-            SandboxError::Other(format!("{what}: the engine answered {status_code}: {message}"))
+            SandboxError::Transport(format!("{what}: the engine answered {status_code}: {message}"))
         }
         other => SandboxError::Transport(format!("{what}: {other}")),
     }
@@ -404,9 +404,10 @@ pub(crate) async fn start_kernel_exec(
         .await
         .map_err(|e| api_error("starting the kernel (exec start)", e))?;
     let StartExecResults::Attached { output, input } = started else {
-        return Err(SandboxError::Other(
-            "the engine started the kernel detached".into(),
-        ));
+        return Err(SandboxError::Protocol {
+            message: "the engine started the kernel detached".into(),
+            received: String::new(),
+        });
     };
     let tail: StderrTail = Default::default();
     let ended = Arc::new(AtomicBool::new(false));
@@ -484,7 +485,7 @@ pub(crate) async fn run_helper(
                 tty: Some(false),
                 cmd: Some(cmd),
                 user: Some(user.to_owned()),
-                working_dir: Some(crate::launcher::HOME_DIR.to_owned()),
+                working_dir: Some(crate::paths::HOME_DIR.to_owned()),
                 ..Default::default()
             },
         )
@@ -499,7 +500,10 @@ pub(crate) async fn run_helper(
         mut input,
     } = started
     else {
-        return Err(SandboxError::Other("the engine started a helper detached".into()));
+        return Err(SandboxError::Protocol {
+            message: "the engine started a helper detached".into(),
+            received: String::new(),
+        });
     };
     let feed = async {
         if let Some(data) = stdin {

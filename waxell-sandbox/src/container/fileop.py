@@ -1,15 +1,20 @@
 """File operations inside a container sandbox, run as the sandbox's user (never by the host on the
 container's files). Mirrors the local backend's rules: paths under /home/user only, no symlink in
-any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr.
+any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr;
+a missing path: exit 3; a file over the size cap: exit 4.
 Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes."""
 import json, os, shutil, stat, sys
 
 HOME = "/home/user"
 
 
-def fail(reason):
+def fail(reason, code=2):
     sys.stderr.write(json.dumps({"reason": reason}))
-    sys.exit(2)
+    sys.exit(code)
+
+
+def missing():
+    fail("no such file or directory", 3)
 
 
 def check(path, must_exist=True):
@@ -24,7 +29,7 @@ def check(path, must_exist=True):
             st = os.lstat(cur)
         except FileNotFoundError:
             if must_exist:
-                fail("no such file or directory")
+                missing()
             return
         if stat.S_ISLNK(st.st_mode):
             fail("refused: a component is a symlink or not a directory")
@@ -57,7 +62,7 @@ def main():
             if not stat.S_ISREG(st.st_mode):
                 fail("not a regular file")
             if st.st_size > limit:
-                fail("file is %d bytes, over the %d-byte limit" % (st.st_size, limit))
+                fail("file is %d bytes, over the %d-byte limit" % (st.st_size, limit), 4)
             with os.fdopen(fd, "rb") as f:
                 sys.stdout.buffer.write(f.read(limit + 1))
         elif op == "write":
@@ -106,7 +111,7 @@ def main():
             fail("unknown operation")
     except OSError as e:
         if e.errno == 2:
-            fail("no such file or directory")
+            missing()
         fail(e.strerror or str(e))
 
 

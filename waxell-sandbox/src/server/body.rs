@@ -7,8 +7,8 @@ use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+use super::config::ServerConfig;
 use super::error::ApiError;
-use super::ServerConfig;
 
 /// The whole body, or 413 past `limit` bytes, 408 if it took longer than `timeout`, 400 if the
 /// client stopped sending mid-body.

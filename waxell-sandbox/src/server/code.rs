@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::registry::SandboxEntry;
-use super::{body, execute, AppState};
+use super::state::AppState;
+use super::{body, execute};
 use waxell::e2b::wire::{ExecuteRequest, NewContext, ACCESS_TOKEN_HEADER, TRAFFIC_TOKEN_HEADER};
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {

@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
-use super::ServerConfig;
+use super::config::ServerConfig;
 
 /// Request line plus headers at most (hyper answers 431 past it).
 const MAX_HEADER_BYTES: usize = 64 * 1024;

@@ -15,9 +15,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use waxell::e2b::wire::{self, ConnectRequest, NewSandbox, TimeoutRequest, API_KEY_HEADER};
 
+use super::body;
+use super::config::ENVD_VERSION;
 use super::error::ApiError;
 use super::registry::{constant_time_eq, CreateRequest, SandboxEntry};
-use super::{body, AppState, ENVD_VERSION};
+use super::state::AppState;
 
 /// E2B's deprecated `clientID`, still required by the Python SDK's parser; E2B sends this constant.
 const CLIENT_ID: &str = "6532622b";

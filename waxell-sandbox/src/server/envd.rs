@@ -17,11 +17,12 @@ use serde_json::{json, Value};
 use waxell::e2b::wire::{
     self, EntryResponse, ListDirResponse, MoveRequest, PathRequest, UploadedEntry, ACCESS_TOKEN_HEADER,
 };
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::EntryInfo;
 
+use super::body;
 use super::error::ApiError;
 use super::registry::SandboxEntry;
-use super::{body, AppState};
+use super::state::AppState;
 
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;
@@ -81,16 +82,6 @@ fn check_path(path: &str) -> Result<(), ApiError> {
     Err(ApiError::bad_request(format!("invalid path '{path}': {reason}")))
 }
 
-/// Map a file error as envd does: a missing path is 404 "path '...' does not exist".
-fn file_error(path: &str, error: SandboxError) -> ApiError {
-    let api = ApiError::from_sandbox(error);
-    if api.status() == StatusCode::NOT_FOUND {
-        ApiError::not_found(format!("path '{path}' does not exist"))
-    } else {
-        api
-    }
-}
-
 async fn download(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -105,7 +96,7 @@ async fn download(
         .session
         .read_file(&path)
         .await
-        .map_err(|e| file_error(&path, e))?;
+        .map_err(|e| ApiError::from_file(&path, e))?;
     let name = path.rsplit('/').next().unwrap_or_default().replace('"', "");
     Ok((
         [
@@ -141,7 +132,7 @@ async fn upload(
             .session
             .write_file(&path, &data)
             .await
-            .map_err(|e| file_error(&path, e))?;
+            .map_err(|e| ApiError::from_file(&path, e))?;
         written.push(UploadedEntry::new(info.path, info.name));
     }
     Ok(Json(written))
@@ -261,7 +252,7 @@ async fn filesystem_rpc(
                     .session
                     .make_dir(&request.path)
                     .await
-                    .map_err(|e| file_error(&request.path, e))?;
+                    .map_err(|e| ApiError::from_file(&request.path, e))?;
                 if !created {
                     return Err(ApiError::new(
                         StatusCode::CONFLICT,
@@ -280,7 +271,7 @@ async fn filesystem_rpc(
                     .session
                     .remove(&request.path)
                     .await
-                    .map_err(|e| file_error(&request.path, e))?;
+                    .map_err(|e| ApiError::from_file(&request.path, e))?;
                 Ok(json!({}))
             }
             "Move" => {
@@ -291,7 +282,7 @@ async fn filesystem_rpc(
                     .session
                     .rename(&request.source, &request.destination)
                     .await
-                    .map_err(|e| file_error(&request.source, e))?;
+                    .map_err(|e| ApiError::from_file(&request.source, e))?;
                 to_json(EntryResponse {
                     entry: entry_info(&moved),
                 })
@@ -335,7 +326,7 @@ async fn list_recursive(
             .session
             .list_files(&dir)
             .await
-            .map_err(|e| file_error(&dir, e))?;
+            .map_err(|e| ApiError::from_file(&dir, e))?;
         if out.len() + entries.len() > cap {
             return Err(too_many_entries(path, cap));
         }
@@ -369,7 +360,7 @@ async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<wire::Entr
         .session
         .list_files(parent)
         .await
-        .map_err(|e| file_error(path, e))?;
+        .map_err(|e| ApiError::from_file(path, e))?;
     if siblings.len() > cap {
         return Err(too_many_entries(parent, cap));
     }

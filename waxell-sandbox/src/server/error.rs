@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use waxell::sandbox::SandboxError;
+use waxell::sandbox::{LimitKind, SandboxError};
 
 /// An error response. The body is `{"code": <status>, "message": ...}` (control plane, Code
 /// Interpreter and envd REST, as E2B's SDKs parse it), `{"code": "<connect code>", "message": ...}`
@@ -84,16 +84,22 @@ impl ApiError {
     /// Map a backend error to the status E2B would answer.
     pub(crate) fn from_sandbox(error: SandboxError) -> Self {
         let status = match &error {
-            SandboxError::NotFound(_) | SandboxError::ContextNotFound(_) => StatusCode::NOT_FOUND,
-            // The local backend reports a missing file as an invalid path; E2B answers 404 for it.
-            SandboxError::InvalidPath { reason, .. } if reason.contains("no such file") => {
-                StatusCode::NOT_FOUND
-            }
-            SandboxError::InvalidPath { .. } | SandboxError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+            SandboxError::NotFound(_)
+            | SandboxError::ContextNotFound(_)
+            | SandboxError::FileNotFound { .. } => StatusCode::NOT_FOUND,
+            SandboxError::InvalidPath { .. }
+            | SandboxError::InvalidArgument(_)
+            | SandboxError::LimitExceeded {
+                limit: LimitKind::FileSize,
+                ..
+            } => StatusCode::BAD_REQUEST,
             SandboxError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             SandboxError::Authentication(_) => StatusCode::UNAUTHORIZED,
             SandboxError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            SandboxError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            SandboxError::Unavailable(_) | SandboxError::LimitExceeded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            SandboxError::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
             SandboxError::Protocol { .. } | SandboxError::Transport(_) => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -103,6 +109,25 @@ impl ApiError {
             other => other.to_string(),
         };
         Self::new(status, message)
+    }
+
+    /// Map a file operation's error as envd does: a missing path is 404 "path '...' does not exist".
+    pub(crate) fn from_file(path: &str, error: SandboxError) -> Self {
+        let api = Self::from_sandbox(error);
+        if api.status() == StatusCode::NOT_FOUND {
+            Self::not_found(format!("path '{path}' does not exist"))
+        } else {
+            api
+        }
+    }
+
+    /// The `name` of the error line that ends a failed execution's stream (E2B's Code Interpreter
+    /// reports a timeout as `TimeoutError`).
+    pub(crate) fn execution_error_name(error: &SandboxError) -> &'static str {
+        match error {
+            SandboxError::Timeout(_) => "TimeoutError",
+            _ => "SandboxError",
+        }
     }
 }
 

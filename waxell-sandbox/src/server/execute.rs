@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 use waxell::e2b::wire::line;
 use waxell::sandbox::{Execution, ExecutionResult, OutputMessage, RunOptions, SandboxError, SandboxSession};
 
+use super::error::ApiError;
+
 /// Where a run goes.
 #[derive(Clone, Debug)]
 pub(crate) enum Target {
@@ -87,10 +89,7 @@ fn closing_lines(outcome: Result<Execution, SandboxError>, streamed_results: usi
             }
         }
         Err(e) => {
-            let name = match e {
-                SandboxError::Timeout(_) => "TimeoutError",
-                _ => "SandboxError",
-            };
+            let name = ApiError::execution_error_name(&e);
             lines.push(ndjson_line(json!({
                 "type": line::ERROR,
                 "name": name,

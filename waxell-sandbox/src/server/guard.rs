@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::AppState;
+use super::state::AppState;
 
 pub(crate) async fn check_request(
     State(state): State<Arc<AppState>>,
@@ -28,7 +28,7 @@ fn forbidden(message: String) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, message)
 }
 
-fn check(config: &super::ServerConfig, request: &Request) -> Result<(), ApiError> {
+fn check(config: &super::config::ServerConfig, request: &Request) -> Result<(), ApiError> {
     let headers = request.headers();
     let host = match headers.get(HOST) {
         Some(value) => value

@@ -10,8 +10,9 @@ use rand::distr::{Alphanumeric, SampleString};
 use rand::Rng;
 use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 
+use super::config::{ServerConfig, MIN_TIMEOUT};
 use super::error::ApiError;
-use super::{ServerConfig, DEBUG_SANDBOX_ID};
+use waxell::e2b::wire::DEBUG_SANDBOX_ID;
 use waxell::e2b::wire::SANDBOX_ID_HEADER;
 
 /// The backend's own lifetime is the server's plus this margin, so the server's reaper (which
@@ -110,10 +111,10 @@ impl Registry {
     /// Check a requested lifetime against the server's bounds.
     pub(crate) fn check_timeout(&self, seconds: i64) -> Result<Duration, ApiError> {
         let timeout = Duration::from_secs(seconds.max(0) as u64);
-        if timeout < super::MIN_TIMEOUT || timeout > self.config.max_timeout {
+        if timeout < MIN_TIMEOUT || timeout > self.config.max_timeout {
             return Err(ApiError::bad_request(format!(
                 "timeout {seconds} s is out of range: allowed {}..={} s",
-                super::MIN_TIMEOUT.as_secs(),
+                MIN_TIMEOUT.as_secs(),
                 self.config.max_timeout.as_secs()
             )));
         }

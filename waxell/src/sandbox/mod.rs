@@ -9,8 +9,8 @@ mod types;
 
 pub use instrumented::Sandbox;
 pub use types::{
-    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, Logs, OutputCallback, OutputMessage,
-    ResultCallback, RunOptions, SandboxError, SandboxOptions,
+    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, LimitKind, Logs, OutputCallback,
+    OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
 };
 
 use async_trait::async_trait;

@@ -298,10 +298,19 @@ impl SandboxOptions {
 
 /// Why a sandbox operation failed. Errors of the *code* are not here: they come back in
 /// [`Execution::error`].
+///
+/// Match on the variant to tell what went wrong: a missing sandbox, context or file
+/// ([`NotFound`](Self::NotFound), [`ContextNotFound`](Self::ContextNotFound),
+/// [`FileNotFound`](Self::FileNotFound)), a limit hit ([`LimitExceeded`](Self::LimitExceeded)),
+/// an operation this backend does not have ([`Unsupported`](Self::Unsupported)), a host that lacks
+/// what the backend needs ([`Unavailable`](Self::Unavailable)), an isolation check that failed
+/// ([`IsolationCheck`](Self::IsolationCheck)) or local I/O ([`Io`](Self::Io)). The strings only
+/// explain; no caller needs to parse them.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SandboxError {
-    /// The sandbox cannot be set up on this machine; the message names the missing piece and how to get it.
+    /// The host lacks something the backend needs (a tool, a permission, a kernel feature, an
+    /// image); the message names the missing piece and how to get it.
     #[error("sandbox unavailable: {0}")]
     Unavailable(String),
     /// The sandbox does not exist (killed, expired, or never created).
@@ -310,6 +319,12 @@ pub enum SandboxError {
     /// The execution context does not exist.
     #[error("context not found: {0}")]
     ContextNotFound(String),
+    /// No file or directory at this path inside the sandbox.
+    #[error("invalid path {path:?}: no such file or directory")]
+    FileNotFound {
+        /// The path as given.
+        path: String,
+    },
     /// A request or execution took longer than allowed.
     #[error("timed out: {0}")]
     Timeout(String),
@@ -319,7 +334,28 @@ pub enum SandboxError {
     /// The service asked us to slow down and retries ran out.
     #[error("rate limited: {0}")]
     RateLimited(String),
-    /// A path was rejected (outside the sandbox, a symlink, not a regular file, too large).
+    /// One of the sandbox's limits was hit; `limit` says which.
+    #[error("{limit} limit exceeded: {message}")]
+    LimitExceeded {
+        /// Which limit.
+        limit: LimitKind,
+        /// What exceeded it, and the limit's value.
+        message: String,
+    },
+    /// This backend does not offer the operation (e.g. processes or snapshots on a backend that
+    /// has not implemented them yet).
+    #[error("{operation} is not supported by the {backend} backend")]
+    Unsupported {
+        /// The backend's name (`local`, `docker`, ...).
+        backend: &'static str,
+        /// The operation, e.g. `start_process`.
+        operation: &'static str,
+    },
+    /// A check that the sandbox is isolated as configured failed (e.g. the code would run as uid 0,
+    /// or from another interpreter); the sandbox was not used.
+    #[error("sandbox isolation check failed: {0}")]
+    IsolationCheck(String),
+    /// A path was rejected (outside the sandbox, a symlink, not a regular file).
     #[error("invalid path {path:?}: {reason}")]
     InvalidPath {
         /// The path as given.
@@ -338,7 +374,7 @@ pub enum SandboxError {
         /// What arrived (truncated).
         received: String,
     },
-    /// Transport failure (connection refused, reset, ...).
+    /// Transport failure (connection refused, reset, an error answer of a container engine, ...).
     #[error("transport error: {0}")]
     Transport(String),
     /// Local I/O failure.
@@ -349,6 +385,38 @@ pub enum SandboxError {
     Other(String),
 }
 
+/// Which limit a [`SandboxError::LimitExceeded`] hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// The size of one file read from or written to the sandbox.
+    FileSize,
+    /// How many processes the sandbox may run.
+    Processes,
+    /// The sandbox's memory.
+    Memory,
+    /// How many sandboxes may exist at once (e.g. the local backend's uid range).
+    Sandboxes,
+}
+
+impl LimitKind {
+    /// Short name, as recorded in spans and shown in messages.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::FileSize => "file size",
+            Self::Processes => "process",
+            Self::Memory => "memory",
+            Self::Sandboxes => "sandbox count",
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl SandboxError {
     /// Short name recorded as `error.type` on spans.
     pub fn kind(&self) -> &'static str {
@@ -356,6 +424,10 @@ impl SandboxError {
             Self::Unavailable(_) => "unavailable",
             Self::NotFound(_) => "not_found",
             Self::ContextNotFound(_) => "context_not_found",
+            Self::FileNotFound { .. } => "file_not_found",
+            Self::LimitExceeded { .. } => "limit_exceeded",
+            Self::Unsupported { .. } => "unsupported",
+            Self::IsolationCheck(_) => "isolation_check",
             Self::Timeout(_) => "timeout",
             Self::Authentication(_) => "authentication",
             Self::RateLimited(_) => "rate_limited",

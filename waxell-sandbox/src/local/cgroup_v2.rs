@@ -216,7 +216,7 @@ impl V2Group {
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())
-            .filter(|pid| crate::watchdog::process_alive(*pid))
+            .filter(|pid| crate::local::watchdog::process_alive(*pid))
             .collect()
     }
 
@@ -233,7 +233,7 @@ impl V2Group {
                 return;
             }
             for pid in pids {
-                crate::watchdog::sigkill(pid);
+                crate::local::watchdog::sigkill(pid);
             }
             std::thread::sleep(Duration::from_millis(2));
         }

@@ -13,18 +13,17 @@ use std::process::{Command, Stdio};
 
 use waxell::sandbox::SandboxError;
 
-use crate::cgroup::Cgroup;
-use crate::config::{Limits, LocalConfig};
-use crate::host::{HostTools, PythonMount, PythonRuntime};
-use crate::kernel::KernelProcess;
-use crate::spawn::{self, ChildSetup, Rlimit};
+use crate::local::cgroup::Cgroup;
+use crate::config::Limits;
+use crate::local::config::LocalConfig;
+use crate::local::host::{HostTools, PythonMount, PythonRuntime};
+use crate::kernel::{KernelProcess, KERNEL_PATH, KERNEL_SOURCE};
+use crate::local::child;
+use crate::paths::HOME_DIR;
+use crate::local::spawn::{self, ChildSetup, Rlimit};
 
-/// The kernel script, shipped in the binary and mounted read-only into every sandbox.
-const KERNEL_SOURCE: &str = include_str!("kernel.py");
-/// Where the kernel sits inside the sandbox.
-const KERNEL_PATH: &str = "/opt/waxell/kernel.py";
-/// The sandbox's home and working directory (the scratch dir is bound here), as on E2B.
-pub(crate) const HOME_DIR: &str = "/home/user";
+/// Size of `/dev/shm` (POSIX shared memory and semaphores, e.g. `multiprocessing` locks).
+pub(crate) const SHM_BYTES: u64 = 16 << 20;
 
 // Child fd numbers of the data bwrap reads at start-up.
 const FD_SECCOMP: [RawFd; 3] = [10, 11, 12];
@@ -58,7 +57,7 @@ impl Launcher {
         python: PythonRuntime,
         config: LocalConfig,
     ) -> Result<Self, SandboxError> {
-        let seccomp_programs = crate::seccomp::programs().map_err(SandboxError::Unavailable)?;
+        let seccomp_programs = crate::local::seccomp::programs().map_err(SandboxError::Unavailable)?;
         Ok(Self {
             tools,
             python,
@@ -88,21 +87,22 @@ impl Launcher {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
         slot.cgroup.add_launcher(child.id());
-        let mut kernel = KernelProcess::attach(child)?;
+        let launcher_pid = child.id();
+        let mut kernel = child::attach(child)?;
         let ready = kernel.wait_ready(self.config.ready_timeout).await?;
         if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
-            return Err(SandboxError::Other(format!(
-                "sandbox identity check failed: kernel reports uid {} gid {}, expected {}",
+            return Err(SandboxError::IsolationCheck(format!(
+                "kernel reports uid {} gid {}, expected {}",
                 ready.uid, ready.gid, slot.uid
             )));
         }
-        let host_pid = verify_host_identity(slot.cgroup, kernel.launcher_pid(), ready.pid)?;
+        let host_pid = verify_host_identity(slot.cgroup, launcher_pid, ready.pid)?;
         kernel.set_inner_pids(host_pid);
         if self.tools.rootless {
-            crate::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
+            crate::local::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
         }
         if Path::new(&ready.prefix) != self.python.prefix {
-            return Err(SandboxError::Other(format!(
+            return Err(SandboxError::IsolationCheck(format!(
                 "the sandboxed interpreter runs from {} instead of {}: its installation is not readable inside \
                  the sandbox",
                 ready.prefix,
@@ -117,7 +117,7 @@ impl Launcher {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
         if self.tools.rootless {
-            args.extend(crate::rootless::userns_args(slot.uid).into_iter().map(OsString::from));
+            args.extend(crate::local::rootless::userns_args(slot.uid).into_iter().map(OsString::from));
         }
         for fd in FD_SECCOMP {
             add(&mut args, &["--add-seccomp-fd", &fd.to_string()]);
@@ -237,13 +237,13 @@ impl Launcher {
                 "/dev/pts",
             ],
         );
-        tmpfs_at(&mut args, slot.shm, "/dev/shm", crate::local::SHM_BYTES);
+        tmpfs_at(&mut args, slot.shm, "/dev/shm", SHM_BYTES);
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
         add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
         if self.tools.rootless {
-            add(&mut args, &crate::rootless::AFTER_MOUNTS);
+            add(&mut args, &crate::local::rootless::AFTER_MOUNTS);
         }
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
@@ -421,14 +421,14 @@ fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Res
             continue; // another context's interpreter
         }
         if status.uids.iter().chain(&status.gids).any(|id| id == "0") || status.uids.len() != 4 {
-            return Err(SandboxError::Other(format!(
-                "sandbox identity check failed: host process {pid} has uids {:?} and gids {:?}",
+            return Err(SandboxError::IsolationCheck(format!(
+                "host process {pid} has uids {:?} and gids {:?}",
                 status.uids, status.gids
             )));
         }
         return Ok([pid, status.parent]);
     }
-    Err(SandboxError::Other(format!(
-        "sandbox identity check failed: the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
+    Err(SandboxError::IsolationCheck(format!(
+        "the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
     )))
 }

@@ -7,12 +7,12 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{EntryInfo, LimitKind, SandboxError};
 
-use crate::launcher::HOME_DIR;
+use crate::paths::HOME_DIR;
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
@@ -33,12 +33,19 @@ fn invalid(path: &str, reason: impl Into<String>) -> SandboxError {
     }
 }
 
+fn too_large(path: &str, what: String) -> SandboxError {
+    SandboxError::LimitExceeded {
+        limit: LimitKind::FileSize,
+        message: format!("{path}: {what}"),
+    }
+}
+
 fn io_error(path: &str, e: rustix::io::Errno) -> SandboxError {
     let reason = match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::XDEV => {
             format!("refused: a component is a symlink or not a directory ({e})")
         }
-        rustix::io::Errno::NOENT => "no such file or directory".to_owned(),
+        rustix::io::Errno::NOENT => return SandboxError::FileNotFound { path: path.to_owned() },
         rustix::io::Errno::ISDIR => "is a directory".to_owned(),
         other => other.to_string(),
     };
@@ -46,25 +53,10 @@ fn io_error(path: &str, e: rustix::io::Errno) -> SandboxError {
 }
 
 impl ScratchFiles {
-    /// The path relative to the scratch root: relative paths and paths under `/home/user` are
-    /// accepted; `..`, other absolute paths and empty paths are refused.
+    /// The path relative to the scratch root (see [`crate::paths::sandbox_path`] for what is refused).
     fn relative(&self, path: &str) -> Result<PathBuf, SandboxError> {
-        let p = Path::new(path);
-        let rel = if p.is_absolute() {
-            p.strip_prefix(HOME_DIR)
-                .map_err(|_| invalid(path, format!("only paths inside {HOME_DIR} are accessible")))?
-        } else {
-            p
-        };
-        let mut clean = PathBuf::new();
-        for component in rel.components() {
-            match component {
-                Component::Normal(part) => clean.push(part),
-                Component::CurDir => {}
-                _ => return Err(invalid(path, "`..` is not allowed")),
-            }
-        }
-        Ok(clean)
+        let inside = crate::paths::sandbox_path(path)?;
+        Ok(PathBuf::from(inside[HOME_DIR.len()..].trim_start_matches('/')))
     }
 
     fn open_root(&self) -> Result<OwnedFd, SandboxError> {
@@ -98,12 +90,9 @@ impl ScratchFiles {
             return Err(invalid(path, "not a regular file"));
         }
         if stat.st_size as u64 > self.max_file_bytes {
-            return Err(invalid(
+            return Err(too_large(
                 path,
-                format!(
-                    "{} bytes exceed the {} byte file limit",
-                    stat.st_size, self.max_file_bytes
-                ),
+                format!("{} bytes exceed the {} byte file limit", stat.st_size, self.max_file_bytes),
             ));
         }
         let mut data = Vec::with_capacity(stat.st_size as usize);
@@ -112,7 +101,7 @@ impl ScratchFiles {
             .take(self.max_file_bytes + 1)
             .read_to_end(&mut data)?;
         if data.len() as u64 > self.max_file_bytes {
-            return Err(invalid(
+            return Err(too_large(
                 path,
                 format!("larger than the {} byte file limit", self.max_file_bytes),
             ));
@@ -126,13 +115,9 @@ impl ScratchFiles {
             return Err(invalid(path, "no file name"));
         };
         if data.len() as u64 > self.max_file_bytes {
-            return Err(invalid(
+            return Err(too_large(
                 path,
-                format!(
-                    "{} bytes exceed the {} byte file limit",
-                    data.len(),
-                    self.max_file_bytes
-                ),
+                format!("{} bytes exceed the {} byte file limit", data.len(), self.max_file_bytes),
             ));
         }
         let (dir, _) = self.make_dirs(rel.parent().unwrap_or(Path::new("")), path)?;

@@ -172,7 +172,7 @@ pub(crate) fn scratch_root(configured: Option<&Path>) -> Result<PathBuf, Sandbox
 /// instead it would be checked against every process the user runs.
 pub(crate) fn cap_processes(pid: u32, max: u64) -> Result<(), SandboxError> {
     let pid = rustix::process::Pid::from_raw(pid as i32)
-        .ok_or_else(|| SandboxError::Other(format!("invalid interpreter pid {pid}")))?;
+        .ok_or_else(|| SandboxError::IsolationCheck(format!("invalid interpreter pid {pid}")))?;
     rustix::process::prlimit(
         Some(pid),
         rustix::process::Resource::Nproc,
@@ -182,7 +182,7 @@ pub(crate) fn cap_processes(pid: u32, max: u64) -> Result<(), SandboxError> {
         },
     )
     .map(|_| ())
-    .map_err(|e| SandboxError::Other(format!("cannot cap the interpreter's processes (prlimit): {e}")))
+    .map_err(|e| SandboxError::IsolationCheck(format!("cannot cap the interpreter's processes (prlimit): {e}")))
 }
 
 /// Whether the kernel counts `RLIMIT_NPROC` per user namespace (Linux 5.14+).

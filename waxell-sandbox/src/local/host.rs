@@ -19,7 +19,7 @@ pub(crate) struct HostTools {
 }
 
 pub(crate) fn check_host() -> Result<HostTools, SandboxError> {
-    let rootless = crate::rootless::is_rootless();
+    let rootless = crate::local::rootless::is_rootless();
     let bwrap = find_in_path("bwrap").ok_or_else(|| {
         SandboxError::Unavailable(format!(
             "bubblewrap not found: {SETUP_HINT} or `apt-get install bubblewrap`"
@@ -27,7 +27,7 @@ pub(crate) fn check_host() -> Result<HostTools, SandboxError> {
     })?;
     check_bwrap_version(&bwrap)?;
     if rootless {
-        crate::rootless::probe_userns(&bwrap).map_err(SandboxError::Unavailable)?;
+        crate::local::rootless::probe_userns(&bwrap).map_err(SandboxError::Unavailable)?;
         return Ok(HostTools {
             bwrap,
             setpriv: PathBuf::new(),

@@ -27,7 +27,7 @@ pub(crate) enum Limiter {
     V1,
     /// Our own subtree in the unified hierarchy: at its root (root) or delegated to us (rootless).
     V2 {
-        parent: crate::cgroup_v2::V2Parent,
+        parent: crate::local::cgroup_v2::V2Parent,
         delegated: bool,
     },
     /// No usable cgroup: rlimits plus the host-side memory watchdog. `why` says what was missing.
@@ -43,10 +43,10 @@ impl Limiter {
         let mut why = Vec::new();
         if rootless {
             let euid = rustix::process::geteuid().as_raw();
-            match crate::cgroup_v2::self_cgroup()
-                .and_then(|own| crate::cgroup_v2::delegated_base(mount, &own, euid))
+            match crate::local::cgroup_v2::self_cgroup()
+                .and_then(|own| crate::local::cgroup_v2::delegated_base(mount, &own, euid))
             {
-                Some(base) => match crate::cgroup_v2::V2Parent::prepare(&base) {
+                Some(base) => match crate::local::cgroup_v2::V2Parent::prepare(&base) {
                     Ok(parent) => {
                         return Limiter::V2 {
                             parent,
@@ -61,8 +61,8 @@ impl Limiter {
                 )),
             }
         } else {
-            if crate::cgroup_v2::unified_root(mount).is_some() {
-                match crate::cgroup_v2::V2Parent::prepare(mount) {
+            if crate::local::cgroup_v2::unified_root(mount).is_some() {
+                match crate::local::cgroup_v2::V2Parent::prepare(mount) {
                     Ok(parent) => {
                         return Limiter::V2 {
                             parent,
@@ -81,10 +81,10 @@ impl Limiter {
     }
 
     /// What this limiter enforces, for the host report.
-    pub(crate) fn enforcement(&self) -> crate::capabilities::LimitEnforcement {
-        let mut e = crate::capabilities::LimitEnforcement {
-            watchdog_poll_ms: crate::watchdog::POLL.as_millis(),
-            nproc_per_userns: crate::rootless::nproc_is_per_userns(),
+    pub(crate) fn enforcement(&self) -> crate::local::capabilities::LimitEnforcement {
+        let mut e = crate::local::capabilities::LimitEnforcement {
+            watchdog_poll_ms: crate::local::watchdog::POLL.as_millis(),
+            nproc_per_userns: crate::local::rootless::nproc_is_per_userns(),
             ..Default::default()
         };
         match self {
@@ -151,8 +151,8 @@ pub(crate) fn check_available() -> Result<(), String> {
 #[derive(Debug)]
 pub(crate) enum Cgroup {
     V1(V1Group),
-    V2(crate::cgroup_v2::V2Group),
-    Watched(crate::watchdog::Watched),
+    V2(crate::local::cgroup_v2::V2Group),
+    Watched(crate::local::watchdog::Watched),
 }
 
 impl Cgroup {
@@ -161,13 +161,13 @@ impl Cgroup {
             Limiter::V1 => Cgroup::V1(V1Group::create(name, limits)?),
             Limiter::V2 { parent, .. } => Cgroup::V2(parent.create(
                 name,
-                crate::cgroup_v2::V2Limits {
+                crate::local::cgroup_v2::V2Limits {
                     memory_bytes: limits.memory_bytes,
                     max_processes: limits.max_processes,
                     cpus: limits.cpus,
                 },
             )?),
-            Limiter::Watchdog { .. } => Cgroup::Watched(crate::watchdog::Watched::new(
+            Limiter::Watchdog { .. } => Cgroup::Watched(crate::local::watchdog::Watched::new(
                 limits.memory_bytes,
                 limits.max_processes,
             )?),

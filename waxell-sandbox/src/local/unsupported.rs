@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use waxell::sandbox::{SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
 
-use crate::capabilities::HostReport;
-use crate::config::LocalConfig;
+use crate::local::capabilities::HostReport;
+use crate::local::config::LocalConfig;
 
 /// Id of the context every sandbox starts with.
 pub const DEFAULT_CONTEXT_ID: &str = "default";

@@ -1,0 +1,158 @@
+//! The one trait a backend implements. The core (session and contexts, kernel protocol, warm
+//! pool, lifetime, limits, file-operation checks) is written once over it; a backend only says how
+//! a sandbox and its kernels start, are limited, are checkpointed and are removed.
+//!
+//! A backend is a folder (`local/`, `container/`) holding a value that implements [`Backend`]
+//! (what it shares across its sandboxes: a launcher, an engine client, its configuration) and its
+//! [`Backend::Shell`] (what one sandbox holds: cgroups, mounts and a uid; a container). Its
+//! public types are then aliases of the core's: `pub type FooBackend = Pooled<Foo>` (creates
+//! sandboxes, keeps the warm pool, implements `SandboxBackend`) and `pub type FooSandbox =
+//! Session<Foo>` (one live sandbox, implements `SandboxSession`). docs/sandbox.md, "Adding a
+//! backend", walks through it.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use waxell::sandbox::{EntryInfo, SandboxError};
+
+use crate::config::{BackendOptions, SandboxConfig};
+use crate::kernel::{KernelProcess, KernelReader, KernelWriter, ProcessControl, StderrTail};
+
+/// A sandbox a backend made, with its default kernel ready: what the warm pool holds. Field
+/// order = drop order: the kernel goes before the sandbox's resources.
+pub struct Prepared<S> {
+    pub(crate) kernel: KernelProcess,
+    pub(crate) shell: S,
+}
+
+/// How one kind of sandbox starts, is limited, is checkpointed and is removed.
+///
+/// Every method that touches a sandbox gets its [`Backend::Shell`]; the core has already checked
+/// that the sandbox is alive and the arguments are valid (language, context, cwd). The process,
+/// PTY and checkpoint methods have defaults that answer [`SandboxError::Unsupported`]: a backend
+/// overrides them once it has them.
+#[async_trait]
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// The backend's own configuration options (see [`SandboxConfig`]).
+    type Options: BackendOptions + Send + Sync;
+    /// What one sandbox holds. Dropping it must release everything (kill its processes, remove
+    /// its files), so a dropped or crashed-out sandbox leaks nothing.
+    type Shell: Send + Sync + 'static;
+
+    /// [`waxell::sandbox::SandboxBackend::name`], and the backend's name in errors: `local`,
+    /// `docker`, ...
+    const NAME: &'static str;
+
+    /// Limits, pool size, timeouts and lifetime (and the backend's own options).
+    fn config(&self) -> &SandboxConfig<Self::Options>;
+
+    /// Make a sandbox and start its default kernel (the cold path; the warm pool calls it ahead).
+    async fn prepare(&self) -> Result<Prepared<Self::Shell>, SandboxError>;
+
+    /// Start another kernel in the sandbox (a new context, or one replacing a dead kernel). The
+    /// core then sets its environment and working directory.
+    async fn start_kernel(&self, shell: &Self::Shell) -> Result<KernelProcess, SandboxError>;
+
+    /// After a kernel failed to start with `error`: whether the whole sandbox died (then the core
+    /// shuts it down and answers `NotFound`). The default: a failed start says nothing about it.
+    async fn has_died(&self, _shell: &Self::Shell, _error: &SandboxError) -> bool {
+        false
+    }
+
+    /// The sandbox's id.
+    fn sandbox_id(shell: &Self::Shell) -> &str;
+
+    /// What isolates the code, for spans (`bubblewrap`, `runc`, `runsc`, ...).
+    fn runtime<'a>(&'a self, shell: &'a Self::Shell) -> &'a str;
+
+    /// OOM kills counted so far among the sandbox's processes. 0 (the default) when the backend
+    /// learns of them from a kernel's exit instead (`ExitInfo::oom_killed`).
+    fn oom_kills(_shell: &Self::Shell) -> u64 {
+        0
+    }
+
+    /// Kill every process of the sandbox now (its kernels then see end-of-file). Called first when
+    /// the sandbox is killed or expires.
+    async fn kill_all(&self, shell: &Self::Shell);
+
+    /// Remove what the sandbox holds (called after [`Backend::kill_all`] and after its kernels
+    /// were reaped; dropping the shell repeats it harmlessly). The default: nothing more to do.
+    async fn remove(&self, _shell: &Self::Shell) {}
+
+    /// Write a file (creating parent directories), at most `limits.max_file_bytes`.
+    async fn write_file(&self, shell: &Self::Shell, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError>;
+    /// Read a regular file, at most `limits.max_file_bytes`.
+    async fn read_file(&self, shell: &Self::Shell, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// List a directory.
+    async fn list_files(&self, shell: &Self::Shell, path: &str) -> Result<Vec<EntryInfo>, SandboxError>;
+    /// Make a directory and its parents; `false` when it existed.
+    async fn make_dir(&self, shell: &Self::Shell, path: &str) -> Result<bool, SandboxError>;
+    /// Rename a file or directory.
+    async fn rename(&self, shell: &Self::Shell, from: &str, to: &str) -> Result<EntryInfo, SandboxError>;
+    /// Remove a file or a directory tree.
+    async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
+
+    /// Start a process (with a PTY if `spec.pty` is set) in the sandbox. Not supported by this
+    /// backend unless it overrides this.
+    async fn start_process(&self, _shell: &Self::Shell, _spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        Err(unsupported::<Self>("start_process"))
+    }
+
+    /// Save the sandbox's state (files and processes) so [`Backend::restore`] can bring it back.
+    /// Not supported by this backend unless it overrides this.
+    async fn checkpoint(&self, _shell: &Self::Shell) -> Result<Checkpoint, SandboxError> {
+        Err(unsupported::<Self>("checkpoint"))
+    }
+
+    /// A new sandbox from a checkpoint. Not supported by this backend unless it overrides this.
+    async fn restore(&self, _checkpoint: &Checkpoint) -> Result<Prepared<Self::Shell>, SandboxError> {
+        Err(unsupported::<Self>("restore"))
+    }
+}
+
+/// The error of an operation backend `B` does not have.
+pub(crate) fn unsupported<B: Backend>(operation: &'static str) -> SandboxError {
+    SandboxError::Unsupported {
+        backend: B::NAME,
+        operation,
+    }
+}
+
+/// A process to start in a sandbox ([`Backend::start_process`]).
+#[derive(Debug, Clone, Default)]
+#[expect(dead_code, reason = "the process and PTY issue adds the backends that read it")]
+pub struct ProcessSpec {
+    /// Program and arguments.
+    pub(crate) cmd: Vec<String>,
+    /// Working directory (checked like a context's); `None` = the home directory.
+    pub(crate) cwd: Option<String>,
+    /// Environment variables added to the sandbox's.
+    pub(crate) env: BTreeMap<String, String>,
+    /// Run it on a terminal of this size.
+    pub(crate) pty: Option<PtySize>,
+}
+
+/// A terminal's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PtySize {
+    pub(crate) rows: u16,
+    pub(crate) cols: u16,
+}
+
+/// A started process: the same parts a kernel is made of (see [`KernelProcess::from_parts`]).
+#[expect(dead_code, reason = "the process and PTY issue adds the callers")]
+pub struct SandboxProcess {
+    pub(crate) control: Box<dyn ProcessControl>,
+    pub(crate) stdin: KernelWriter,
+    pub(crate) stdout: KernelReader,
+    pub(crate) stderr: StderrTail,
+}
+
+/// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The backend that made it.
+    pub(crate) backend: &'static str,
+    /// The backend's name for the saved state.
+    pub(crate) id: String,
+}

@@ -1,0 +1,76 @@
+//! A sandbox's container: removed (force, which kills everything in it) when its guard drops, and
+//! what a process about to exit waits for so no container outlives it.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use bollard::Docker;
+use tokio::time::Instant;
+
+use super::engine::Control;
+
+/// Removes its container (force: kills everything in it) when dropped.
+pub struct ContainerGuard {
+    pub(super) docker: Docker,
+    /// The engine's id of the container.
+    pub(super) id: String,
+    /// The sandbox id (the container is named `waxell-<id>`).
+    pub(super) name: String,
+    pub(super) control: Control,
+}
+
+impl ContainerGuard {
+    pub(super) async fn remove(&self) {
+        remove_container(&self.docker, &self.id).await;
+    }
+}
+
+/// Removals started by drops and not finished yet (see [`removals_settled`]).
+static PENDING_REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Wait (at most `limit`) until the containers of dropped sandboxes and pools are removed. A
+/// process about to exit calls it: removal tasks do not run once the runtime shuts down.
+pub async fn removals_settled(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while PENDING_REMOVALS.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                PENDING_REMOVALS.fetch_add(1, Ordering::SeqCst);
+                handle.spawn(async move {
+                    remove_container(&docker, &id).await;
+                    PENDING_REMOVALS.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+            Err(_) => {
+                // Outside a runtime (e.g. dropped at exit): remove synchronously on a helper thread.
+                let _ = std::thread::spawn(move || {
+                    if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                        rt.block_on(remove_container(&docker, &id));
+                    }
+                })
+                .join();
+            }
+        }
+    }
+}
+
+pub(super) async fn remove_container(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => {}
+        // 404: gone already; 409: the engine is already removing it (AutoRemove after pid 1 ended).
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404 | 409, ..
+        }) => {}
+        Err(e) => tracing::warn!(container = id, "could not remove sandbox container: {e}"),
+    }
+}
+

@@ -1,0 +1,218 @@
+//! What a sandbox's container is: its specification (isolation and limits), the runtime that
+//! isolates it, what a failed create means, and the sweep of containers of dead host processes.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::ListContainersOptionsBuilder;
+use bollard::Docker;
+use waxell::sandbox::SandboxError;
+
+use super::engine::api_error;
+use super::guard::remove_container;
+use super::config::ContainerConfig;
+use crate::naming;
+use crate::paths::HOME_DIR;
+
+/// pid 1: reaps orphans, and signals kernels for the host (commands on its attached stdin).
+const INIT_SOURCE: &str = include_str!("init.py");
+/// Label marking our containers; its value is the sandbox id (`<host pid>-...`).
+const LABEL: &str = "io.waxell.sandbox";
+/// The sandbox user inside the container.
+pub(super) const USER: &str = "1000:1000";
+
+/// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
+/// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible
+/// service (4.x) lists its runtimes but ignores that field, so with Podman the requested runtime must
+/// be the service's default (start it with `podman --runtime /usr/bin/runsc system service ...`).
+pub(super) async fn resolve_runtime(
+    docker: &Docker,
+    requested: Option<&str>,
+    podman: bool,
+) -> Result<String, SandboxError> {
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| api_error("asking the engine for its runtimes (/info)", e))?;
+    // Podman reports the default runtime as a path; the name is its file name.
+    let default = info
+        .default_runtime
+        .as_deref()
+        .map(|d| d.rsplit('/').next().unwrap_or(d).to_owned())
+        .unwrap_or_else(|| "runc".to_owned());
+    let Some(runtime) = requested else {
+        return Ok(default);
+    };
+    if podman {
+        if default == runtime {
+            return Ok(default);
+        }
+        return Err(SandboxError::Unavailable(format!(
+            "container runtime {runtime:?} requested, but this Podman service runs {default:?} and its Docker API \
+             ignores per-container runtimes: start a Podman service with `podman --runtime /usr/bin/{runtime} \
+             system service --time=0 unix:///PATH.sock` and point docker_host (or DOCKER_HOST) at it \
+             (scripts/setup-container.sh starts one for runsc){}",
+            if runtime == "runsc" && !std::path::Path::new("/usr/bin/runsc").exists() {
+                "; runsc is not installed either: `apt-get install runsc`"
+            } else {
+                ""
+            }
+        )));
+    }
+    let known = info.runtimes.map(|r| r.contains_key(runtime)).unwrap_or(false);
+    if !known {
+        return Err(SandboxError::Unavailable(format!(
+            "container runtime {runtime:?} is not available in the engine: install it (Debian: `apt-get install \
+             runsc` for gVisor) and register it under \"runtimes\" in /etc/docker/daemon.json, then restart Docker"
+        )));
+    }
+    Ok(runtime.to_owned())
+}
+
+/// Remove containers whose host process died (crash, SIGKILL) before it could remove them.
+pub(super) async fn sweep_stale(docker: &Docker) {
+    let filters = HashMap::from([("label".to_owned(), vec![LABEL.to_owned()])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let Ok(containers) = docker.list_containers(Some(options)).await else {
+        return;
+    };
+    for container in containers {
+        let owner = container
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL))
+            .cloned()
+            .unwrap_or_default();
+        if naming::owner_is_dead(&owner) {
+            if let Some(id) = container.id {
+                remove_container(docker, &id).await;
+            }
+        }
+    }
+}
+
+pub(super) fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &str) -> ContainerCreateBody {
+    let limits = &config.limits;
+    // The scratch must belong to the container user, and the engines disagree on how to say so.
+    // Podman copies the image directory's ownership onto a tmpfs unless told `U` (chown to the
+    // container user) and rejects tmpfs's own `uid=`; Docker Engine mounts it root-owned 0755
+    // whatever `mode` says (seen with 20.10) and takes `uid=`/`gid=`.
+    let owner = if podman {
+        ",U".to_owned()
+    } else {
+        let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
+        format!(",uid={uid},gid={gid}")
+    };
+    let tmpfs = HashMap::from([
+        (
+            "/tmp".to_owned(),
+            format!("rw,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
+        ),
+        (
+            HOME_DIR.to_owned(),
+            format!("rw,nosuid,nodev,size={},mode=1777{owner}", limits.scratch_bytes),
+        ),
+    ]);
+    let ulimit = |name: &str, value: u64| ResourcesUlimits {
+        name: Some(name.to_owned()),
+        soft: Some(value as i64),
+        hard: Some(value as i64),
+    };
+    let memory = limits.memory_bytes as i64;
+    // Under gVisor the host's pids cgroup also counts the sentry's own threads (a few dozen), and
+    // hitting it kills the whole sandbox; gVisor enforces RLIMIT_NPROC per sandbox itself, so the
+    // process cap goes there and the cgroup keeps headroom. Under runc, RLIMIT_NPROC counts per host
+    // uid across containers (all run as 1000), so there the cgroup is the cap.
+    let gvisor = runtime == "runsc";
+    let (pids_limit, nproc) = if gvisor {
+        (limits.max_processes.max(64) * 4 + 128, limits.max_processes)
+    } else {
+        (limits.max_processes, limits.max_processes.max(64) * 8)
+    };
+    ContainerCreateBody {
+        image: Some(config.image.clone()),
+        user: Some(USER.to_owned()),
+        cmd: Some(vec![
+            "python3".into(),
+            "-I".into(),
+            "-c".into(),
+            INIT_SOURCE.into(),
+        ]),
+        entrypoint: Some(vec![]),
+        // pid 1 reads signal requests from its stdin (see `Control`). Its stdin closes when our
+        // attach stream does (`stdin_once`), which pid 1 takes as the host process being gone.
+        open_stdin: Some(true),
+        attach_stdin: Some(true),
+        stdin_once: Some(true),
+        working_dir: Some(HOME_DIR.to_owned()),
+        hostname: Some("sandbox".to_owned()),
+        env: Some(vec![
+            "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+            format!("HOME={HOME_DIR}"),
+            "USER=user".into(),
+            "TMPDIR=/tmp".into(),
+            "LANG=C.UTF-8".into(),
+            "MPLBACKEND=Agg".into(),
+            "MPLCONFIGDIR=/tmp/matplotlib".into(),
+            "OPENBLAS_NUM_THREADS=1".into(),
+            "OMP_NUM_THREADS=1".into(),
+            "PYTHONUNBUFFERED=1".into(),
+            "PYTHONDONTWRITEBYTECODE=1".into(),
+        ]),
+        network_disabled: Some(true),
+        labels: Some(HashMap::from([(LABEL.to_owned(), id.to_owned())])),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(pids_limit as i64),
+            nano_cpus: Some((limits.cpus * 1e9) as i64),
+            ulimits: Some(vec![
+                ulimit("nofile", limits.open_files.max(64)),
+                ulimit("nproc", nproc),
+                ulimit("core", 0),
+                ulimit("fsize", limits.max_file_bytes),
+            ]),
+            tmpfs: Some(tmpfs),
+            shm_size: Some(16 << 20),
+            ipc_mode: Some("private".into()),
+            // Podman ignores it (see `resolve_runtime`); Docker needs it.
+            runtime: if podman { None } else { config.runtime.clone() },
+            init: Some(false),
+            // A container whose host process died without removing it ends itself (see init.py)
+            // and is then removed by the engine.
+            auto_remove: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub(super) fn create_error(config: &ContainerConfig, e: bollard::errors::Error) -> SandboxError {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    if let Some(runtime) = &config.runtime {
+        if lower.contains("runtime")
+            && (lower.contains("not found") || lower.contains("unknown") || lower.contains("no such"))
+        {
+            return SandboxError::Unavailable(format!(
+                "container runtime {runtime:?} is not available in the engine ({text}): install it (Debian: \
+                 `apt-get install runsc`) and register it with the engine (see scripts/setup-container.sh)"
+            ));
+        }
+    }
+    if lower.contains("no such image") || lower.contains("image not known") {
+        return SandboxError::Unavailable(format!(
+            "container image {:?} not found: build it with `docker build -t {} waxell-sandbox/container`",
+            config.image, config.image
+        ));
+    }
+    SandboxError::Unavailable(format!("cannot start the sandbox container: {text}"))
+}
+

@@ -1,0 +1,76 @@
+//! Paths as the code inside every sandbox sees them: the home directory (the writable scratch),
+//! which directories a context may work in, and how a caller's file path maps into the home.
+
+use waxell::sandbox::SandboxError;
+
+/// The sandbox user's home: the writable scratch directory, and where relative paths point.
+pub(crate) const HOME_DIR: &str = "/home/user";
+
+/// A context may work in the home directory or /tmp, or below them: the only writable places.
+pub(crate) fn check_cwd(cwd: &str) -> Result<(), SandboxError> {
+    let allowed = cwd == HOME_DIR || cwd.starts_with("/home/user/") || cwd == "/tmp" || cwd.starts_with("/tmp/");
+    if allowed {
+        Ok(())
+    } else {
+        Err(SandboxError::InvalidArgument(format!(
+            "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
+        )))
+    }
+}
+
+/// The absolute in-sandbox path for a caller's path: relative paths are inside `/home/user`;
+/// absolute ones must be below it; `..`, NUL bytes and other absolute paths are refused.
+pub(crate) fn sandbox_path(path: &str) -> Result<String, SandboxError> {
+    let invalid = |reason: &str| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let rel = if let Some(rest) = path.strip_prefix(HOME_DIR) {
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return Err(invalid("only paths inside /home/user are accessible"));
+        }
+        rest
+    } else if path.starts_with('/') {
+        return Err(invalid("only paths inside /home/user are accessible"));
+    } else {
+        path
+    };
+    let mut clean = String::from(HOME_DIR);
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(invalid("`..` is not allowed")),
+            part if part.contains('\0') => return Err(invalid("contains a NUL byte")),
+            part => {
+                clean.push('/');
+                clean.push_str(part);
+            }
+        }
+    }
+    Ok(clean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_cwd, sandbox_path};
+
+    #[test]
+    fn contexts_may_work_only_in_the_writable_places() {
+        for ok in ["/home/user", "/home/user/data", "/tmp", "/tmp/x"] {
+            assert!(check_cwd(ok).is_ok(), "{ok}");
+        }
+        for bad in ["/home/username", "/etc", "/tmpfoo", "/", "relative"] {
+            assert!(check_cwd(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn paths_stay_in_home() {
+        assert_eq!(sandbox_path("a/b.txt").unwrap(), "/home/user/a/b.txt");
+        assert_eq!(sandbox_path("/home/user/x").unwrap(), "/home/user/x");
+        assert_eq!(sandbox_path("/home/user").unwrap(), "/home/user");
+        assert!(sandbox_path("/etc/passwd").is_err());
+        assert!(sandbox_path("/home/username").is_err());
+        assert!(sandbox_path("../x").is_err());
+    }
+}

@@ -1,0 +1,342 @@
+//! One live sandbox of any backend ([`Session`]): its contexts (each its own kernel), `run_code`'s
+//! argument checks and the replacement of a dead kernel, the limits of each run, the file calls,
+//! the lifetime, and the shutdown. What differs per backend comes from [`Backend`].
+
+mod contexts;
+mod lifetime;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions, SandboxError, SandboxOptions, SandboxSession};
+
+use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess};
+use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
+use crate::paths::check_cwd;
+use contexts::Contexts;
+pub use contexts::DEFAULT_CONTEXT_ID;
+use lifetime::Lifetime;
+
+/// One live sandbox. Dropping it (or [`SandboxSession::kill`]) kills every process in it and
+/// removes what it holds.
+pub struct Session<B: Backend> {
+    inner: Arc<Inner<B>>,
+}
+
+/// Field order = drop order: kernels, then the sandbox's resources.
+pub(crate) struct Inner<B: Backend> {
+    contexts: Contexts,
+    shell: B::Shell,
+    backend: Arc<B>,
+    env: BTreeMap<String, String>,
+    lifetime: Lifetime,
+}
+
+impl<B: Backend> Session<B> {
+    /// A sandbox from a prepared one: `options`' environment set, its lifetime watched.
+    pub(crate) async fn start(
+        backend: Arc<B>,
+        prepared: Prepared<B::Shell>,
+        options: &SandboxOptions,
+    ) -> Result<Self, SandboxError> {
+        let Prepared { mut kernel, shell } = prepared;
+        if !options.env_vars.is_empty() {
+            kernel.configure(&options.env_vars, None).await?;
+        }
+        let lifetime = options.timeout.unwrap_or(backend.config().lifetime);
+        let inner = Arc::new(Inner {
+            contexts: Contexts::new(kernel),
+            shell,
+            backend,
+            env: options.env_vars.clone(),
+            lifetime: Lifetime::new(lifetime),
+        });
+        watch_lifetime(Arc::downgrade(&inner));
+        Ok(Self { inner })
+    }
+
+    /// What the backend holds for this sandbox.
+    pub(crate) fn shell(&self) -> &B::Shell {
+        &self.inner.shell
+    }
+
+    /// `NotFound` once the sandbox was killed or its lifetime expired.
+    fn check_alive(&self) -> Result<(), SandboxError> {
+        if self.inner.lifetime.has_ended() {
+            Err(SandboxError::NotFound(format!(
+                "sandbox {} was killed or its lifetime expired",
+                B::sandbox_id(&self.inner.shell)
+            )))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Only Python runs in these sandboxes.
+    fn check_language(language: &str) -> Result<(), SandboxError> {
+        match language.trim().to_ascii_lowercase().as_str() {
+            "" | "python" | "python3" => Ok(()),
+            other => Err(SandboxError::InvalidArgument(format!(
+                "language {other:?} is not supported by the {} backend (only python)",
+                B::NAME
+            ))),
+        }
+    }
+
+    /// The limits of one run with these options.
+    fn exec_limits(&self, options: &RunOptions) -> ExecLimits {
+        let config = self.inner.backend.config();
+        ExecLimits::for_run(options, config.run_timeout, config.interrupt_grace, &config.limits)
+    }
+
+    /// Start a kernel with the sandbox's environment in `cwd` (`None` = home). If the backend says
+    /// the whole sandbox died meanwhile, shut it down and answer `NotFound`.
+    async fn start_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
+        let inner = &self.inner;
+        let started = match inner.backend.start_kernel(&inner.shell).await {
+            Ok(mut kernel) => {
+                if !inner.env.is_empty() || cwd.is_some() {
+                    kernel.configure(&inner.env, cwd).await.map(|()| kernel)
+                } else {
+                    Ok(kernel)
+                }
+            }
+            Err(e) => Err(e),
+        };
+        self.check_alive()?;
+        if let Err(e) = &started {
+            if inner.backend.has_died(&inner.shell, e).await {
+                // Called by a run that holds a context's lock: do not wait for it.
+                inner.shutdown(true).await;
+                return Err(SandboxError::NotFound(format!(
+                    "sandbox {}: it exited (out of memory, process cap or killed from outside); create a new \
+                     sandbox",
+                    B::sandbox_id(&inner.shell)
+                )));
+            }
+        }
+        started
+    }
+
+    /// Start a process in the sandbox (not supported by any backend yet).
+    #[cfg_attr(not(test), expect(dead_code, reason = "the process and PTY issue adds the callers"))]
+    pub(crate) async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        self.check_alive()?;
+        if let Some(cwd) = &spec.cwd {
+            check_cwd(cwd)?;
+        }
+        self.inner.backend.start_process(&self.inner.shell, spec).await
+    }
+
+    /// Save the sandbox's state (not supported by any backend yet).
+    #[cfg_attr(not(test), expect(dead_code, reason = "the snapshot issue adds the callers"))]
+    pub(crate) async fn checkpoint(&self) -> Result<Checkpoint, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.checkpoint(&self.inner.shell).await
+    }
+}
+
+impl<B: Backend> Inner<B> {
+    /// Kill everything and remove what the sandbox holds now (Drop repeats it harmlessly).
+    /// `from_run`: called by a run holding a context's lock, which must not be waited for (its
+    /// kernel died with the sandbox and the run drops it).
+    async fn shutdown(&self, from_run: bool) {
+        self.lifetime.end();
+        // Kill first so runs holding a context lock see EOF and release it.
+        self.backend.kill_all(&self.shell).await;
+        for context in self.contexts.take_all() {
+            let slot = if from_run {
+                context.kernel.try_lock().ok()
+            } else {
+                Some(context.kernel.lock().await)
+            };
+            if let Some(mut kernel) = slot.and_then(|mut slot| slot.take()) {
+                kernel.kill();
+            }
+        }
+        self.backend.remove(&self.shell).await;
+    }
+}
+
+/// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
+/// dropping the sandbox cleans up at once.
+fn watch_lifetime<B: Backend>(weak: Weak<Inner<B>>) {
+    tokio::spawn(async move {
+        loop {
+            let (deadline, changed) = {
+                let Some(inner) = weak.upgrade() else { return };
+                let lifetime = &inner.lifetime;
+                if lifetime.has_ended() {
+                    return;
+                }
+                let (deadline, changed) = lifetime.deadline();
+                if Instant::now() >= deadline {
+                    tracing::info!(sandbox = %B::sandbox_id(&inner.shell), "sandbox lifetime expired, shutting it down");
+                    inner.shutdown(false).await;
+                    return;
+                }
+                (deadline, changed)
+            };
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    });
+}
+
+/// The OOM kills of one sandbox, as the kernel protocol counts them.
+struct OomKills<'a, B: Backend>(&'a B::Shell);
+
+impl<B: Backend> OomCounter for OomKills<'_, B> {
+    fn oom_kills(&self) -> u64 {
+        B::oom_kills(self.0)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> SandboxSession for Session<B> {
+    fn sandbox_id(&self) -> &str {
+        B::sandbox_id(&self.inner.shell)
+    }
+
+    fn runtime(&self) -> Option<&str> {
+        Some(self.inner.backend.runtime(&self.inner.shell))
+    }
+
+    async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
+        self.check_alive()?;
+        if options.language.is_some() && options.context_id.is_some() {
+            return Err(SandboxError::InvalidArgument(
+                "Only one of context_id or language can be provided".into(),
+            ));
+        }
+        if let Some(language) = &options.language {
+            Self::check_language(language)?;
+        }
+        let context = self
+            .inner
+            .contexts
+            .get(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
+        let mut slot = context.kernel.lock().await;
+        self.check_alive()?;
+        let limits = self.exec_limits(options);
+        if let Some(kernel) = slot.as_mut() {
+            kernel.settle_abandoned(limits.grace).await;
+        }
+        // A kernel killed by a timeout, OOM or the output cap is replaced with a fresh one.
+        if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
+            *slot = Some(self.start_kernel(context.cwd()).await?);
+        }
+        let kernel = slot.as_mut().expect("kernel just ensured");
+        let execution = kernel
+            .execute(code, options, &limits, &OomKills::<B>(&self.inner.shell))
+            .await?;
+        // Killed from outside (kill() or the lifetime) while running: report that, not a crash.
+        self.check_alive()?;
+        Ok(execution)
+    }
+
+    async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
+        self.check_alive()?;
+        if let Some(language) = language {
+            Self::check_language(language)?;
+        }
+        if let Some(cwd) = cwd {
+            check_cwd(cwd)?;
+        }
+        let kernel = self.start_kernel(cwd).await?;
+        Ok(self.inner.contexts.add(kernel, cwd))
+    }
+
+    async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+        self.check_alive()?;
+        Ok(self.inner.contexts.list())
+    }
+
+    async fn restart_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        let context = self.inner.contexts.get(context_id)?;
+        let mut slot = context.kernel.lock().await;
+        if let Some(mut old) = slot.take() {
+            old.kill();
+        }
+        *slot = Some(self.start_kernel(context.cwd()).await?);
+        Ok(())
+    }
+
+    async fn remove_context(&self, context_id: &str) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        if context_id == DEFAULT_CONTEXT_ID {
+            return Err(SandboxError::InvalidArgument(
+                "the default context cannot be removed".into(),
+            ));
+        }
+        let context = self.inner.contexts.remove(context_id)?;
+        if let Some(mut kernel) = context.kernel.lock().await.take() {
+            kernel.kill();
+        }
+        Ok(())
+    }
+
+    async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.write_file(&self.inner.shell, path, data).await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.read_file(&self.inner.shell, path).await
+    }
+
+    async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.list_files(&self.inner.shell, path).await
+    }
+
+    async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.make_dir(&self.inner.shell, path).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<EntryInfo, SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.rename(&self.inner.shell, from, to).await
+    }
+
+    async fn remove(&self, path: &str) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        self.inner.backend.remove_path(&self.inner.shell, path).await
+    }
+
+    async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
+        self.check_alive()?;
+        self.inner.lifetime.extend(timeout);
+        Ok(())
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.inner.shutdown(false).await;
+        Ok(())
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Session<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("backend", &B::NAME)
+            .field("id", &B::sandbox_id(&self.inner.shell))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Drop for Session<B> {
+    fn drop(&mut self) {
+        // The lifetime watchdog holds only a weak reference: this drop releases the last strong
+        // one, whose Drop removes the kernels and then the shell. Wake it so it exits.
+        self.inner.lifetime.end();
+    }
+}
