@@ -92,7 +92,20 @@ enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "files")]
         follow: Option<PathBuf>,
     },
+    /// Serve a local web app that shows runs (chats, sandbox cells with their charts, decisions, scores),
+    /// receives OTLP on 127.0.0.1:4318 and follows .waxell/traces (feature `ui`; `waxell ui --help`).
+    #[command(disable_help_flag = true)]
+    Ui {
+        /// The options of `waxell ui` (see `waxell ui --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        args: Vec<std::ffi::OsString>,
+    },
 }
+
+/// `waxell ui ARGS...`: set by the binary when it is built with the `ui` feature (the web app lives in
+/// `bin/waxell/ui.rs`), so this file builds the same without it.
+pub(crate) type UiCommand = fn(&[std::ffi::OsString], &mut dyn Write, &mut dyn Write) -> u8;
+pub(crate) static UI_COMMAND: std::sync::OnceLock<UiCommand> = std::sync::OnceLock::new();
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
@@ -125,6 +138,17 @@ where
         }
     };
     match cli.command {
+        Command::Ui { args } => match UI_COMMAND.get() {
+            Some(ui) => ui(&args, out, err),
+            None => {
+                let _ = writeln!(
+                    err,
+                    "waxell: this waxell was built without the `ui` feature: \
+                     cargo install --path waxell --features ui (from a checkout of the repository)"
+                );
+                2
+            }
+        },
         Command::Replay {
             files,
             endpoint,
