@@ -276,7 +276,8 @@ async fn api_status(State(state): State<AppState>) -> Response {
 async fn api_runs(State(state): State<AppState>, Query(filter): Query<RunFilter>) -> Response {
     let store = state.store.clone();
     match blocking(move || store.seq().and_then(|seq| Ok((seq, store.runs(&filter)?)))).await {
-        Ok(Ok((seq, (runs, agents)))) => {
+        Ok(Ok((seq, (mut runs, agents)))) => {
+            runs.iter_mut().for_each(|r| r.search.clear());
             Json(serde_json::json!({ "seq": seq, "runs": runs, "agents": agents })).into_response()
         }
         Ok(Err(e)) => internal(e),
@@ -298,7 +299,8 @@ async fn api_run(State(state): State<AppState>, Path(id): Path<String>) -> Respo
     }
     let store = state.store.clone();
     match blocking(move || store.seq().and_then(|seq| Ok((seq, store.run(&id)?)))).await {
-        Ok(Ok((seq, Some((run, spans))))) => {
+        Ok(Ok((seq, Some((mut run, spans))))) => {
+            run.search.clear();
             Json(serde_json::json!({ "seq": seq, "run": run, "spans": spans })).into_response()
         }
         Ok(Ok((_, None))) => refuse(StatusCode::NOT_FOUND, "no such run"),

@@ -285,8 +285,8 @@ pub struct RunSummary {
     /// The root's output, shortened.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub output: String,
-    /// Lowercased inputs and outputs of the run's spans, for search (not served).
-    #[serde(default, skip_serializing)]
+    /// Lowercased inputs and outputs of the run's spans, for search (stored, not served).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub search: String,
     /// The store's change counter when this run last changed.
     pub seq: u64,
