@@ -208,7 +208,7 @@
       history.replaceState(null, '', shown.toString() ? '/?' + shown : '/');
       const data = await getJSON('/api/runs?' + q);
       const current = agentSel.value || state.agent;
-      agentSel.replaceChildren(el('option', { value: '', text: 'all agents' }),
+      agentSel.replaceChildren(el('option', { value: '', text: 'all agents' }), ...
         data.agents.map((a) => el('option', { value: a, text: a })));
       agentSel.value = current;
       count.textContent = data.runs.length + (data.runs.length === 1 ? ' run' : ' runs');
@@ -302,8 +302,13 @@
         header.replaceChildren(el('p', { class: 'err' }, 'Run ' + id + ': ' + e.message));
         return;
       }
+      for (const s of data.spans) {
+        s.attributes = s.attributes || {};
+        s.events = s.events || [];
+        s.links = s.links || [];
+      }
       document.title = (data.run.agent || data.run.name) + ' · waxell ui';
-      header.replaceChildren(runHeader(data.run));
+      header.replaceChildren(...runHeader(data.run).filter(Boolean));
       const rows = buildTree(data.spans);
       const t0 = Math.min(...data.spans.map((s) => s.start));
       const t1 = Math.max(...data.spans.map((s) => s.end));
