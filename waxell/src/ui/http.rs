@@ -315,16 +315,14 @@ enum Encoding {
     Json,
 }
 
-fn otlp_encoding(headers: &HeaderMap) -> Result<Encoding, Response> {
+/// The request's encoding, or why it is not accepted (415).
+fn otlp_encoding(headers: &HeaderMap) -> Result<Encoding, &'static str> {
     if let Some(enc) = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
     {
         if !enc.eq_ignore_ascii_case("identity") {
-            return Err(refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "compressed OTLP is not supported: unset OTEL_EXPORTER_OTLP_COMPRESSION",
-            ));
+            return Err("compressed OTLP is not supported: unset OTEL_EXPORTER_OTLP_COMPRESSION");
         }
     }
     let ct = headers
@@ -339,10 +337,7 @@ fn otlp_encoding(headers: &HeaderMap) -> Result<Encoding, Response> {
     match ct.as_str() {
         "application/x-protobuf" | "application/protobuf" => Ok(Encoding::Protobuf),
         "application/json" => Ok(Encoding::Json),
-        _ => Err(refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "OTLP/HTTP needs Content-Type application/x-protobuf or application/json",
-        )),
+        _ => Err("OTLP/HTTP needs Content-Type application/x-protobuf or application/json"),
     }
 }
 
@@ -361,7 +356,7 @@ fn otlp_reply(encoding: Encoding) -> Response {
 async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let encoding = match otlp_encoding(&headers) {
         Ok(e) => e,
-        Err(r) => return r,
+        Err(why) => return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, why),
     };
     let request = match encoding {
         Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string()),
@@ -393,6 +388,6 @@ async fn otlp_ignored(headers: HeaderMap) -> Response {
             ([(header::CONTENT_TYPE, "application/x-protobuf")], Vec::new()).into_response()
         }
         Ok(Encoding::Json) => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
-        Err(r) => r,
+        Err(why) => refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, why),
     }
 }

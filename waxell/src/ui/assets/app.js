@@ -525,11 +525,11 @@
         ['results', Array.isArray(a['waxell.sandbox.result_types']) ? a['waxell.sandbox.result_types'].join(', ') : a['waxell.sandbox.result_types']],
         ['file', a['waxell.sandbox.file.path']], ['size', a['waxell.sandbox.file.size']]]),
       section('Code', pre(code, 'code')),
+      errName || errValue || traceback ? section('Error', el('p', { class: 'err' }, text(errName) + (errValue ? ': ' + text(errValue) : '')), pre(traceback, 'traceback')) : null,
+      section('Charts and images', pictures),
       section('stdout', pre(stdout, 'stdout')),
       section('stderr', pre(stderr, 'stderr')),
-      errName || errValue || traceback ? section('Error', el('p', { class: 'err' }, text(errName) + (errValue ? ': ' + text(errValue) : '')), pre(traceback, 'traceback')) : null,
-      section('Output', pre(a['waxell.sandbox.output_preview'] || (result === undefined ? a['output.value'] : ''))),
-      section('Charts and images', pictures));
+      section('Output', pre(a['waxell.sandbox.output_preview'] || (result === undefined ? a['output.value'] : ''))));
   }
 
   // ---- decision, reasoning, agent, tool, generic ---------------------------------------------------------------
