@@ -90,6 +90,7 @@ fn options(dir: &Path, follow: Vec<PathBuf>) -> UiOptions {
     UiOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         otlp: Some("127.0.0.1:0".parse().unwrap()),
+        otlp_grpc: None,
         store: dir.join("store.redb"),
         follow,
         poll: Duration::from_millis(50),

@@ -37,6 +37,7 @@ fn options(dir: &Path) -> UiOptions {
     UiOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         otlp: Some("127.0.0.1:0".parse().unwrap()),
+        otlp_grpc: Some("127.0.0.1:0".parse().unwrap()),
         store: dir.join("store.redb"),
         follow: Vec::new(),
         poll: Duration::from_millis(50),
@@ -478,6 +479,35 @@ fn any_other_address_needs_the_token_from_the_printed_url_then_a_cookie() {
         status(json(c.post(&traces)).header("authorization", format!("Bearer {token}"))),
         200
     );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[cfg(feature = "grpc")]
+#[test]
+fn otlp_grpc_arrives_too() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let dir = temp_dir("grpc");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let endpoint = ui
+        .otlp_grpc_endpoint()
+        .expect("the gRPC receiver runs with the grpc feature");
+    let request: ExportTraceServiceRequest = serde_json::from_str(&line(
+        0xe5,
+        &[("invoke_agent grpc-agent", 1, 0), ("chat m", 2, 1)],
+    ))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(endpoint).await.unwrap();
+        client.export(request).await.unwrap();
+    });
+    assert_eq!(span_count(&ui, 0xe5), Some(2));
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "e5".repeat(16)));
+    assert_eq!(run["run"]["name"], "invoke_agent grpc-agent");
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
 }

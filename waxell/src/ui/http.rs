@@ -55,7 +55,7 @@ fn refuse(status: StatusCode, why: &str) -> Response {
 }
 
 /// Whether two strings are equal, in time that depends only on their lengths.
-fn same(a: &str, b: &str) -> bool {
+pub(crate) fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -16,6 +16,8 @@
 //! ```
 
 mod follow;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod http;
 pub mod model;
 pub mod store;
@@ -36,6 +38,9 @@ pub struct UiOptions {
     pub listen: SocketAddr,
     /// Where the OTLP/HTTP receiver listens (default 127.0.0.1:4318); `None`: no receiver.
     pub otlp: Option<SocketAddr>,
+    /// Where the OTLP/gRPC receiver listens (default 127.0.0.1:4317), when built with the feature `grpc`
+    /// (without it this is ignored); `None`: no gRPC receiver.
+    pub otlp_grpc: Option<SocketAddr>,
     /// The store's file (default `.waxell/ui/store.redb`).
     pub store: PathBuf,
     /// Trace directories (their `*.jsonl` files) and files to import and follow (default `.waxell/traces`).
@@ -56,6 +61,7 @@ impl Default for UiOptions {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 4320)),
             otlp: Some(SocketAddr::from(([127, 0, 0, 1], 4318))),
+            otlp_grpc: Some(SocketAddr::from(([127, 0, 0, 1], 4317))),
             store: PathBuf::from(".waxell/ui/store.redb"),
             follow: vec![PathBuf::from(".waxell/traces")],
             poll: Duration::from_millis(300),
@@ -91,6 +97,7 @@ pub enum UiError {
 pub struct UiServer {
     ui_addr: SocketAddr,
     otlp_addr: Option<SocketAddr>,
+    grpc_addr: Option<SocketAddr>,
     token: Option<String>,
     store: Arc<Store>,
     stop: Arc<AtomicBool>,
@@ -125,8 +132,10 @@ impl UiServer {
     /// Open the store, bind the addresses, and serve in the background (own threads).
     pub fn start(options: UiOptions) -> Result<Self, UiError> {
         let store = Arc::new(Store::open(&options.store)?);
-        let exposed =
-            !options.listen.ip().is_loopback() || options.otlp.is_some_and(|a| !a.ip().is_loopback());
+        let otlp_grpc = options.otlp_grpc.filter(|_| cfg!(feature = "grpc"));
+        let exposed = !options.listen.ip().is_loopback()
+            || options.otlp.is_some_and(|a| !a.ip().is_loopback())
+            || otlp_grpc.is_some_and(|a| !a.ip().is_loopback());
         let token = match options.token.clone().filter(|t| !t.is_empty()) {
             Some(t) => Some(t),
             None if exposed => Some(random_token()?),
@@ -136,6 +145,8 @@ impl UiServer {
         let ui_addr = ui_listener.local_addr()?;
         let otlp_listener = options.otlp.map(bind).transpose()?;
         let otlp_addr = otlp_listener.as_ref().map(TcpListener::local_addr).transpose()?;
+        let grpc_listener = otlp_grpc.map(bind).transpose()?;
+        let grpc_addr = grpc_listener.as_ref().map(TcpListener::local_addr).transpose()?;
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -149,7 +160,7 @@ impl UiServer {
             cookie: format!("waxell_ui_{}", ui_addr.port()),
         });
         let app = http::app(store.clone(), security.clone());
-        let otlp = http::otlp(store.clone(), security);
+        let otlp = http::otlp(store.clone(), security.clone());
         {
             let _entered = runtime.enter();
             let listener = tokio::net::TcpListener::from_std(ui_listener)?;
@@ -168,6 +179,16 @@ impl UiServer {
                         .await;
                 });
             }
+            #[cfg(feature = "grpc")]
+            if let Some(l) = grpc_listener {
+                let listener = tokio::net::TcpListener::from_std(l)?;
+                let stop = shutdown.clone();
+                runtime.spawn(grpc::serve(listener, store.clone(), security, async move {
+                    stop.notified().await
+                }));
+            }
+            #[cfg(not(feature = "grpc"))]
+            let _ = (grpc_listener, security);
         }
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -199,6 +220,7 @@ impl UiServer {
         Ok(Self {
             ui_addr,
             otlp_addr,
+            grpc_addr,
             token,
             store,
             stop,
@@ -240,6 +262,11 @@ impl UiServer {
     /// The page of one run (`trace_id` in hex).
     pub fn run_url(&self, trace_id: &str) -> String {
         format!("{}/runs/{trace_id}", self.base_url())
+    }
+
+    /// The OTLP/gRPC endpoint (`http://127.0.0.1:4317`), if that receiver runs (feature `grpc`).
+    pub fn otlp_grpc_endpoint(&self) -> Option<String> {
+        self.grpc_addr.map(|a| format!("http://{}", shown(a)))
     }
 
     /// The value for `OTEL_EXPORTER_OTLP_ENDPOINT`, if the receiver runs.

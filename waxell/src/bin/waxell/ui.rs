@@ -19,9 +19,15 @@ struct UiArgs {
     /// Where the OTLP/HTTP receiver listens (point OTEL_EXPORTER_OTLP_ENDPOINT at it).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4318")]
     otlp: SocketAddr,
-    /// Run no OTLP receiver (only follow trace files).
+    /// Run no OTLP/HTTP receiver.
     #[arg(long, conflicts_with = "otlp")]
     no_otlp: bool,
+    /// Where the OTLP/gRPC receiver listens (only in a waxell built with the `grpc` feature).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:4317")]
+    otlp_grpc: SocketAddr,
+    /// Run no OTLP/gRPC receiver.
+    #[arg(long, conflicts_with = "otlp_grpc")]
+    no_otlp_grpc: bool,
     /// A trace directory (its *.jsonl files) or file to import and follow; repeatable.
     /// Default: .waxell/traces.
     #[arg(long = "follow", value_name = "PATH")]
@@ -82,6 +88,7 @@ pub(crate) fn run(args: &[OsString], out: &mut dyn Write, err: &mut dyn Write) -
     let options = waxell::ui::UiOptions {
         listen: args.listen,
         otlp: (!args.no_otlp).then_some(args.otlp),
+        otlp_grpc: (!args.no_otlp_grpc).then_some(args.otlp_grpc),
         store: args.store,
         follow: if args.follow.is_empty() {
             vec![PathBuf::from(".waxell/traces")]
@@ -107,12 +114,19 @@ pub(crate) fn run(args: &[OsString], out: &mut dyn Write, err: &mut dyn Write) -
             out,
             "  OTLP/HTTP receiver: OTEL_EXPORTER_OTLP_ENDPOINT={endpoint}"
         );
-        if ui.token().is_some() {
-            let _ = writeln!(
-                out,
-                "  (with OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<the token above>)"
-            );
-        }
+    }
+    if let Some(endpoint) = ui.otlp_grpc_endpoint() {
+        let _ = writeln!(
+            out,
+            "  OTLP/gRPC receiver: OTEL_EXPORTER_OTLP_ENDPOINT={endpoint} OTEL_EXPORTER_OTLP_PROTOCOL=grpc"
+        );
+    }
+    let receives = ui.otlp_endpoint().is_some() || ui.otlp_grpc_endpoint().is_some();
+    if receives && ui.token().is_some() {
+        let _ = writeln!(
+            out,
+            "  (with OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<the token above>)"
+        );
     }
     let shown: Vec<String> = follow.iter().map(|p| p.display().to_string()).collect();
     let _ = writeln!(out, "  following: {}", shown.join(", "));
