@@ -511,3 +511,25 @@ fn otlp_grpc_arrives_too() {
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_running_ui_is_found_for_links_to_its_runs() {
+    let dir = temp_dir("links");
+    let url_file = dir.join("url");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let trace = "ab".repeat(16);
+    assert_eq!(
+        waxell::export::ui_run_url_in(&url_file, &trace),
+        Some(format!("{}/runs/{trace}", ui.base_url()))
+    );
+    ui.shutdown();
+    assert!(!url_file.exists(), "the URL file goes when the UI stops");
+    assert_eq!(waxell::export::ui_run_url_in(&url_file, &trace), None);
+    // A stale file (a UI that died) names an address nobody listens on: no link.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    std::fs::write(&url_file, format!("http://{addr}\n")).unwrap();
+    assert_eq!(waxell::export::ui_run_url_in(&url_file, &trace), None);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -104,6 +104,7 @@ pub struct UiServer {
     shutdown: Arc<tokio::sync::Notify>,
     follower: Option<std::thread::JoinHandle<()>>,
     runtime: Option<tokio::runtime::Runtime>,
+    url_file: Option<PathBuf>,
 }
 
 fn random_token() -> std::io::Result<String> {
@@ -217,7 +218,14 @@ impl UiServer {
                     }
                 })?
         };
+        // Beside the store, the base URL, for links to runs (`waxell::export::ui_run_url`); removed at stop.
+        let url_file = options
+            .store
+            .parent()
+            .map(|dir| dir.join("url"))
+            .filter(|file| std::fs::write(file, format!("http://{}\n", shown(ui_addr))).is_ok());
         Ok(Self {
+            url_file,
             ui_addr,
             otlp_addr,
             grpc_addr,
@@ -311,6 +319,13 @@ impl UiServer {
     }
 
     fn stop_now(&mut self) {
+        if let Some(file) = self.url_file.take() {
+            // Only if it is still ours: another UI may have started on the same directory since.
+            let ours = format!("http://{}\n", shown(self.ui_addr));
+            if std::fs::read_to_string(&file).is_ok_and(|text| text == ours) {
+                let _ = std::fs::remove_file(file);
+            }
+        }
         self.stop.store(true, Ordering::Relaxed);
         self.shutdown.notify_waiters();
         if let Some(f) = self.follower.take() {

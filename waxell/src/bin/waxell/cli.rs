@@ -214,6 +214,9 @@ where
                     match waxell::export::render_trace_file(&file) {
                         Ok(tree) => {
                             let _ = write!(out, "{tree}");
+                            for url in ui_links(&file) {
+                                let _ = writeln!(out, "waxell ui: {url}");
+                            }
                         }
                         Err(e) => {
                             let _ = writeln!(err, "waxell: {e}");
@@ -225,6 +228,30 @@ where
             }
         },
     }
+}
+
+/// Links to the file's runs in a `waxell ui` running for this directory (none when no UI is up).
+fn ui_links(file: &std::path::Path) -> Vec<String> {
+    let Ok(requests) = waxell::export::read_trace_file(file) else {
+        return Vec::new();
+    };
+    let mut traces: Vec<String> = Vec::new();
+    for span in requests
+        .iter()
+        .flat_map(|(_, r)| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .filter(|s| s.parent_span_id.is_empty())
+    {
+        let id: String = span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        if !traces.contains(&id) {
+            traces.push(id);
+        }
+    }
+    traces
+        .iter()
+        .map_while(|id| waxell::export::ui_run_url(id))
+        .collect()
 }
 
 fn replay(files: &[PathBuf], settings: &OtlpSettings, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
