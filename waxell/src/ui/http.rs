@@ -259,13 +259,33 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.map_err(internal)
 }
 
-async fn api_status(State(state): State<AppState>) -> Response {
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    /// A run whose own change counter to report as `run_seq`, so its page redraws only when it changed.
+    #[serde(default)]
+    run: Option<String>,
+}
+
+async fn api_status(State(state): State<AppState>, Query(query): Query<StatusQuery>) -> Response {
     let store = state.store.clone();
-    match blocking(move || store.seq().and_then(|seq| Ok((seq, store.counts()?)))).await {
-        Ok(Ok((seq, counts))) => Json(serde_json::json!({
+    let run = query
+        .run
+        .map(|r| r.to_ascii_lowercase())
+        .filter(|r| is_trace_id(r));
+    let answer = blocking(move || -> Result<_, super::store::StoreError> {
+        let run_seq = match &run {
+            Some(id) => store.run_seq(id)?,
+            None => None,
+        };
+        Ok((store.seq()?, store.counts()?, run_seq))
+    })
+    .await;
+    match answer {
+        Ok(Ok((seq, counts, run_seq))) => Json(serde_json::json!({
             "seq": seq,
             "runs": counts.get("runs"),
             "spans": counts.get("spans"),
+            "run_seq": run_seq,
         }))
         .into_response(),
         Ok(Err(e)) => internal(e),

@@ -214,6 +214,17 @@ impl Store {
         Ok(Some((summary, spans)))
     }
 
+    /// The change counter of one run (when it last changed), if it is stored.
+    pub fn run_seq(&self, trace: &str) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read().map_err(err)?;
+        let runs = txn.open_table(RUNS).map_err(err)?;
+        let Some(v) = runs.get(trace).map_err(err)? else {
+            return Ok(None);
+        };
+        let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
+        Ok(Some(summary.seq))
+    }
+
     /// Delete the runs that started before `cutoff` (ns since the epoch), with their spans. Returns how many.
     pub fn delete_before(&self, cutoff: u64) -> Result<usize, StoreError> {
         let txn = self.db.begin_write().map_err(err)?;

@@ -145,15 +145,18 @@
     return r.json();
   }
 
+  // The list redraws when anything changed; a run's page only when that run did.
   let seq = -1;
   let refresh = null;
+  let watched = '';
   async function poll() {
     try {
-      const s = await getJSON('/api/status');
+      const s = await getJSON('/api/status' + (watched ? '?run=' + encodeURIComponent(watched) : ''));
       live.textContent = '● live · ' + fmtNum(s.runs) + ' runs · ' + fmtNum(s.spans) + ' spans';
       live.className = 'ok';
-      if (seq !== -1 && s.seq !== seq && refresh) await refresh();
-      seq = s.seq;
+      const now = watched ? s.run_seq : s.seq;
+      if (seq !== -1 && now !== seq && refresh) await refresh();
+      seq = now;
     } catch (e) {
       live.textContent = '○ disconnected';
       live.className = 'err';
@@ -279,7 +282,11 @@
     return rows;
   }
 
+  const FIRST_ROWS = 2000;
+
   function runView(id) {
+    watched = id;
+    let showAll = false;
     let selected = decodeURIComponent(location.hash.replace(/^#span=/, '')) || '';
     let data = null;
     const header = el('section', { class: 'runhead' });
@@ -310,12 +317,20 @@
       document.title = (data.run.agent || data.run.name) + ' · waxell ui';
       header.replaceChildren(...runHeader(data.run).filter(Boolean));
       const rows = buildTree(data.spans);
-      const t0 = Math.min(...data.spans.map((s) => s.start));
-      const t1 = Math.max(...data.spans.map((s) => s.end));
+      let t0 = Infinity, t1 = 0;
+      for (const s of data.spans) { t0 = Math.min(t0, s.start); t1 = Math.max(t1, s.end); }
       const total = Math.max(t1 - t0, 1);
+      // A very large run draws its first rows at once and the rest on request (or when a later span is
+      // the one asked for), so its page opens fast.
+      const wanted = rows.findIndex((r) => r.span.span_id === selected);
+      if (wanted >= FIRST_ROWS) showAll = true;
+      const shown = showAll ? rows : rows.slice(0, FIRST_ROWS);
+      const more = rows.length - shown.length;
       tree.replaceChildren(el('div', { class: 'row head' }, el('span', { class: 'label' }, 'Span'),
         el('span', { class: 'dur' }, 'Duration'), el('span', { class: 'timeline' }, 'Timeline · ' + fmtDur(total))),
-      ...rows.map((r) => {
+      ...(more > 0 ? [el('button', { class: 'more', type: 'button', onclick: () => { showAll = true; load(); } },
+        'Show all ' + fmtNum(rows.length) + ' spans (' + fmtNum(more) + ' more below)')] : []),
+      ...shown.map((r) => {
         const kind = classify(r.span);
         const left = ((r.span.start - t0) / total) * 100;
         const width = Math.max(((r.span.end - r.span.start) / total) * 100, 0.3);
