@@ -533,3 +533,34 @@ fn a_running_ui_is_found_for_links_to_its_runs() {
     assert_eq!(waxell::export::ui_run_url_in(&url_file, &trace), None);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_batch_sent_twice_is_stored_once_and_summed_once() {
+    let dir = temp_dir("retry");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let mut request: Value =
+        serde_json::from_str(&line(0xf6, &[("invoke_agent retry", 1, 0), ("chat m", 2, 1)])).unwrap();
+    // The chat span is a model call with tokens and cost.
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["attributes"] = serde_json::json!([
+        { "key": "gen_ai.operation.name", "value": { "stringValue": "chat" } },
+        { "key": "gen_ai.usage.input_tokens", "value": { "intValue": "7" } },
+        { "key": "waxell.llm.cost", "value": { "doubleValue": 0.5 } },
+    ]);
+    for _ in 0..2 {
+        let response = client()
+            .post(&traces)
+            .header("content-type", "application/json")
+            .body(request.to_string())
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "f6".repeat(16)));
+    assert_eq!(run["run"]["spans"], 2);
+    assert_eq!(run["run"]["input_tokens"], 7);
+    assert_eq!(run["run"]["cost"], 0.5);
+    assert_eq!(run["spans"].as_array().unwrap().len(), 2);
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
