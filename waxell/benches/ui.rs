@@ -9,6 +9,10 @@
 //!   assets and one fetch): the difference is what the 10,000 spans cost. Also the API's answer for the
 //!   run alone (`GET /api/runs/{id}`). Target: the 10,000-span page under 1 s.
 //!
+//! - `rest`: 1,000,000 spans stored (50,000 runs of 20 spans, written through the store's own ingest): the
+//!   process's resident memory once idle beside its memory before, the store file's size, and the run
+//!   list's answer (`GET /api/runs`, the newest 200 of 50,000 runs).
+//!
 //! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds). Needs chromium for
 //! `page` (`scripts/setup-browser.sh`); without it that case is skipped.
 
@@ -319,6 +323,96 @@ fn bench_page(quick: bool) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn bench_rest(quick: bool) {
+    use waxell::ui::SpanRecord;
+    let runs = if quick { 5_000 } else { 50_000 };
+    let dir = temp_dir("rest");
+    let mut opts = options(&dir);
+    opts.otlp = None;
+    let ui = UiServer::start(opts).unwrap();
+    let before = rss_kib();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let start = Instant::now();
+    let mut batch = Vec::with_capacity(5_000);
+    for run in 0..runs {
+        let trace = format!("{:032x}", run + 1);
+        let root = format!("{:016x}", 1);
+        for i in 0..20u64 {
+            let mut attributes = serde_json::Map::new();
+            attributes.insert(
+                "gen_ai.operation.name".into(),
+                (if i == 0 { "invoke_agent" } else { "execute_tool" }).into(),
+            );
+            attributes.insert("gen_ai.agent.name".into(), "bench".into());
+            attributes.insert("output.value".into(), format!("result {i} of run {run}").into());
+            batch.push(SpanRecord {
+                trace_id: trace.clone(),
+                span_id: format!("{:016x}", i + 1),
+                parent_id: if i == 0 { String::new() } else { root.clone() },
+                name: if i == 0 {
+                    "invoke_agent bench".into()
+                } else {
+                    "execute_tool step".into()
+                },
+                kind: "internal".into(),
+                start: now + run as u64 * 1_000_000 + i,
+                end: now + run as u64 * 1_000_000 + 500_000,
+                status: "unset".into(),
+                status_message: String::new(),
+                attributes,
+                events: Vec::new(),
+                links: Vec::new(),
+                service: "bench".into(),
+                scope: "bench".into(),
+            });
+        }
+        if batch.len() >= 5_000 {
+            ui.store().ingest(&batch, None).unwrap();
+            batch.clear();
+        }
+    }
+    ui.store().ingest(&batch, None).unwrap();
+    let took = start.elapsed();
+    let spans = runs * 20;
+    assert_eq!(ui.store().counts().unwrap()["spans"] as usize, spans);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_kib();
+    let size = std::fs::metadata(dir.join("store.redb"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let mut list_times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        get(ui.addr(), "/api/runs");
+        list_times.push(t.elapsed());
+    }
+    println!("rest/stored: {spans} spans in {runs} runs, written in {took:?} through Store::ingest (5,000 per commit)");
+    println!(
+        "rest/memory: resident {} MiB with them stored and idle, {} MiB before (the process: UI, runtime, bench)",
+        after / 1024,
+        before / 1024
+    );
+    println!("rest/store_file: {} MiB", size / (1024 * 1024));
+    println!(
+        "rest/run_list: GET /api/runs (newest 200 of {runs}): {:?} (median of 5)",
+        median(&mut list_times)
+    );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let only = std::env::var("WAXELL_BENCH_ONLY").unwrap_or_default();
@@ -329,6 +423,9 @@ fn main() {
     }
     if only.is_empty() || only.contains("page") {
         bench_page(quick);
+    }
+    if only.is_empty() || only.contains("rest") {
+        bench_rest(quick);
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average after: {}", load.trim());

@@ -22,6 +22,9 @@ const FILES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("files");
 /// `seq` → the change counter.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
+/// redb's page cache.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
 #[error("the UI's store: {0}")]
@@ -65,8 +68,12 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("creating {}: {e}", dir.display())))?;
         }
-        let db =
-            Database::create(path).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
+        // redb's page cache defaults to 1 GiB and keeps what was written: a UI at rest holding a million
+        // spans sat at 530 MiB resident. 64 MiB keeps the run list and recent runs in memory.
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(err)?;
         {
             txn.open_table(SPANS).map_err(err)?;
