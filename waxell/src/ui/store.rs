@@ -19,6 +19,8 @@ const RUNS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("runs");
 const RUNS_BY_START: TableDefinition<'_, &[u8], u8> = TableDefinition::new("runs_by_start");
 /// A followed file's path → how far it was read ([`FilePos`] as JSON).
 const FILES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("files");
+/// An agent's name → the change counter when a run of it last arrived: the run list's agent filter.
+const AGENTS: TableDefinition<'_, &str, u64> = TableDefinition::new("agents");
 /// `seq` → the change counter.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 
@@ -81,6 +83,7 @@ impl Store {
             txn.open_table(RUNS_BY_START).map_err(err)?;
             txn.open_table(FILES).map_err(err)?;
             txn.open_table(META).map_err(err)?;
+            txn.open_table(AGENTS).map_err(err)?;
         }
         txn.commit().map_err(err)?;
         Ok(Self { db })
@@ -105,6 +108,7 @@ impl Store {
             let mut span_table = txn.open_table(SPANS).map_err(err)?;
             let mut runs = txn.open_table(RUNS).map_err(err)?;
             let mut by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
+            let mut agents = txn.open_table(AGENTS).map_err(err)?;
             let mut by_trace: BTreeMap<&str, Vec<&SpanRecord>> = BTreeMap::new();
             for span in spans
                 .iter()
@@ -143,6 +147,9 @@ impl Store {
                     }
                 }
                 summary.seq = seq;
+                for agent in &summary.agents {
+                    agents.insert(agent.as_str(), seq).map_err(err)?;
+                }
                 if had_summary && old_start != summary.start {
                     by_start
                         .remove(time_key(old_start, trace).as_slice())
@@ -174,32 +181,36 @@ impl Store {
         }
     }
 
-    /// Runs passing `filter`, newest first, and every agent name seen in the runs scanned.
+    /// Runs passing `filter`, newest first (reading runs only until `limit` matched), and the agent names
+    /// seen in the store (for the agent filter; an agent whose runs were all deleted may stay listed).
     pub fn runs(&self, filter: &RunFilter) -> Result<(Vec<RunSummary>, Vec<String>), StoreError> {
         let limit = filter.limit.unwrap_or(200).clamp(1, 5000);
         let txn = self.db.begin_read().map_err(err)?;
         let by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
         let runs = txn.open_table(RUNS).map_err(err)?;
         let mut out = Vec::new();
-        let mut agents: Vec<String> = Vec::new();
         for entry in by_start.iter().map_err(err)?.rev() {
+            if out.len() >= limit {
+                break;
+            }
             let (k, _) = entry.map_err(err)?;
             let trace = String::from_utf8_lossy(&k.value()[8..]).into_owned();
             let Some(v) = runs.get(trace.as_str()).map_err(err)? else {
                 continue;
             };
             let run: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
-            for agent in &run.agents {
-                if !agents.contains(agent) {
-                    agents.push(agent.clone());
-                }
-            }
-            if out.len() < limit && filter.matches(&run) {
+            if filter.matches(&run) {
                 out.push(run);
             }
         }
-        agents.sort();
-        Ok((out, agents))
+        let agents = txn.open_table(AGENTS).map_err(err)?;
+        let names = agents
+            .iter()
+            .map_err(err)?
+            .map(|e| e.map(|(k, _)| k.value().to_owned()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        Ok((out, names))
     }
 
     /// A run's summary and spans (in start order), if it is stored.
