@@ -1,8 +1,9 @@
 //! `waxell ui` in a real browser: Debian's chromium, headless, loads the pages and the test reads the DOM it
 //! built (`--dump-dom`). The demo's dry run shows its agents, tools, chart and scores; span content planted
-//! with `<script>`, an `onerror` image and a `javascript:` link is shown as text and runs nothing.
+//! with `<script>`, an `onerror` image and a `javascript:` link is shown as text and runs nothing; a run's
+//! page open in chromium (driven through chromedriver's WebDriver API) shows spans as they arrive.
 //!
-//! Needs `chromium` (`scripts/setup.sh` installs it). Without it these tests are skipped with the reason,
+//! Needs `chromium` and `chromedriver` (`scripts/setup.sh` installs both). Without it these tests are skipped with the reason,
 //! unless `WAXELL_REQUIRE_BROWSER_TESTS=1` (set by `scripts/test.sh` as root) makes that a failure.
 
 use std::io::{Read, Write};
@@ -469,4 +470,198 @@ fn planted_script_onerror_image_and_javascript_link_are_shown_as_text_and_never_
     );
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A minimal HTTP/1.1 exchange on loopback (chromedriver's WebDriver API); the answer's JSON body.
+fn http_json(addr: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -> serde_json::Value {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // chromedriver may keep the connection open: read the head, then exactly the body it announces.
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&response);
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let length = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            });
+            if length.is_some_and(|len| rest.len() >= len) {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&response);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = rest;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        rest.to_owned()
+    };
+    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+}
+
+fn otlp_line(trace: &str, spans: &[(&str, &str, &str)]) -> String {
+    let spans: Vec<serde_json::Value> = spans
+        .iter()
+        .map(|(id, parent, name)| {
+            serde_json::json!({ "traceId": trace, "spanId": id.repeat(8), "parentSpanId": parent, "name": name, "kind": 1,
+                "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000" })
+        })
+        .collect();
+    serde_json::json!({ "resourceSpans": [{ "scopeSpans": [{ "spans": spans }] }] }).to_string()
+}
+
+#[test]
+fn a_run_page_shows_spans_as_they_arrive() {
+    let Some(browser) = chromium() else { return };
+    let Some(driver) = browser
+        .parent()
+        .map(|d| d.join("chromedriver"))
+        .filter(|p| p.is_file())
+    else {
+        let why = "chromedriver is not installed: run scripts/setup.sh (apt-get install chromium-driver)";
+        assert!(
+            std::env::var("WAXELL_REQUIRE_BROWSER_TESTS").as_deref() != Ok("1"),
+            "WAXELL_REQUIRE_BROWSER_TESTS=1 but {why}"
+        );
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let dir = temp_dir("live");
+    let ui = UiServer::start(options(&dir, Vec::new())).unwrap();
+    let endpoint = ui.otlp_endpoint().unwrap();
+    let trace = "1e".repeat(16);
+
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut chromedriver = Command::new(&driver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let profile = temp_dir("live-profile");
+    let session = http_json(
+        &addr,
+        "POST",
+        "/session",
+        Some(
+            &serde_json::json!({ "capabilities": { "alwaysMatch": { "goog:chromeOptions": {
+            "binary": browser,
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                format!("--user-data-dir={}", profile.display())],
+        } } } }),
+        ),
+    );
+    let id = session["value"]["sessionId"]
+        .as_str()
+        .expect("a WebDriver session")
+        .to_owned();
+    let rows = || {
+        http_json(
+            &addr,
+            "POST",
+            &format!("/session/{id}/execute/sync"),
+            Some(&serde_json::json!({ "script": "return document.querySelectorAll('[role=treeitem]').length", "args": [] })),
+        )["value"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let wait_rows = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let now = rows();
+            if now == n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the page shows {now} spans, not {n}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+
+    // The page is open before the run exists; the spans of a running agent then arrive in two batches.
+    http_json(
+        &addr,
+        "POST",
+        &format!("/session/{id}/url"),
+        Some(&serde_json::json!({ "url": ui.run_url(&trace) })),
+    );
+    assert_eq!(rows(), 0);
+    assert_eq!(
+        post_json(
+            &endpoint,
+            &otlp_line(&trace, &[("b1", &"a1".repeat(8), "execute_tool first")])
+        ),
+        200
+    );
+    wait_rows(1);
+    assert_eq!(
+        post_json(
+            &endpoint,
+            &otlp_line(
+                &trace,
+                &[
+                    ("c1", &"a1".repeat(8), "execute_tool second"),
+                    ("a1", "", "invoke_agent live")
+                ]
+            )
+        ),
+        200
+    );
+    wait_rows(3);
+    let text = http_json(
+        &addr,
+        "POST",
+        &format!("/session/{id}/execute/sync"),
+        Some(&serde_json::json!({ "script": "return document.body.innerText", "args": [] })),
+    )["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        text.contains("invoke_agent live") && text.contains("execute_tool second"),
+        "{text}"
+    );
+
+    http_json(&addr, "DELETE", &format!("/session/{id}"), None);
+    let _ = chromedriver.kill();
+    let _ = chromedriver.wait();
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(profile);
 }
