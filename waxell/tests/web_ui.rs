@@ -564,3 +564,32 @@ fn a_batch_sent_twice_is_stored_once_and_summed_once() {
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn gzip_compressed_otlp_is_accepted_and_other_encodings_refused() {
+    use std::io::Write as _;
+    let dir = temp_dir("gzip");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let body = line(0x97, &[("invoke_agent zipped", 1, 0)]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(body.as_bytes()).unwrap();
+    let zipped = gz.finish().unwrap();
+    let post = |encoding: &str, bytes: Vec<u8>| {
+        client()
+            .post(&traces)
+            .header("content-type", "application/json")
+            .header("content-encoding", encoding)
+            .body(bytes)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(post("gzip", zipped), 200);
+    assert_eq!(span_count(&ui, 0x97), Some(1));
+    assert_eq!(post("br", body.clone().into_bytes()), 415);
+    assert_eq!(post("gzip", body.into_bytes()), 400, "a body that is not gzip");
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -335,16 +335,18 @@ enum Encoding {
     Json,
 }
 
-/// The request's encoding, or why it is not accepted (415).
-fn otlp_encoding(headers: &HeaderMap) -> Result<Encoding, &'static str> {
-    if let Some(enc) = headers
+/// The request's encoding and whether its body is gzip-compressed, or why it is not accepted (415).
+fn otlp_encoding(headers: &HeaderMap) -> Result<(Encoding, bool), &'static str> {
+    let gzip = match headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
     {
-        if !enc.eq_ignore_ascii_case("identity") {
-            return Err("compressed OTLP is not supported: unset OTEL_EXPORTER_OTLP_COMPRESSION");
-        }
-    }
+        None | Some("identity") => false,
+        Some("gzip") => true,
+        Some(_) => return Err("OTLP/HTTP bodies may be gzip-compressed or not compressed"),
+    };
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -355,8 +357,8 @@ fn otlp_encoding(headers: &HeaderMap) -> Result<Encoding, &'static str> {
         .trim()
         .to_ascii_lowercase();
     match ct.as_str() {
-        "application/x-protobuf" | "application/protobuf" => Ok(Encoding::Protobuf),
-        "application/json" => Ok(Encoding::Json),
+        "application/x-protobuf" | "application/protobuf" => Ok((Encoding::Protobuf, gzip)),
+        "application/json" => Ok((Encoding::Json, gzip)),
         _ => Err("OTLP/HTTP needs Content-Type application/x-protobuf or application/json"),
     }
 }
@@ -373,10 +375,32 @@ fn otlp_reply(encoding: Encoding) -> Response {
     }
 }
 
+/// Largest OTLP body once decompressed.
+const MAX_BODY: u64 = 64 * 1024 * 1024;
+
 async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let encoding = match otlp_encoding(&headers) {
+    let (encoding, gzip) = match otlp_encoding(&headers) {
         Ok(e) => e,
         Err(why) => return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, why),
+    };
+    let body = if gzip {
+        use std::io::Read;
+        let mut out = Vec::new();
+        let read = flate2::read::GzDecoder::new(&body[..])
+            .take(MAX_BODY + 1)
+            .read_to_end(&mut out);
+        match read {
+            Ok(n) if n as u64 <= MAX_BODY => Bytes::from(out),
+            Ok(_) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the decompressed body is over 64 MiB",
+                )
+            }
+            Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("not gzip: {e}")),
+        }
+    } else {
+        body
     };
     let request = match encoding {
         Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string()),
@@ -404,10 +428,10 @@ async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: By
 
 async fn otlp_ignored(headers: HeaderMap) -> Response {
     match otlp_encoding(&headers) {
-        Ok(Encoding::Protobuf) => {
+        Ok((Encoding::Protobuf, _)) => {
             ([(header::CONTENT_TYPE, "application/x-protobuf")], Vec::new()).into_response()
         }
-        Ok(Encoding::Json) => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
+        Ok((Encoding::Json, _)) => ([(header::CONTENT_TYPE, "application/json")], "{}").into_response(),
         Err(why) => refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, why),
     }
 }
