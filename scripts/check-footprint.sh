@@ -2,7 +2,7 @@
 # Guards the lean default build (issue: "crates a user can pick from"): what a user compiles for
 # `waxell = "..."` with default features, and for `waxell-sandbox` without its server.
 #   * no system library: no openssl-sys in waxell's graph with its own stacks on (export, LLM and E2B clients,
-#     CLI); TLS is reqwest's own rustls with aws-lc-rs, whose C is built by `cc` (no cmake binary needed);
+#     CLI and its web app); TLS is reqwest's own rustls with aws-lc-rs, whose C is built by `cc` (no cmake binary needed);
 #   * never a provider-less TLS: wherever reqwest's rustls is on, so is its default provider, or every other
 #     reqwest client in a user's tree would panic (tests/tls-neighbour builds one for real);
 #   * at most 130 distinct crates for waxell with default features (normal + build dependencies);
@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 crates() { cargo tree -e normal,build --prefix none "$@" 2>/dev/null | sed 's/ (\*)//;s/ (proc-macro)//' | awk '{print $1}' | sort -u; }
 fail=0
 
-own="grpc llm e2b tracing testing cli"
+own="grpc llm e2b tracing testing cli ui"
 c_builds=$(crates -p waxell --features "${own// /,}" | grep -E '^(openssl-sys)$' || true)
 if [ -n "$c_builds" ]; then echo "footprint: waxell (features: $own) needs a system library: $c_builds" >&2; fail=1; fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the demo and the tests need beyond the Rust toolchain, installed by the project itself:
 # bubblewrap + setpriv and the sandbox's Python venv (numpy, pandas, matplotlib), the E2B conformance peer
-# (the official `e2b-code-interpreter` SDK in its own venv) and cargo-nextest when missing.
+# (the official `e2b-code-interpreter` SDK in its own venv), Debian's chromium (the `waxell ui` browser
+# tests) and cargo-nextest when missing.
 # Idempotent: a second run takes a second or two.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -41,5 +42,8 @@ bash "$here/setup-container.sh" >/dev/null
 if [ -f "$here/setup-e2b-peer.sh" ]; then
     bash "$here/setup-e2b-peer.sh"
 fi
+
+# Debian's chromium for the browser tests of `waxell ui`.
+bash "$here/setup-browser.sh"
 
 install_nextest

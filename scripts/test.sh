@@ -10,6 +10,8 @@ bash scripts/setup.sh
 eval "$(bash scripts/setup-container.sh)"
 # As root the set-up above provides the engines, so the container tests must run, not skip.
 if [ "$(id -u)" = 0 ]; then export WAXELL_REQUIRE_CONTAINER_TESTS=1; fi
+# Likewise chromium, for the `waxell ui` browser tests.
+if [ "$(id -u)" = 0 ]; then export WAXELL_REQUIRE_BROWSER_TESTS=1; fi
 cargo nextest run --workspace --all-features --profile ci
 # The container tests again against Docker Engine itself (the run above used Podman's Docker API): the
 # backend's suites under runc and runsc (one engine, the runtime chosen per container), `serve --backend

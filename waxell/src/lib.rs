@@ -66,6 +66,8 @@ mod spans;
 pub(crate) mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "ui")]
+pub mod ui;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};

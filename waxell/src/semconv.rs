@@ -166,6 +166,16 @@ pub const WAXELL_SANDBOX_OUTPUT_PREVIEW: &str = "waxell.sandbox.output_preview";
 pub const WAXELL_SANDBOX_ERROR_NAME: &str = "waxell.sandbox.error.name";
 pub const WAXELL_SANDBOX_ERROR_VALUE: &str = "waxell.sandbox.error.value";
 pub const WAXELL_SANDBOX_EXECUTION_COUNT: &str = "waxell.sandbox.execution_count";
+/// A cell's stdout and stderr (content-gated, shortened like the previews).
+pub const WAXELL_SANDBOX_STDOUT: &str = "waxell.sandbox.stdout";
+pub const WAXELL_SANDBOX_STDERR: &str = "waxell.sandbox.stderr";
+/// The traceback of the error a cell raised (content-gated).
+pub const WAXELL_SANDBOX_ERROR_TRACEBACK: &str = "waxell.sandbox.error.traceback";
+/// A cell's image results, base64 by format: `waxell.sandbox.result.{index}.png` / `.jpeg` (content-gated;
+/// an image over [`SANDBOX_IMAGE_MAX_BASE64`] characters is left out, as a cut image is no image).
+pub const WAXELL_SANDBOX_RESULT_PREFIX: &str = "waxell.sandbox.result.";
+/// The largest image (base64 characters) recorded on a sandbox cell's span.
+pub const SANDBOX_IMAGE_MAX_BASE64: usize = 1024 * 1024;
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";

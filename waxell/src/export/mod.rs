@@ -11,12 +11,14 @@ pub(crate) mod jsonl;
 mod replay;
 mod show;
 pub(crate) mod transport;
+mod ui_link;
 
 pub use endpoint::EndpointKind;
 pub use fail_open::{DropCounter, DroppedSpans, SavedSpans};
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
 pub use replay::{replay, replay_with, ReplayError, ReplayReport, ReplaySummary};
 pub use show::{follow, read_trace_file, render_trace_file, ShowError};
+pub use ui_link::{ui_run_url, ui_run_url_in, UI_URL_FILE};
 
 pub use crate::config::OtlpSettings;
 

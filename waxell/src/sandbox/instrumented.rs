@@ -182,6 +182,9 @@ impl Sandbox {
                     let preview = telemetry::content_preview(&output, PREVIEW_CHARS);
                     span.set_attribute(KeyValue::new(WAXELL_SANDBOX_OUTPUT_PREVIEW, preview.clone()));
                     span.set_attribute(KeyValue::new(OI_OUTPUT_VALUE, preview));
+                    for attribute in cell_content(execution) {
+                        span.set_attribute(attribute);
+                    }
                 }
                 if let Some(error) = &execution.error {
                     span.set_attribute(KeyValue::new(WAXELL_SANDBOX_ERROR_NAME, error.name.clone()));
@@ -337,6 +340,40 @@ impl Sandbox {
         )
         .await
     }
+}
+
+/// What a cell printed, the traceback of its error and its images (charts), for content capture: a viewer
+/// such as `waxell ui` shows the cell from these.
+fn cell_content(execution: &Execution) -> Vec<KeyValue> {
+    let mut attributes = Vec::new();
+    for (key, text) in [
+        (WAXELL_SANDBOX_STDOUT, execution.stdout()),
+        (WAXELL_SANDBOX_STDERR, execution.stderr()),
+    ] {
+        if !text.is_empty() {
+            attributes.push(KeyValue::new(
+                key,
+                telemetry::content_preview(&text, PREVIEW_CHARS),
+            ));
+        }
+    }
+    if let Some(error) = execution.error.as_ref().filter(|e| !e.traceback.is_empty()) {
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_ERROR_TRACEBACK,
+            telemetry::content_preview(&error.traceback, 2 * PREVIEW_CHARS),
+        ));
+    }
+    for (index, result) in execution.results.iter().enumerate() {
+        for (format, image) in [("png", &result.png), ("jpeg", &result.jpeg)] {
+            if let Some(image) = image.as_ref().filter(|i| i.len() <= SANDBOX_IMAGE_MAX_BASE64) {
+                attributes.push(KeyValue::new(
+                    format!("{WAXELL_SANDBOX_RESULT_PREFIX}{index}.{format}"),
+                    image.clone(),
+                ));
+            }
+        }
+    }
+    attributes
 }
 
 /// What the execution showed: the main result's text, else stdout, plus the error line.

@@ -92,7 +92,20 @@ enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "files")]
         follow: Option<PathBuf>,
     },
+    /// Serve a local web app that shows runs (chats, sandbox cells with their charts, decisions, scores),
+    /// receives OTLP on 127.0.0.1:4318 and follows .waxell/traces (feature `ui`; `waxell ui --help`).
+    #[command(disable_help_flag = true)]
+    Ui {
+        /// The options of `waxell ui` (see `waxell ui --help`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        args: Vec<std::ffi::OsString>,
+    },
 }
+
+/// `waxell ui ARGS...`: set by the binary when it is built with the `ui` feature (the web app lives in
+/// `bin/waxell/ui.rs`), so this file builds the same without it.
+pub(crate) type UiCommand = fn(&[std::ffi::OsString], &mut dyn Write, &mut dyn Write) -> u8;
+pub(crate) static UI_COMMAND: std::sync::OnceLock<UiCommand> = std::sync::OnceLock::new();
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
@@ -125,6 +138,17 @@ where
         }
     };
     match cli.command {
+        Command::Ui { args } => match UI_COMMAND.get() {
+            Some(ui) => ui(&args, out, err),
+            None => {
+                let _ = writeln!(
+                    err,
+                    "waxell: this waxell was built without the `ui` feature: \
+                     cargo install --path waxell --features ui (from a checkout of the repository)"
+                );
+                2
+            }
+        },
         Command::Replay {
             files,
             endpoint,
@@ -190,6 +214,9 @@ where
                     match waxell::export::render_trace_file(&file) {
                         Ok(tree) => {
                             let _ = write!(out, "{tree}");
+                            for url in ui_links(&file) {
+                                let _ = writeln!(out, "waxell ui: {url}");
+                            }
                         }
                         Err(e) => {
                             let _ = writeln!(err, "waxell: {e}");
@@ -201,6 +228,30 @@ where
             }
         },
     }
+}
+
+/// Links to the file's runs in a `waxell ui` running for this directory (none when no UI is up).
+fn ui_links(file: &std::path::Path) -> Vec<String> {
+    let Ok(requests) = waxell::export::read_trace_file(file) else {
+        return Vec::new();
+    };
+    let mut traces: Vec<String> = Vec::new();
+    for span in requests
+        .iter()
+        .flat_map(|(_, r)| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .filter(|s| s.parent_span_id.is_empty())
+    {
+        let id: String = span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        if !traces.contains(&id) {
+            traces.push(id);
+        }
+    }
+    traces
+        .iter()
+        .map_while(|id| waxell::export::ui_run_url(id))
+        .collect()
 }
 
 fn replay(files: &[PathBuf], settings: &OtlpSettings, out: &mut dyn Write, err: &mut dyn Write) -> u8 {

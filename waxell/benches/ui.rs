@@ -1,0 +1,432 @@
+//! `waxell ui` benchmarks (feature `ui`), each figure beside its anchor measured in the same run:
+//!
+//! - `ingest`: spans/s that the plain OpenTelemetry SDK + OTLP/HTTP exporter (batch of 512, protobuf) gets
+//!   into `waxell ui`'s store (the receiver answers after the commit; every span counted in the store) vs
+//!   the same exporter sending to a sink that answers at once without reading the body: the exporter's own
+//!   send rate, the ceiling. Target: the UI keeps up with the exporter.
+//! - `page`: a 10,000-span run's page loaded in headless chromium (`--dump-dom`: the DOM after the app
+//!   fetched the run and drew the tree and timeline) vs a 1-span run's page (browser start-up, the app's
+//!   assets and one fetch): the difference is what the 10,000 spans cost. Also the API's answer for the
+//!   run alone (`GET /api/runs/{id}`). Target: the 10,000-span page under 1 s.
+//!
+//! - `rest`: 1,000,000 spans stored (50,000 runs of 20 spans, written through the store's own ingest): the
+//!   process's resident memory once idle beside its memory before, the store file's size, and the run
+//!   list's answer (`GET /api/runs`, the newest 200 of 50,000 runs).
+//!
+//! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds). Needs chromium for
+//! `page` (`scripts/setup-browser.sh`); without it that case is skipped.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use waxell::ui::{UiOptions, UiServer};
+
+const TOOLS_PER_RUN: usize = 19;
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("waxell-ui-bench-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn options(dir: &Path) -> UiOptions {
+    UiOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        otlp: Some("127.0.0.1:0".parse().unwrap()),
+        otlp_grpc: None,
+        store: dir.join("store.redb"),
+        follow: Vec::new(),
+        retention: None,
+        ..UiOptions::default()
+    }
+}
+
+/// One agent run of 20 spans with the attributes waxell's spans carry.
+fn agent_run(tracer: &opentelemetry_sdk::trace::SdkTracer, i: usize) {
+    let root = tracer
+        .span_builder("invoke_agent bench")
+        .with_attributes(vec![
+            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+            KeyValue::new("gen_ai.agent.name", "bench"),
+            KeyValue::new("openinference.span.kind", "AGENT"),
+            KeyValue::new("input.value", format!("{{\"run\":{i}}}")),
+        ])
+        .start(tracer);
+    let cx = opentelemetry::Context::current_with_span(root);
+    for t in 0..TOOLS_PER_RUN {
+        let mut span = tracer
+            .span_builder("execute_tool step")
+            .with_attributes(vec![
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", "step"),
+                KeyValue::new("openinference.span.kind", "TOOL"),
+                KeyValue::new("gen_ai.tool.call.arguments", format!("{{\"i\":{t}}}")),
+                KeyValue::new("output.value", (t * 3).to_string()),
+            ])
+            .start_with_context(tracer, &cx);
+        span.end();
+    }
+    cx.span().end();
+}
+
+fn provider(endpoint: &str) -> SdkTracerProvider {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(format!("{endpoint}/v1/traces"))
+        .build()
+        .expect("otlp exporter");
+    let batch = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(8192)
+                .with_max_export_batch_size(512)
+                .with_scheduled_delay(Duration::from_millis(1000))
+                .build(),
+        )
+        .build();
+    SdkTracerProvider::builder().with_span_processor(batch).build()
+}
+
+/// Send `runs` runs in bursts of 100 (flushing after each, so the queue never overflows); the time taken.
+fn send(endpoint: &str, runs: usize) -> Duration {
+    let provider = provider(endpoint);
+    let tracer = provider.tracer("bench");
+    let start = Instant::now();
+    for burst in 0..runs / 100 {
+        for i in 0..100 {
+            agent_run(&tracer, burst * 100 + i);
+        }
+        provider.force_flush().expect("flush");
+    }
+    let took = start.elapsed();
+    let _ = provider.shutdown();
+    took
+}
+
+/// A sink that answers every POST with 200 and an empty body at once: the exporter's ceiling.
+fn sink() -> (
+    String,
+    std::thread::JoinHandle<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let handle = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/traces",
+                axum::routing::post(|| async {
+                    ([("content-type", "application/x-protobuf")], Vec::<u8>::new())
+                }),
+            );
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+    });
+    (format!("http://{addr}"), handle, tx)
+}
+
+fn bench_ingest(quick: bool) {
+    let runs = if quick { 200 } else { 1000 };
+    let rounds = if quick { 1 } else { 5 };
+    let spans = runs * (TOOLS_PER_RUN + 1);
+    let (mut ui_times, mut sink_times) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let measure_ui = || {
+            let dir = temp_dir("ingest");
+            let ui = UiServer::start(options(&dir)).unwrap();
+            let took = send(&ui.otlp_endpoint().unwrap(), runs);
+            let stored = ui.store().counts().unwrap()["spans"] as usize;
+            assert_eq!(
+                stored, spans,
+                "every span is in the store when the exporter's flush returns"
+            );
+            ui.shutdown();
+            let _ = std::fs::remove_dir_all(dir);
+            took
+        };
+        let measure_sink = || {
+            let (url, handle, stop) = sink();
+            let took = send(&url, runs);
+            let _ = stop.send(());
+            let _ = handle.join();
+            took
+        };
+        if round % 2 == 0 {
+            ui_times.push(measure_ui());
+            sink_times.push(measure_sink());
+        } else {
+            sink_times.push(measure_sink());
+            ui_times.push(measure_ui());
+        }
+    }
+    let rate = |d: Duration| spans as f64 / d.as_secs_f64();
+    let (u, s) = (rate(median(&mut ui_times)), rate(median(&mut sink_times)));
+    println!(
+        "ingest/waxell_ui: {u:.0} spans/s into the store ({spans} spans per round, {rounds} rounds, median)"
+    );
+    println!("ingest/exporter_ceiling: {s:.0} spans/s (the same exporter into a sink that answers at once)");
+    println!("ingest: waxell ui / exporter ceiling = {:.2}", u / s);
+}
+
+fn chromium() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("chromium"))
+            .find(|p| p.is_file())
+    })
+}
+
+fn load_page(browser: &Path, url: &str, expect: &str) -> Duration {
+    let profile = temp_dir("profile");
+    let start = Instant::now();
+    let output = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=30000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium runs");
+    let took = start.elapsed();
+    let _ = std::fs::remove_dir_all(profile);
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(dom.contains(expect), "the page did not draw {expect:?}");
+    took
+}
+
+fn get(addr: std::net::SocketAddr, path: &str) -> usize {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).unwrap();
+    assert!(body.starts_with(b"HTTP/1.1 200"));
+    body.len()
+}
+
+fn bench_page(quick: bool) {
+    let Some(browser) = chromium() else {
+        println!("page: skipped, chromium is not installed (scripts/setup-browser.sh)");
+        return;
+    };
+    let rounds = if quick { 1 } else { 5 };
+    let dir = temp_dir("page");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    // One run of 10,000 spans (an agent with 9,999 tool calls), and one of a single span.
+    {
+        let provider = provider(&ui.otlp_endpoint().unwrap());
+        let tracer = provider.tracer("bench");
+        let root = tracer.span_builder("invoke_agent big").start(&tracer);
+        let cx = opentelemetry::Context::current_with_span(root);
+        for i in 0..9_999 {
+            let mut span = tracer
+                .span_builder(format!("execute_tool step_{}", i % 50))
+                .with_attributes(vec![
+                    KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                    KeyValue::new("output.value", i.to_string()),
+                ])
+                .start_with_context(&tracer, &cx);
+            span.end();
+            if i % 2000 == 1999 {
+                provider.force_flush().unwrap();
+            }
+        }
+        cx.span().end();
+        tracer.span_builder("invoke_agent small").start(&tracer).end();
+        provider.shutdown().unwrap();
+    }
+    let (runs, _) = ui.store().runs(&waxell::ui::RunFilter::default()).unwrap();
+    let big = runs
+        .iter()
+        .find(|r| r.spans == 10_000)
+        .expect("the 10,000-span run")
+        .trace_id
+        .clone();
+    let small = runs
+        .iter()
+        .find(|r| r.spans == 1)
+        .expect("the 1-span run")
+        .trace_id
+        .clone();
+
+    let (mut big_times, mut small_times, mut api_times) = (Vec::new(), Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for round in 0..rounds {
+        let big_page = || load_page(&browser, &ui.run_url(&big), "execute_tool step_49");
+        let small_page = || load_page(&browser, &ui.run_url(&small), "invoke_agent small");
+        if round % 2 == 0 {
+            big_times.push(big_page());
+            small_times.push(small_page());
+        } else {
+            small_times.push(small_page());
+            big_times.push(big_page());
+        }
+        let start = Instant::now();
+        bytes = get(ui.addr(), &format!("/api/runs/{big}"));
+        api_times.push(start.elapsed());
+    }
+    let (b, s, a) = (
+        median(&mut big_times),
+        median(&mut small_times),
+        median(&mut api_times),
+    );
+    println!("page/10000_spans: {b:?} (chromium start to DOM dump, {rounds} rounds, median)");
+    println!("page/1_span: {s:?} (the same for a 1-span run: browser start-up, assets, one fetch)");
+    println!(
+        "page: the 10,000 spans cost {:?} over the 1-span page",
+        b.saturating_sub(s)
+    );
+    println!("page/api: GET /api/runs/{{id}} for 10,000 spans: {a:?} ({bytes} bytes)");
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn bench_rest(quick: bool) {
+    use waxell::ui::SpanRecord;
+    let runs = if quick { 5_000 } else { 50_000 };
+    let dir = temp_dir("rest");
+    let mut opts = options(&dir);
+    opts.otlp = None;
+    let ui = UiServer::start(opts).unwrap();
+    let before = rss_kib();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let start = Instant::now();
+    let mut batch = Vec::with_capacity(5_000);
+    for run in 0..runs {
+        let trace = format!("{:032x}", run + 1);
+        let root = format!("{:016x}", 1);
+        for i in 0..20u64 {
+            let mut attributes = serde_json::Map::new();
+            attributes.insert(
+                "gen_ai.operation.name".into(),
+                (if i == 0 { "invoke_agent" } else { "execute_tool" }).into(),
+            );
+            attributes.insert("gen_ai.agent.name".into(), "bench".into());
+            attributes.insert("output.value".into(), format!("result {i} of run {run}").into());
+            batch.push(SpanRecord {
+                trace_id: trace.clone(),
+                span_id: format!("{:016x}", i + 1),
+                parent_id: if i == 0 { String::new() } else { root.clone() },
+                name: if i == 0 {
+                    "invoke_agent bench".into()
+                } else {
+                    "execute_tool step".into()
+                },
+                kind: "internal".into(),
+                start: now + run as u64 * 1_000_000 + i,
+                end: now + run as u64 * 1_000_000 + 500_000,
+                status: "unset".into(),
+                status_message: String::new(),
+                attributes,
+                events: Vec::new(),
+                links: Vec::new(),
+                service: "bench".into(),
+                scope: "bench".into(),
+            });
+        }
+        if batch.len() >= 5_000 {
+            ui.store().ingest(&batch, None).unwrap();
+            batch.clear();
+        }
+    }
+    ui.store().ingest(&batch, None).unwrap();
+    let took = start.elapsed();
+    let spans = runs * 20;
+    assert_eq!(ui.store().counts().unwrap()["spans"] as usize, spans);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_kib();
+    let size = std::fs::metadata(dir.join("store.redb"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let mut list_times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        get(ui.addr(), "/api/runs");
+        list_times.push(t.elapsed());
+    }
+    println!("rest/stored: {spans} spans in {runs} runs, written in {took:?} through Store::ingest (5,000 per commit)");
+    println!(
+        "rest/memory: resident {} MiB with them stored and idle, {} MiB before (the process: UI, runtime, bench)",
+        after / 1024,
+        before / 1024
+    );
+    println!("rest/store_file: {} MiB", size / (1024 * 1024));
+    println!(
+        "rest/run_list: GET /api/runs (newest 200 of {runs}): {:?} (median of 5)",
+        median(&mut list_times)
+    );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let only = std::env::var("WAXELL_BENCH_ONLY").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average before: {}", load.trim());
+    if only.is_empty() || only.contains("ingest") {
+        bench_ingest(quick);
+    }
+    if only.is_empty() || only.contains("page") {
+        bench_page(quick);
+    }
+    if only.is_empty() || only.contains("rest") {
+        bench_rest(quick);
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average after: {}", load.trim());
+}

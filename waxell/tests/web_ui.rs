@@ -1,0 +1,595 @@
+//! `waxell ui` (feature `ui`) with its real parts on loopback: spans sent by the OpenTelemetry OTLP exporter
+//! (protobuf and JSON) and trace files written as the embedded default writes them arrive in the store and
+//! come back from the app's JSON API; a restart keeps them; the request checks refuse what they must.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use opentelemetry::trace::{Span as _, TraceContextExt, Tracer, TracerProvider as _};
+use opentelemetry::KeyValue;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue as PKeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use serde_json::Value;
+use waxell::ui::{UiOptions, UiServer};
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "waxell-web-ui-{name}-{}-{}",
+        std::process::id(),
+        waxell_ui_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn waxell_ui_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn options(dir: &Path) -> UiOptions {
+    UiOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        otlp: Some("127.0.0.1:0".parse().unwrap()),
+        otlp_grpc: Some("127.0.0.1:0".parse().unwrap()),
+        store: dir.join("store.redb"),
+        follow: Vec::new(),
+        poll: Duration::from_millis(50),
+        ..UiOptions::default()
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn get_json(url: &str) -> Value {
+    let response = client().get(url).send().unwrap();
+    assert_eq!(response.status(), 200, "GET {url}");
+    serde_json::from_str(&response.text().unwrap()).unwrap()
+}
+
+/// Poll `check` until it returns `Some`, for up to 10 s.
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn runs(ui: &UiServer, query: &str) -> Vec<Value> {
+    get_json(&format!("{}/api/runs{query}", ui.base_url()))["runs"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// An agent run sent through the OpenTelemetry SDK and its OTLP/HTTP exporter: agent → chat → tool.
+fn send_agent_run(endpoint: &str, protocol: opentelemetry_otlp::Protocol, agent: &str) {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .with_endpoint(format!("{endpoint}/v1/traces"))
+        .build()
+        .unwrap();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter)
+        .build();
+    let tracer = provider.tracer("web-ui-test");
+    let root = tracer
+        .span_builder(format!("invoke_agent {agent}"))
+        .with_attributes(vec![
+            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
+            KeyValue::new("gen_ai.agent.name", agent.to_owned()),
+            KeyValue::new("openinference.span.kind", "AGENT"),
+            KeyValue::new("session.id", "session-7"),
+            KeyValue::new("user.id", "ada"),
+            KeyValue::new("input.value", "what were the sales in March?"),
+        ])
+        .start(&tracer);
+    let cx = opentelemetry::Context::current_with_span(root);
+    {
+        let mut chat = tracer
+            .span_builder("chat gpt-4o-mini")
+            .with_attributes(vec![
+                KeyValue::new("gen_ai.operation.name", "chat"),
+                KeyValue::new("gen_ai.request.model", "gpt-4o-mini"),
+                KeyValue::new("gen_ai.usage.input_tokens", 120),
+                KeyValue::new("gen_ai.usage.output_tokens", 30),
+                KeyValue::new("waxell.llm.cost", 0.25),
+            ])
+            .start_with_context(&tracer, &cx);
+        chat.end();
+        let mut tool = tracer
+            .span_builder("execute_tool lookup")
+            .with_attributes(vec![
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", "lookup"),
+            ])
+            .start_with_context(&tracer, &cx);
+        tool.end();
+    }
+    let span = cx.span();
+    span.add_event(
+        "gen_ai.evaluation.result",
+        vec![
+            KeyValue::new("gen_ai.evaluation.name", "helpfulness"),
+            KeyValue::new("gen_ai.evaluation.score.value", 0.75),
+            KeyValue::new("gen_ai.evaluation.explanation", "answered with the figure"),
+        ],
+    );
+    span.set_attribute(KeyValue::new("output.value", "March: 12,800"));
+    span.end();
+    provider.shutdown().unwrap();
+}
+
+#[test]
+fn otlp_protobuf_and_json_arrive_and_come_back_from_the_api() {
+    let dir = temp_dir("otlp");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let endpoint = ui.otlp_endpoint().unwrap();
+    send_agent_run(&endpoint, opentelemetry_otlp::Protocol::HttpBinary, "proto-agent");
+    send_agent_run(&endpoint, opentelemetry_otlp::Protocol::HttpJson, "json-agent");
+
+    let all = runs(&ui, "");
+    assert_eq!(all.len(), 2, "{all:#?}");
+    for agent in ["proto-agent", "json-agent"] {
+        let run = all.iter().find(|r| r["agent"] == agent).expect(agent);
+        assert_eq!(run["status"], "ok");
+        assert_eq!(run["spans"], 3);
+        assert_eq!(run["input_tokens"], 120);
+        assert_eq!(run["output_tokens"], 30);
+        assert_eq!(run["cost"], 0.25);
+        assert_eq!(run["session"], "session-7");
+        assert_eq!(run["user"], "ada");
+        assert_eq!(run["scores"]["helpfulness"]["value"], 0.75);
+        assert_eq!(
+            run["scores"]["helpfulness"]["comment"],
+            "answered with the figure"
+        );
+
+        let id = run["trace_id"].as_str().unwrap();
+        let page = get_json(&format!("{}/api/runs/{id}", ui.base_url()));
+        let spans = page["spans"].as_array().unwrap();
+        let names: Vec<&str> = spans.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert!(
+            names.contains(&"chat gpt-4o-mini") && names.contains(&"execute_tool lookup"),
+            "{names:?}"
+        );
+        let root = spans.iter().find(|s| s["parent_id"] == "").unwrap();
+        assert_eq!(root["attributes"]["input.value"], "what were the sales in March?");
+        for child in spans.iter().filter(|s| s["parent_id"] != "") {
+            assert_eq!(child["parent_id"], root["span_id"]);
+        }
+    }
+
+    // Filters and search.
+    assert_eq!(runs(&ui, "?agent=json-agent").len(), 1);
+    assert_eq!(runs(&ui, "?q=SALES%20in%20march").len(), 2);
+    assert_eq!(runs(&ui, "?q=no-such-text").len(), 0);
+    assert_eq!(runs(&ui, "?status=error").len(), 0);
+    assert_eq!(runs(&ui, "?user=ada&session=session-7").len(), 2);
+    let future = (std::time::SystemTime::now() + Duration::from_secs(3600))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    assert_eq!(runs(&ui, &format!("?since_ms={future}")).len(), 0);
+
+    // The receiver answers what it cannot read with an error, not a silent drop.
+    let bad = client()
+        .post(format!("{endpoint}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(vec![0xff, 0xff, 0xff])
+        .send()
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let plain = client()
+        .post(format!("{endpoint}/v1/traces"))
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(plain.status(), 415);
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn s(v: &str) -> Option<AnyValue> {
+    Some(AnyValue {
+        value: Some(any_value::Value::StringValue(v.to_owned())),
+    })
+}
+
+/// One OTLP JSON line of a trace file with `spans` (name, span id byte, parent id byte or 0).
+fn line(trace: u8, spans: &[(&str, u8, u8)]) -> String {
+    line_at(trace, spans, waxell_ui_nanos() as u64)
+}
+
+fn line_at(trace: u8, spans: &[(&str, u8, u8)], now: u64) -> String {
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: spans
+                    .iter()
+                    .map(|(name, id, parent)| Span {
+                        trace_id: vec![trace; 16],
+                        span_id: vec![*id; 8],
+                        parent_span_id: if *parent == 0 {
+                            Vec::new()
+                        } else {
+                            vec![*parent; 8]
+                        },
+                        name: (*name).to_owned(),
+                        start_time_unix_nano: now,
+                        end_time_unix_nano: now + 1_000_000,
+                        attributes: vec![PKeyValue {
+                            key: "gen_ai.agent.name".into(),
+                            value: s("file-agent"),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    serde_json::to_string(&request).unwrap() + "\n"
+}
+
+fn span_count(ui: &UiServer, trace: u8) -> Option<u64> {
+    let id: String = std::iter::repeat_n(format!("{trace:02x}"), 16).collect();
+    let response = client()
+        .get(format!("{}/api/runs/{id}", ui.base_url()))
+        .send()
+        .unwrap();
+    if response.status() == 404 {
+        return None;
+    }
+    serde_json::from_str::<Value>(&response.text().unwrap()).unwrap()["run"]["spans"].as_u64()
+}
+
+#[test]
+fn trace_files_are_imported_followed_and_kept_across_a_restart() {
+    let dir = temp_dir("follow");
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let file = traces.join("1-1.jsonl");
+    std::fs::write(&file, line(0xa1, &[("step one", 2, 1)])).unwrap();
+
+    let mut opts = options(&dir);
+    opts.follow = vec![traces.clone()];
+    opts.otlp = None;
+    let ui = UiServer::start(opts.clone()).unwrap();
+    assert!(ui.otlp_endpoint().is_none());
+    eventually("the file's first span", || {
+        span_count(&ui, 0xa1).filter(|n| *n == 1)
+    });
+
+    // Lines appended later are followed; a line still being written (no newline yet) waits.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap();
+    let root = line(0xa1, &[("invoke_agent file-agent", 1, 0)]);
+    f.write_all(root.as_bytes()).unwrap();
+    let partial = line(0xa1, &[("step two", 3, 1)]);
+    let (head, tail) = partial.split_at(partial.len() / 2);
+    f.write_all(head.as_bytes()).unwrap();
+    f.flush().unwrap();
+    eventually("the appended root", || span_count(&ui, 0xa1).filter(|n| *n == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(span_count(&ui, 0xa1), Some(2), "half a line is not read");
+    f.write_all(tail.as_bytes()).unwrap();
+    f.flush().unwrap();
+    eventually("the completed line", || span_count(&ui, 0xa1).filter(|n| *n == 3));
+    // A new file in the directory.
+    std::fs::write(
+        traces.join("2-2.jsonl"),
+        line(0xb2, &[("invoke_agent other", 1, 0)]),
+    )
+    .unwrap();
+    eventually("the second file", || span_count(&ui, 0xb2));
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "a1".repeat(16)));
+    assert_eq!(run["run"]["status"], "ok");
+    assert_eq!(run["run"]["name"], "invoke_agent file-agent");
+    ui.shutdown();
+
+    // Restarted on the same store and files: everything is there, nothing twice.
+    let ui = UiServer::start(opts.clone()).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(span_count(&ui, 0xa1), Some(3));
+    assert_eq!(span_count(&ui, 0xb2), Some(1));
+    assert_eq!(runs(&ui, "").len(), 2);
+    // Followed again after the restart.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap()
+        .write_all(line(0xa1, &[("step three", 4, 1)]).as_bytes())
+        .unwrap();
+    eventually("a line written after the restart", || {
+        span_count(&ui, 0xa1).filter(|n| *n == 4)
+    });
+    ui.shutdown();
+
+    // Restarted without the files: the store alone still has them.
+    opts.follow = Vec::new();
+    let ui = UiServer::start(opts).unwrap();
+    assert_eq!(span_count(&ui, 0xa1), Some(4));
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn runs_older_than_the_retention_are_deleted() {
+    let dir = temp_dir("retention");
+    let two_days_ago = waxell_ui_nanos() as u64 - 2 * 86_400 * 1_000_000_000;
+    let old = line_at(0xc3, &[("invoke_agent old", 1, 0)], two_days_ago);
+    std::fs::write(
+        dir.join("old.jsonl"),
+        old + &line(0xd4, &[("invoke_agent new", 1, 0)]),
+    )
+    .unwrap();
+    let mut opts = options(&dir);
+    opts.follow = vec![dir.join("old.jsonl")];
+    opts.retention = Some(Duration::from_secs(86_400));
+    let ui = UiServer::start(opts.clone()).unwrap();
+    eventually("the recent run", || span_count(&ui, 0xd4));
+    ui.shutdown();
+    // The sweep runs when the UI starts (then every minute).
+    let ui = UiServer::start(opts).unwrap();
+    eventually("the old run deleted", || {
+        span_count(&ui, 0xc3).is_none().then_some(())
+    });
+    assert_eq!(span_count(&ui, 0xd4), Some(1));
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn status(request: reqwest::blocking::RequestBuilder) -> u16 {
+    request.send().unwrap().status().as_u16()
+}
+
+#[test]
+fn loopback_needs_no_token_but_refuses_foreign_hosts_and_cross_site_requests() {
+    let dir = temp_dir("loopback");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    assert!(ui.token().is_none());
+    let c = client();
+    let api = format!("{}/api/runs", ui.base_url());
+    assert_eq!(status(c.get(&api)), 200);
+    assert_eq!(
+        status(
+            c.get(&api)
+                .header("host", format!("localhost:{}", ui.addr().port()))
+        ),
+        200
+    );
+    // DNS rebinding: a page of another site that resolves its own name to 127.0.0.1.
+    assert_eq!(status(c.get(&api).header("host", "evil.example:4320")), 403);
+    assert_eq!(status(c.get(&api).header("sec-fetch-site", "cross-site")), 403);
+    assert_eq!(status(c.get(&api).header("origin", "http://evil.example")), 403);
+    assert_eq!(status(c.get(&api).header("sec-fetch-site", "same-origin")), 200);
+    // A link from elsewhere may open a page, not call the API.
+    let page = format!("{}/", ui.base_url());
+    assert_eq!(
+        status(
+            c.get(&page)
+                .header("sec-fetch-site", "cross-site")
+                .header("sec-fetch-mode", "navigate")
+        ),
+        200
+    );
+    let response = c.get(&page).send().unwrap();
+    let csp = response.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+
+    // The receiver: exporters send neither Origin nor Sec-Fetch-Site; a web page does.
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let json = |b: reqwest::blocking::RequestBuilder| b.header("content-type", "application/json").body("{}");
+    assert_eq!(status(json(c.post(&traces))), 200);
+    assert_eq!(
+        status(json(c.post(&traces)).header("origin", "http://evil.example")),
+        403
+    );
+    assert_eq!(
+        status(json(c.post(&traces)).header("sec-fetch-site", "cross-site")),
+        403
+    );
+    assert_eq!(status(json(c.post(&traces)).header("host", "evil.example")), 403);
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn any_other_address_needs_the_token_from_the_printed_url_then_a_cookie() {
+    let dir = temp_dir("token");
+    let mut opts = options(&dir);
+    opts.listen = "0.0.0.0:0".parse().unwrap();
+    opts.allowed_hosts = vec!["ui.example".into()];
+    let ui = UiServer::start(opts).unwrap();
+    let token = ui
+        .token()
+        .expect("a token is generated for a non-loopback address")
+        .to_owned();
+    assert!(token.len() >= 32);
+    assert!(ui.url().ends_with(&format!("/?token={token}")), "{}", ui.url());
+    let c = client();
+    let base = ui.base_url();
+    let api = format!("{base}/api/runs");
+    assert_eq!(status(c.get(&api)), 401);
+    assert_eq!(status(c.get(format!("{base}/"))), 401);
+    assert_eq!(status(c.get(format!("{base}/?token=wrong"))), 401);
+
+    let login = c.get(ui.url()).send().unwrap();
+    assert_eq!(login.status(), 303);
+    assert_eq!(login.headers()["location"], "/");
+    let cookie = login.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    assert_eq!(status(c.get(&api).header("cookie", &pair)), 200);
+    assert_eq!(
+        status(c.get(&api).header("authorization", format!("Bearer {token}"))),
+        200
+    );
+    assert_eq!(
+        status(c.get(&api).header("cookie", &pair).header("host", "ui.example")),
+        200
+    );
+    assert_eq!(
+        status(c.get(&api).header("cookie", &pair).header("host", "evil.example")),
+        403
+    );
+    assert_eq!(
+        status(
+            c.get(&api)
+                .header("cookie", &pair)
+                .header("sec-fetch-site", "cross-site")
+        ),
+        403
+    );
+
+    // The receiver takes the token as a bearer header (OTEL_EXPORTER_OTLP_HEADERS).
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let json = |b: reqwest::blocking::RequestBuilder| b.header("content-type", "application/json").body("{}");
+    assert_eq!(status(json(c.post(&traces))), 401);
+    assert_eq!(
+        status(json(c.post(&traces)).header("authorization", format!("Bearer {token}"))),
+        200
+    );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[cfg(feature = "grpc")]
+#[test]
+fn otlp_grpc_arrives_too() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let dir = temp_dir("grpc");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let endpoint = ui
+        .otlp_grpc_endpoint()
+        .expect("the gRPC receiver runs with the grpc feature");
+    let request: ExportTraceServiceRequest = serde_json::from_str(&line(
+        0xe5,
+        &[("invoke_agent grpc-agent", 1, 0), ("chat m", 2, 1)],
+    ))
+    .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = TraceServiceClient::connect(endpoint).await.unwrap();
+        client.export(request).await.unwrap();
+    });
+    assert_eq!(span_count(&ui, 0xe5), Some(2));
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "e5".repeat(16)));
+    assert_eq!(run["run"]["name"], "invoke_agent grpc-agent");
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_running_ui_is_found_for_links_to_its_runs() {
+    let dir = temp_dir("links");
+    let url_file = dir.join("url");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let trace = "ab".repeat(16);
+    assert_eq!(
+        waxell::export::ui_run_url_in(&url_file, &trace),
+        Some(format!("{}/runs/{trace}", ui.base_url()))
+    );
+    ui.shutdown();
+    assert!(!url_file.exists(), "the URL file goes when the UI stops");
+    assert_eq!(waxell::export::ui_run_url_in(&url_file, &trace), None);
+    // A stale file (a UI that died) names an address nobody listens on: no link.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    std::fs::write(&url_file, format!("http://{addr}\n")).unwrap();
+    assert_eq!(waxell::export::ui_run_url_in(&url_file, &trace), None);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_batch_sent_twice_is_stored_once_and_summed_once() {
+    let dir = temp_dir("retry");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let mut request: Value =
+        serde_json::from_str(&line(0xf6, &[("invoke_agent retry", 1, 0), ("chat m", 2, 1)])).unwrap();
+    // The chat span is a model call with tokens and cost.
+    request["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["attributes"] = serde_json::json!([
+        { "key": "gen_ai.operation.name", "value": { "stringValue": "chat" } },
+        { "key": "gen_ai.usage.input_tokens", "value": { "intValue": "7" } },
+        { "key": "waxell.llm.cost", "value": { "doubleValue": 0.5 } },
+    ]);
+    for _ in 0..2 {
+        let response = client()
+            .post(&traces)
+            .header("content-type", "application/json")
+            .body(request.to_string())
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "f6".repeat(16)));
+    assert_eq!(run["run"]["spans"], 2);
+    assert_eq!(run["run"]["input_tokens"], 7);
+    assert_eq!(run["run"]["cost"], 0.5);
+    assert_eq!(run["spans"].as_array().unwrap().len(), 2);
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn gzip_compressed_otlp_is_accepted_and_other_encodings_refused() {
+    use std::io::Write as _;
+    let dir = temp_dir("gzip");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let body = line(0x97, &[("invoke_agent zipped", 1, 0)]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(body.as_bytes()).unwrap();
+    let zipped = gz.finish().unwrap();
+    let post = |encoding: &str, bytes: Vec<u8>| {
+        client()
+            .post(&traces)
+            .header("content-type", "application/json")
+            .header("content-encoding", encoding)
+            .body(bytes)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(post("gzip", zipped), 200);
+    assert_eq!(span_count(&ui, 0x97), Some(1));
+    assert_eq!(post("br", body.clone().into_bytes()), 415);
+    assert_eq!(post("gzip", body.into_bytes()), 400, "a body that is not gzip");
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
