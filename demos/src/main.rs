@@ -255,6 +255,11 @@ fn print_export_outcome(
     let kind = waxell::export::EndpointKind::of(url);
     let (saved, dropped) = (export.saved().total(), export.dropped().total());
     if shutdown.is_ok() && export.exported() > 0 && saved == 0 && dropped == 0 {
+        // A `waxell ui` running for this directory is where the user looks first.
+        if let Some(page) = waxell::export::ui_run_url(trace) {
+            println!("waxell ui: {page}");
+            return;
+        }
         let jaeger_ui = std::env::var("JAEGER_UI_URL").ok();
         match kind.trace_page(url, trace, jaeger_ui.as_deref()) {
             Some((label, page)) => println!("{label}: {page}"),

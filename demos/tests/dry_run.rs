@@ -351,3 +351,52 @@ fn the_export_outcome_is_told_once_the_export_has_ended() {
     drop(silent);
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// With a `waxell ui` up for the working directory (its URL file names an address that accepts connections),
+/// the demo's summary links the run's page there, and so does the SDK's exit message when the run went to the
+/// trace file the UI follows.
+#[test]
+fn links_point_to_the_run_in_a_running_waxell_ui() {
+    let dir = tempfile::tempdir().expect("a working directory");
+    let ui = std::net::TcpListener::bind("127.0.0.1:0").expect("a stand-in for the UI's address");
+    let base = format!("http://{}", ui.local_addr().unwrap());
+    std::fs::create_dir_all(dir.path().join(".waxell/ui")).unwrap();
+    std::fs::write(dir.path().join(".waxell/ui/url"), format!("{base}\n")).unwrap();
+    let run = |endpoint: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_demos"));
+        command
+            .args(["--dry-run", "--quiet", "--output-dir", "out"])
+            .current_dir(dir.path())
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("WAXELL_TRACE_FILE")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("E2B_API_KEY");
+        if let Some(url) = endpoint {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", url);
+        }
+        let output = command.output().expect("the demo runs");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        );
+        assert!(output.status.success(), "demo failed\n{stdout}\n{stderr}");
+        let trace = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("trace id: "))
+            .unwrap_or_else(|| panic!("no trace id in:\n{stdout}"))
+            .trim()
+            .to_owned();
+        (stdout, stderr, format!("{base}/runs/{trace}"))
+    };
+
+    let rx = OtlpReceiver::start_http();
+    let (stdout, _, page) = run(Some(&rx.base_url()));
+    assert!(stdout.contains(&format!("waxell ui: {page}")), "{stdout}");
+
+    let (_, stderr, page) = run(None);
+    assert!(
+        stderr.contains(&format!("see the run in waxell ui: {page}")),
+        "{stderr}"
+    );
+}

@@ -131,6 +131,9 @@ pub(crate) fn human(d: Duration) -> String {
     }
 }
 
+/// How many runs the exit links to in a running `waxell ui`.
+const RUN_LINKS: usize = 5;
+
 /// Console tree + JSON-lines file exporter.
 pub(crate) struct EmbeddedExporter {
     console: bool,
@@ -140,6 +143,8 @@ pub(crate) struct EmbeddedExporter {
     resource: ResourceAttributesWithSchema,
     /// Spans of traces whose root has not ended yet, printed together when it does.
     pending: Mutex<HashMap<TraceId, Vec<SpanData>>>,
+    /// The runs (root spans' traces) this process wrote, for links to them in a running `waxell ui`.
+    runs: Mutex<Vec<TraceId>>,
 }
 
 impl fmt::Debug for EmbeddedExporter {
@@ -160,6 +165,7 @@ impl EmbeddedExporter {
             file,
             resource: (&Resource::builder_empty().build()).into(),
             pending: Mutex::new(HashMap::new()),
+            runs: Mutex::new(Vec::new()),
         }
     }
 
@@ -185,6 +191,19 @@ impl EmbeddedExporter {
 
 impl SpanExporter for EmbeddedExporter {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        if self.file.is_some() {
+            let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+            let room = RUN_LINKS.saturating_sub(runs.len());
+            runs.extend(
+                batch
+                    .iter()
+                    .filter(|s| {
+                        s.parent_span_id == opentelemetry::trace::SpanId::INVALID || s.parent_span_is_remote
+                    })
+                    .map(|s| s.span_context.trace_id())
+                    .take(room),
+            );
+        }
         let written = match &self.file {
             Some(file) => file.write(batch.clone(), &self.resource).map_err(|e| {
                 OTelSdkError::InternalFailure(format!("writing {}: {e}", file.path().display()))
@@ -218,6 +237,11 @@ impl SpanExporter for EmbeddedExporter {
                     file.path().display(),
                     replay_hint(file.path())
                 ));
+                // A `waxell ui` running for this directory follows the file: point at each run there.
+                let runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+                for url in runs.iter().map_while(|run| ui_run_url(&run.to_string())) {
+                    self.out.message(format_args!("see the run in waxell ui: {url}"));
+                }
             }
         }
         Ok(())
