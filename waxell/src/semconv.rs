@@ -175,7 +175,7 @@ pub const WAXELL_SANDBOX_ERROR_TRACEBACK: &str = "waxell.sandbox.error.traceback
 /// an image over [`SANDBOX_IMAGE_MAX_BASE64`] characters is left out, as a cut image is no image).
 pub const WAXELL_SANDBOX_RESULT_PREFIX: &str = "waxell.sandbox.result.";
 /// The largest image (base64 characters) recorded on a sandbox cell's span.
-pub const SANDBOX_IMAGE_MAX_BASE64: usize = 1024 * 1024;
+pub const SANDBOX_IMAGE_MAX_BASE64: usize = 256 * 1024;
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
