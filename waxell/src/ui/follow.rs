@@ -70,10 +70,10 @@ impl Follower {
                 continue;
             };
             if bad > 0 && self.warned.get(&path) != Some(&next.line) {
-                eprintln!(
-                    "waxell ui: {}: skipped {bad} lines that are not OTLP JSON trace requests",
+                crate::console::current().message(format_args!(
+                    "ui: {}: skipped {bad} lines that are not OTLP JSON trace requests",
                     path.display()
-                );
+                ));
                 self.warned.insert(path.clone(), next.line);
             }
             if next != pos {

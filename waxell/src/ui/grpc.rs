@@ -67,6 +67,6 @@ pub(crate) async fn serve(
         .serve_with_incoming_shutdown(incoming, stop)
         .await
     {
-        eprintln!("waxell ui: OTLP/gRPC receiver: {e}");
+        crate::console::current().message(format_args!("ui: OTLP/gRPC receiver: {e}"));
     }
 }

@@ -206,13 +206,16 @@ impl UiServer {
                             if last_sweep.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
                                 let cutoff = now_ns().saturating_sub(keep.as_nanos() as u64);
                                 if let Err(e) = store.delete_before(cutoff) {
-                                    eprintln!("waxell ui: retention: {e}");
+                                    crate::console::current().message(format_args!("ui: retention: {e}"));
                                 }
                                 last_sweep = Some(std::time::Instant::now());
                             }
                         }
                         if let Err(e) = follower.poll(&store) {
-                            eprintln!("waxell ui: importing trace files: {e}");
+                            crate::console::current().message(format_args!("ui: importing trace files: {e}"));
+                        }
+                        if let Err(e) = store.sync() {
+                            crate::console::current().message(format_args!("ui: saving the store: {e}"));
                         }
                         std::thread::sleep(poll);
                     }
@@ -333,6 +336,9 @@ impl UiServer {
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(2));
+        }
+        if let Err(e) = self.store.sync() {
+            crate::console::current().message(format_args!("ui: saving the store: {e}"));
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use super::model::{RunFilter, RunSummary, SpanRecord};
@@ -46,9 +46,17 @@ pub struct FilePos {
 }
 
 /// The store.
+///
+/// Spans are acknowledged once committed in memory (as an OpenTelemetry Collector acknowledges once a batch
+/// is queued) and made durable by [`Store::sync`], which the UI calls a few times a second and at stop: an
+/// fsync per OTLP request held the receiver to a tenth of the rate an exporter sends. A crash can lose the
+/// spans pushed since the last sync; a trace file's spans are read again, as its read position rolls back
+/// with them.
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// A commit since the last [`Store::sync`].
+    unsynced: std::sync::atomic::AtomicBool,
 }
 
 fn time_key(start: u64, trace: &str) -> Vec<u8> {
@@ -86,7 +94,10 @@ impl Store {
             txn.open_table(AGENTS).map_err(err)?;
         }
         txn.commit().map_err(err)?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            unsynced: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// The change counter: it grows with every committed batch, so a page knows when to refresh.
@@ -99,7 +110,8 @@ impl Store {
     /// Store `spans` (a span already stored is replaced) and update their runs; with `file`, record in the
     /// same transaction how far that file has been read. Returns the number of spans stored.
     pub fn ingest(&self, spans: &[SpanRecord], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
-        let txn = self.db.begin_write().map_err(err)?;
+        let mut txn = self.db.begin_write().map_err(err)?;
+        txn.set_durability(Durability::None).map_err(err)?;
         let mut stored = 0;
         {
             let mut meta = txn.open_table(META).map_err(err)?;
@@ -168,7 +180,18 @@ impl Store {
             }
         }
         txn.commit().map_err(err)?;
+        self.unsynced.store(true, std::sync::atomic::Ordering::Release);
         Ok(stored)
+    }
+
+    /// Make every commit so far durable (one fsync), if there was one since the last sync.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        if self.unsynced.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            // An empty commit at the default durability persists the non-durable ones before it.
+            let txn = self.db.begin_write().map_err(err)?;
+            txn.commit().map_err(err)?;
+        }
+        Ok(())
     }
 
     /// How far `path` was read, if it ever was.
