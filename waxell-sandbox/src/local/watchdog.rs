@@ -114,9 +114,18 @@ impl Shared {
 }
 
 fn watch_memory(shared: &Shared) {
+    // Processes already killed: a big one can take longer than a poll to be torn down, and must then be
+    // neither counted (and killed) again nor make the watchdog kill a second, innocent process for its memory.
+    let mut killed: Vec<u32> = Vec::new();
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(POLL);
-        let usage: Vec<(u32, u64)> = shared.pids().into_iter().map(|p| (p, private_bytes(p))).collect();
+        let pids = shared.pids();
+        killed.retain(|pid| pids.contains(pid));
+        let usage: Vec<(u32, u64)> = pids
+            .into_iter()
+            .filter(|pid| !killed.contains(pid))
+            .map(|p| (p, private_bytes(p)))
+            .collect();
         let total: u64 = usage.iter().map(|(_, b)| b).sum();
         if total <= shared.memory_bytes {
             continue;
@@ -126,6 +135,7 @@ fn watch_memory(shared: &Shared) {
             tracing::info!(pid, bytes, total, cap = shared.memory_bytes, "sandbox memory cap exceeded, killing");
             shared.oom_kills.fetch_add(1, Ordering::SeqCst);
             sigkill(pid);
+            killed.push(pid);
         }
     }
 }
