@@ -45,6 +45,7 @@ mod console;
 mod decision;
 mod deferred;
 pub mod e2b;
+mod error;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
 mod http;
@@ -69,7 +70,8 @@ pub mod testing;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
+pub use error::InitError;
+pub use init::{builder, init, Builder, FlushError, Guard, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
 pub use secret::Secret;
 

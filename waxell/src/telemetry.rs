@@ -12,7 +12,7 @@ use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 use crate::capture::truncate_owned;
-use crate::config::{self, Capture};
+use crate::config::{self, Capture, Env};
 use crate::scrub::{self, Scrubber};
 
 /// Where spans are started. The SDK tracer `init()` built (or a test capture's) is used directly (no boxed
@@ -137,15 +137,10 @@ pub(crate) fn with_preset_ids<R>(ids: &SpanIds, start: impl FnOnce() -> R) -> R 
     start()
 }
 
-/// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
-/// `parentbased_always_on`): only then is a span's sampled flag known before it starts.
-pub(crate) fn samples_by_parent() -> bool {
-    std::env::var("OTEL_TRACES_SAMPLER").map_or(true, |sampler| sampler.trim() == "parentbased_always_on")
-}
-
 /// `WAXELL_OBSERVE`, read once; `init()` may switch it. Checked before anything else so that a
 /// disabled SDK costs one atomic load per instrumented call.
-static OBSERVE: LazyLock<AtomicBool> = LazyLock::new(|| AtomicBool::new(config::observe_from_env()));
+static OBSERVE: LazyLock<AtomicBool> =
+    LazyLock::new(|| AtomicBool::new(config::observe_from_env(&Env::process())));
 
 static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
 
@@ -273,7 +268,7 @@ fn global_state() -> Arc<State> {
     if let Some(state) = STATE.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Arc::clone(state);
     }
-    let capture = config::capture_from_env().unwrap_or_else(|err| {
+    let capture = config::capture_from_env(&Env::process()).unwrap_or_else(|err| {
         crate::console::current().message(format_args!("{err}; using the defaults"));
         Capture::default()
     });

@@ -124,7 +124,7 @@ impl CaptureBuilder {
             tracer: SpanSource::Sdk(tracer.clone()),
             scrubber: self.capture.scrub.then(|| &*scrub::DEFAULT),
             capture: self.capture,
-            ids_ahead: telemetry::samples_by_parent(),
+            ids_ahead: config::Env::process().samples_by_parent(),
         });
         let token = ScopedToken::new();
         CaptureView {
