@@ -1,18 +1,19 @@
 //! How the chat span follows the SDK's policies: tool-call decisions, content capture switched off,
 //! secrets scrubbed from captured messages.
 
+mod llm_support;
 #[allow(
     unreachable_pub,
     reason = "shared with the waxell-tests crate, where it is public"
 )]
 #[path = "../../tests/src/own_process.rs"]
 mod own_process;
-mod support;
 
+use llm_support::*;
 use serde_json::json;
-use support::*;
 use waxell::llm::{ChatRequest, Client, Message, ScriptedReply, ScriptedTransport, Tool};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 fn tools() -> Vec<Tool> {
     vec![

@@ -49,6 +49,8 @@ use opentelemetry::{Context, ContextGuard, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 
+pub mod span_data;
+
 use crate::config;
 use crate::scrub;
 use crate::semconv::*;
@@ -371,12 +373,7 @@ impl CapturedSpan {
 
     /// The value of attribute `key` (the last one set wins).
     pub fn attr(&self, key: &str) -> Option<&Value> {
-        self.data
-            .attributes
-            .iter()
-            .rev()
-            .find(|kv| kv.key.as_str() == key)
-            .map(|kv| &kv.value)
+        span_data::last(&self.data.attributes, key)
     }
 
     /// The string value of attribute `key`, if it is a string.
