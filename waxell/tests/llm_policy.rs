@@ -165,9 +165,14 @@ async fn secrets_in_captured_messages_are_scrubbed() {
 
 #[tokio::test]
 async fn observation_switched_off_records_nothing_but_the_call_works() {
-    // `WAXELL_OBSERVE` is read once per process, and a test capture records regardless of it: this test
+    // Observation is off for the whole process, and a test capture records regardless of it: this test
     // runs alone in a child process, with spans going to the global provider as without a capture.
-    crate::own_process!("WAXELL_OBSERVE" => "false");
+    crate::own_process!();
+    let off = waxell::builder()
+        .with_env(|name| (name == "WAXELL_OBSERVE").then(|| "false".to_owned()))
+        .init()
+        .unwrap();
+    assert!(!off.is_enabled());
     let spans = capture_spans_globally();
     let (provider, metrics) = capture_metrics();
     let client = scripted(vec![ScriptedReply::tool_call("run_python", json!({"code": "1"}))]);
