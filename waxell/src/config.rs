@@ -47,6 +47,7 @@ impl Env {
 
     /// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
     /// `parentbased_always_on`): only then is a span's sampled flag known before it starts.
+    #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
     pub(crate) fn samples_by_parent(&self) -> bool {
         self.var("OTEL_TRACES_SAMPLER")
             .is_none_or(|sampler| sampler.trim() == "parentbased_always_on")
@@ -150,8 +151,6 @@ pub(crate) struct EnvConfig {
     pub(crate) resource_attributes: Vec<(String, String)>,
     /// `WAXELL_PROJECT_NAME`: `openinference.project.name` (Phoenix project).
     pub(crate) project_name: Option<String>,
-    /// See [`Env::samples_by_parent`].
-    pub(crate) samples_by_parent: bool,
 }
 
 /// The variables that configure export to Waxell's cloud (see `cloud`).
@@ -498,7 +497,6 @@ pub(crate) fn from_env(env: &Env) -> Result<EnvConfig, InitError> {
             .map(|v| resource_attributes(&v))
             .unwrap_or_default(),
         project_name: env.var("WAXELL_PROJECT_NAME"),
-        samples_by_parent: env.samples_by_parent(),
         observe,
         capture: capture_from_env(env)?,
         traces_endpoint,

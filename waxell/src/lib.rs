@@ -43,6 +43,11 @@ mod cloud;
 mod config;
 mod console;
 mod decision;
+// Only the async-openai layer and the `tracing` bridge queue recording work; without them, nothing does.
+#[cfg_attr(
+    not(any(feature = "async-openai", all(feature = "tracing", feature = "llm"))),
+    path = "deferred_none.rs"
+)]
 mod deferred;
 pub mod e2b;
 mod error;

@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+#[cfg(feature = "otlp-http")]
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+#[cfg(feature = "otlp-http")]
 use prost::Message;
 
 use super::jsonl::{read_requests, span_count, TraceFileError};
@@ -207,7 +208,6 @@ pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport,
 }
 
 /// Spans the collector said it rejected (`partial_success`).
-#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
 fn rejected(response: Option<ExportTraceServiceResponse>) -> i64 {
     response
         .and_then(|r| r.partial_success)

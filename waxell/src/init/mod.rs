@@ -364,7 +364,8 @@ impl Builder {
             tracer: telemetry::SpanSource::Sdk(provider.tracer_with_scope(telemetry::scope())),
             capture,
             scrubber,
-            ids_ahead: env.samples_by_parent,
+            #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
+            ids_ahead: self.env.samples_by_parent(),
         });
         Ok(Guard {
             provider: Some(provider),

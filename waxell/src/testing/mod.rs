@@ -126,6 +126,7 @@ impl CaptureBuilder {
             tracer: SpanSource::Sdk(tracer.clone()),
             scrubber: self.capture.scrub.then(|| &*scrub::DEFAULT),
             capture: self.capture,
+            #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
             ids_ahead: config::Env::process().samples_by_parent(),
         });
         let token = ScopedToken::new();

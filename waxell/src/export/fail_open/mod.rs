@@ -258,7 +258,9 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
                         .as_ref()
                         .and_then(|t| t.take())
                         .unwrap_or_else(|| transport::classify_message(&e.to_string()));
-                    if let (Some(wait), Some(copy)) = (outcome.retry_after(backoff), &copy) {
+                    if let (Some(wait), Some(copy)) =
+                        (outcome.retry().map(|asked| asked.unwrap_or(backoff)), &copy)
+                    {
                         let worth_it =
                             retries < MAX_RETRIES && !self.closing() && Instant::now() + wait < deadline;
                         if worth_it && !copy.is_empty() {
