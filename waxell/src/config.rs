@@ -240,6 +240,9 @@ impl Default for BatchSettings {
     }
 }
 
+/// Default for `WAXELL_MAX_SPANS_PER_RUN`.
+pub(crate) const DEFAULT_MAX_SPANS_PER_RUN: usize = 50_000;
+
 /// The OTel specification's default for `OTEL_EXPORTER_OTLP_TIMEOUT`. The agent never waits on an export
 /// (it runs on the batch processor's thread); a generous timeout keeps slow collectors' traces (MLflow takes
 /// about 3.5 s per request), and the exit waits at most the shutdown budget whatever this is.
@@ -481,7 +484,7 @@ pub(crate) fn from_env(env: &Env) -> Result<EnvConfig, InitError> {
         "WAXELL_MAX_SPANS_PER_RUN",
         "a whole number of spans (0 = no cap)",
     )?
-    .unwrap_or(crate::limits::DEFAULT_MAX_SPANS_PER_RUN);
+    .unwrap_or(DEFAULT_MAX_SPANS_PER_RUN);
     let console = bool_var(env, "WAXELL_CONSOLE")?.unwrap_or(true);
     let trace_file = env
         .var("WAXELL_TRACE_FILE")
