@@ -27,7 +27,7 @@
 //! span marked `waxell.cancelled`.
 //!
 //! What the span holds does not depend on who made the call: GenAI and OpenInference attributes, token
-//! usage (cached and reasoning included), cost from the provider's [`PriceTable`], time to first chunk,
+//! usage (cached and reasoning included), cost from the provider's [`PriceTable`](super::PriceTable), time to first chunk,
 //! captured messages under the SDK's content policy (scrubbed, truncated), `server.address`/`server.port`
 //! when a server is named, `error.type` on failure, the `gen_ai.client.*` metrics, and a
 //! `tool_call:{name}` decision when the model called tools.

@@ -73,7 +73,7 @@ pub struct ChatRequest {
     /// End-user identifier forwarded to the provider.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Set by the client: `true` for [`Client::chat_stream`](super::Client::chat_stream).
+    /// Set by the client: `true` for [`Client::chat_stream`](crate::llm::Client::chat_stream).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
     /// Set by the client on streamed requests so the final chunk carries token usage.

@@ -86,7 +86,7 @@ impl Serialize for ToolChoice {
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
-    /// The id to quote in the [`Message::tool`] result of this call.
+    /// The id to quote in the [`Message::tool`](crate::llm::Message::tool) result of this call.
     pub id: String,
     /// Always `function`.
     #[serde(rename = "type", default = "function_kind")]
