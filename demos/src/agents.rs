@@ -10,7 +10,7 @@ use waxell::sandbox::{Execution, RunOptions, Sandbox, SandboxBackend, SandboxErr
 use waxell::{agent, decision, reasoning, tool, Decision, DecisionOptions, Reasoning};
 
 use crate::progress::Progress;
-use crate::script::{self, CHART_FILE};
+use crate::script::{self, ATTEMPT_LIMIT_REACHED, CHART_FILE};
 
 /// Everything the agents need.
 pub struct Env<'a> {
@@ -121,9 +121,6 @@ async fn run_error_test(sandbox: &Sandbox, code: &str) -> Result<ErrorTestResult
         error_type: result.error.map(|e| e.name),
     })
 }
-
-/// The tool result once the code agent has used up its attempts.
-pub const ATTEMPT_LIMIT_REACHED: &str = "ERROR attempt limit reached; answer with what you have";
 
 /// The last `max` characters of `text` (a traceback's end says the most).
 fn tail(text: &str, max: usize) -> &str {

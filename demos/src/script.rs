@@ -22,6 +22,9 @@ pub const SALES: [f64; 12] = [
 /// Where the analysis script saves its chart, inside the sandbox's working directory.
 pub const CHART_FILE: &str = "sales_chart.png";
 
+/// The tool result once the code agent has used up its attempts (the scripted LLM answers it with a summary).
+pub const ATTEMPT_LIMIT_REACHED: &str = "ERROR attempt limit reached; answer with what you have";
+
 pub const BASIC_CODE: &str = "import sys, platform\nprint('hello from the sandbox')\nprint(f'python {platform.python_version()} on {sys.platform}')";
 
 pub fn statistics_code() -> String {
@@ -168,7 +171,7 @@ impl DryRunScript {
             if answer.starts_with(expected) {
                 continue;
             }
-            if answer.starts_with(crate::agents::ATTEMPT_LIMIT_REACHED) {
+            if answer.starts_with(ATTEMPT_LIMIT_REACHED) {
                 return Err(Error::Script(format!(
                     "--max-attempts stopped the code agent after {n} attempt(s); the dry run's script needs {} \
                      (a failing script, then its fix)",

@@ -402,3 +402,13 @@ pub fn container_engine_missing() -> Option<String> {
     );
     Some(why)
 }
+
+/// A variable lookup holding exactly `vars`, for `waxell::Builder::with_env`: a test configures `init()` as
+/// the environment would, without setting the process's variables (which every thread shares).
+pub fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + Send + Sync + 'static {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| vars.get(name).cloned()
+}

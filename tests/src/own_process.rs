@@ -1,6 +1,7 @@
 //! Run a test in a child process of its own: for tests of `init()`'s real, process-wide pipeline (the global
-//! tracer provider, environment variables, OTLP export at shutdown). The test binary re-runs itself with
-//! only that test selected and a marker variable set; the parent passes when the child passed.
+//! tracer provider, OTLP export at shutdown). The test binary re-runs itself with only that test selected
+//! and a marker variable set; the parent passes when the child passed. Configuration variables are not a
+//! reason to use it: give them to `Builder::with_env` (see `waxell_tests::env`).
 //!
 //! Every other test captures its spans with `waxell::testing` and shares the process.
 
@@ -9,7 +10,7 @@ use std::process::Command;
 /// Set in the child to the name of the test it runs.
 pub const CHILD_VAR: &str = "WAXELL_TEST_OWN_PROCESS";
 
-/// Run the calling test in a process of its own, with `env` set there; put first in the test body.
+/// Run the calling test in a process of its own; put first in the test body.
 ///
 /// ```ignore
 /// #[test]
@@ -21,11 +22,11 @@ pub const CHILD_VAR: &str = "WAXELL_TEST_OWN_PROCESS";
 /// ```
 #[macro_export]
 macro_rules! own_process {
-    ($($name:literal => $value:expr),* $(,)?) => {{
+    () => {{
         fn __here() {}
         let __test = $crate::own_process::test_name(::std::any::type_name_of_val(&__here));
         if !$crate::own_process::in_child(&__test) {
-            $crate::own_process::run_child(&__test, &[$(($name, ::std::string::ToString::to_string(&$value))),*]);
+            $crate::own_process::run_child(&__test);
             return;
         }
     }};
@@ -48,14 +49,13 @@ pub fn in_child(test: &str) -> bool {
     std::env::var(CHILD_VAR).is_ok_and(|running| running == test)
 }
 
-/// Run `test` in a child process with `env` and fail, showing its output, unless it ran and passed.
+/// Run `test` in a child process and fail, showing its output, unless it ran and passed.
 #[doc(hidden)]
-pub fn run_child(test: &str, env: &[(&str, String)]) {
+pub fn run_child(test: &str) {
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = Command::new(exe)
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_VAR, test)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("run the test in a child process");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -53,7 +53,13 @@ fn shutdown_within(guard: waxell::Guard, bound: Duration) -> DroppedSpans {
 /// Without a trace file, so that spans the collector does not take are dropped and counted (with one they
 /// are saved: tests/tests/exit.rs).
 fn pipeline(url: &str) -> waxell::Builder {
+    pipeline_with(url, &[])
+}
+
+/// [`pipeline`] with the configuration variables `vars` (and no others).
+fn pipeline_with(url: &str, vars: &[(&str, &str)]) -> waxell::Builder {
     waxell::builder()
+        .with_env(waxell_tests::env(vars))
         .with_trace_file(None)
         .with_otlp_endpoint(url)
         .with_service_name("fail-open-test")
@@ -283,9 +289,10 @@ const MODES: &[&str] = &[
 fn overhead_child() {
     let mode = std::env::var("WAXELL_OVERHEAD_MODE").expect("WAXELL_OVERHEAD_MODE");
     let runs: u64 = std::env::var("WAXELL_OVERHEAD_RUNS").map_or(1_000, |v| v.parse().unwrap());
+    let mut vars = Vec::new();
     let fault = match mode.as_str() {
         "observe off" => {
-            std::env::set_var("WAXELL_OBSERVE", "false");
+            vars.push(("WAXELL_OBSERVE", "false"));
             None
         }
         "healthy" => Some(Fault::Healthy),
@@ -302,7 +309,7 @@ fn overhead_child() {
         .as_ref()
         .map_or_else(nothing_listening_url, FaultServer::traces_url);
     // Default export timeout (3 s), breaker (3 failures, 30 s) and shutdown timeout (5 s).
-    let guard = pipeline(&url).init().unwrap();
+    let guard = pipeline_with(&url, &vars).init().unwrap();
     let took = instrumented_loop(runs);
     let started = Instant::now();
     let counter = guard.drop_counter();
@@ -379,9 +386,10 @@ fn overhead_table() {
 fn the_export_timeout_comes_from_waxell_export_timeout_ms() {
     waxell_tests::own_process!();
     // The default (10 s) would make the flush below wait for the exit budget (5 s); the variable: 300 ms.
-    std::env::set_var("WAXELL_EXPORT_TIMEOUT_MS", "300");
     let server = FaultServer::start(Fault::Slow(Duration::from_secs(5)));
-    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let guard = pipeline_with(&server.traces_url(), &[("WAXELL_EXPORT_TIMEOUT_MS", "300")])
+        .init()
+        .unwrap();
     instrumented_loop(2);
     let started = Instant::now();
     let flushed = guard.force_flush();
@@ -424,9 +432,10 @@ fn spans_per_request(server: &FaultServer) -> Vec<usize> {
 #[test]
 fn the_batch_size_comes_from_otel_bsp_max_export_batch_size() {
     waxell_tests::own_process!();
-    std::env::set_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "7");
     let server = FaultServer::start(Fault::Healthy);
-    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let guard = pipeline_with(&server.traces_url(), &[("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "7")])
+        .init()
+        .unwrap();
     instrumented_loop(1);
     let dropped = shutdown_within(guard, Duration::from_secs(6));
     assert_eq!(dropped.total(), 0, "{dropped}");
@@ -440,9 +449,10 @@ fn the_batch_size_comes_from_otel_bsp_max_export_batch_size() {
 fn the_schedule_delay_comes_from_otel_bsp_schedule_delay() {
     waxell_tests::own_process!();
     // With the default (1 s) the run would be exported during the wait below; with 60 s it waits for a flush.
-    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "60000");
     let server = FaultServer::start(Fault::Healthy);
-    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let guard = pipeline_with(&server.traces_url(), &[("OTEL_BSP_SCHEDULE_DELAY", "60000")])
+        .init()
+        .unwrap();
     instrumented_loop(1);
     std::thread::sleep(Duration::from_millis(2_500));
     assert_eq!(
@@ -464,10 +474,16 @@ fn the_queue_bound_comes_from_otel_bsp_max_queue_size() {
     // A batch of 30 leaves for a collector that takes 3 s; meanwhile at most 30 more may wait, and the rest
     // of the run's 101 spans are dropped and counted (41 when the first batch left at once, up to 71 when
     // the run ended before it left). The default queue (8,192) would drop none.
-    std::env::set_var("OTEL_BSP_MAX_QUEUE_SIZE", "30");
-    std::env::set_var("WAXELL_EXPORT_TIMEOUT_MS", "5000");
     let server = FaultServer::start(Fault::Slow(Duration::from_secs(3)));
-    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let guard = pipeline_with(
+        &server.traces_url(),
+        &[
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "30"),
+            ("WAXELL_EXPORT_TIMEOUT_MS", "5000"),
+        ],
+    )
+    .init()
+    .unwrap();
     let counter = guard.drop_counter();
     let calling = instrumented_loop(1);
     assert!(calling < LOOP_BOUND, "{calling:?}");
@@ -482,10 +498,16 @@ fn the_queue_bound_comes_from_otel_bsp_max_queue_size() {
 #[test]
 fn the_circuit_breaker_comes_from_waxell_export_breaker_variables() {
     waxell_tests::own_process!();
-    std::env::set_var("WAXELL_EXPORT_BREAKER_FAILURES", "1");
-    std::env::set_var("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "60000");
     let server = FaultServer::start(Fault::Status(500));
-    let guard = pipeline(&server.traces_url()).init().unwrap();
+    let guard = pipeline_with(
+        &server.traces_url(),
+        &[
+            ("WAXELL_EXPORT_BREAKER_FAILURES", "1"),
+            ("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "60000"),
+        ],
+    )
+    .init()
+    .unwrap();
     let counter = guard.drop_counter();
     rounds(&guard, 4, 1);
     assert_eq!(server.requests(), 1, "one failure opens the breaker for a minute");
@@ -497,7 +519,7 @@ fn the_circuit_breaker_comes_from_waxell_export_breaker_variables() {
 
 #[test]
 fn bad_limit_variables_are_clear_errors() {
-    waxell_tests::own_process!();
+    // init() fails before it installs anything, so the test shares its process.
     for (name, value) in [
         ("WAXELL_EXPORT_TIMEOUT_MS", "3s"),
         ("WAXELL_MAX_SPANS_PER_RUN", "lots"),
@@ -508,9 +530,10 @@ fn bad_limit_variables_are_clear_errors() {
         ("WAXELL_EXPORT_BREAKER_FAILURES", "0"),
         ("WAXELL_EXPORT_BREAKER_COOLDOWN_MS", "forever"),
     ] {
-        std::env::set_var(name, value);
-        let err = pipeline(&nothing_listening_url()).init().unwrap_err().to_string();
+        let err = pipeline_with(&nothing_listening_url(), &[(name, value)])
+            .init()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(name) && err.contains(value), "{err}");
-        std::env::remove_var(name);
     }
 }

@@ -14,6 +14,7 @@ use llm_support::*;
 use opentelemetry::trace::Status;
 use serde_json::{json, Value};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply, LlmRequest};
 
 fn client(server: &FakeLlm) -> Client<OpenAIConfig> {

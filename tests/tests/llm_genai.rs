@@ -11,6 +11,7 @@ use genai::chat::{ChatOptions, ChatStreamEvent};
 use genai::Client;
 use llm_support::*;
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 use waxell_tests::fake_llm::FakeLlm;
 
 fn client(server: &FakeLlm) -> Client {

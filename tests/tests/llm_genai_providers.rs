@@ -13,6 +13,7 @@ use llm_support::*;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 use waxell_tests::fake_llm::{
     anthropic_events, anthropic_message, gemini_chunks, gemini_response, FakeLlm, LlmReply, WireUsage,
 };

@@ -15,6 +15,7 @@ use rig_core::completion::{CompletionRequest, ToolDefinition};
 use rig_core::message::ToolName;
 use rig_core::providers::openai::OpenAIConfig;
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 use waxell_tests::fake_llm::FakeLlm;
 
 fn model(server: &FakeLlm) -> rig_core::Model<rig_core::providers::openai::wire::Chat> {

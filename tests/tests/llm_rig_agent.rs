@@ -8,6 +8,7 @@ mod llm_support;
 use futures_util::TryStreamExt as _;
 use llm_support::*;
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
 
 #[path = "llm_support/rig_weather.rs"]

@@ -1,7 +1,7 @@
 //! Spans exported over real OTLP (HTTP/protobuf, HTTP/JSON, gRPC) to receivers on 127.0.0.1 that decode them
 //! with the OpenTelemetry protobuf definitions. Every assertion is on what arrived.
-//! Each test that installs the pipeline runs in a child process of its own (`own_process!`), so environment
-//! variables and the global pipeline are per test.
+//! Each test that installs the pipeline runs in a child process of its own (`own_process!`), so the global
+//! pipeline is per test; configuration variables come from a lookup given to `Builder::with_env`.
 
 use std::time::{Duration, Instant};
 
@@ -204,15 +204,19 @@ async fn http_json_on_a_multi_thread_runtime() {
 fn standard_environment_variables_configure_the_exporter() {
     waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
-    // Safe here: the test runs alone in a child process of its own, and nothing else runs yet.
-    std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url()); // gets /v1/traces appended
-    std::env::set_var(
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "x-team=agents,authorization=Basic%20dGVzdA%3D%3D",
-    );
-    std::env::set_var("OTEL_SERVICE_NAME", "env-service");
-    std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci");
-    let guard = waxell::init().unwrap();
+    let base_url = rx.base_url();
+    let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &base_url), // gets /v1/traces appended
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "x-team=agents,authorization=Basic%20dGVzdA%3D%3D",
+            ),
+            ("OTEL_SERVICE_NAME", "env-service"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=ci"),
+        ]))
+        .init()
+        .unwrap();
     assert_eq!(guard.otlp_endpoint(), Some(rx.traces_url().as_str()));
     sync_agent();
     drop(guard);
@@ -236,16 +240,24 @@ fn standard_environment_variables_configure_the_exporter() {
 
 #[test]
 fn bad_configuration_is_a_clear_error() {
-    waxell_tests::own_process!();
-    std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift");
-    let err = waxell::init().unwrap_err().to_string();
+    // init() fails before it installs anything, so the test shares its process.
+    let err = waxell::builder()
+        .with_env(waxell_tests::env(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")]))
+        .init()
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && err.contains("http/protobuf"),
         "{err}"
     );
-    std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
-    std::env::set_var("WAXELL_CAPTURE_CONTENT", "maybe");
-    let err = waxell::init().unwrap_err().to_string();
+    let err = waxell::builder()
+        .with_env(waxell_tests::env(&[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("WAXELL_CAPTURE_CONTENT", "maybe"),
+        ]))
+        .init()
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("WAXELL_CAPTURE_CONTENT") && err.contains("true or false"),
         "{err}"
@@ -256,8 +268,8 @@ fn bad_configuration_is_a_clear_error() {
 fn observe_false_sends_nothing_and_writes_nothing() {
     waxell_tests::own_process!();
     let rx = OtlpReceiver::start_http();
-    std::env::set_var("WAXELL_OBSERVE", "false");
     let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[("WAXELL_OBSERVE", "false")]))
         .with_otlp_endpoint(rx.traces_url())
         .init()
         .unwrap();

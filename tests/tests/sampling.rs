@@ -22,7 +22,9 @@ fn sampled_run() -> u32 {
     (0..TOOLS).map(lookup).sum()
 }
 
-/// Run `RUNS` agent runs under the sampler named by the environment and return the received traces.
+/// Run `RUNS` agent runs under the sampler named by the environment and return the received traces. The
+/// sampler is the SDK's to read, from the process environment: these tests set it there, in a process of
+/// their own.
 fn run_with_sampler(sampler: &str, arg: Option<&str>) -> (OtlpReceiver, HashMap<Vec<u8>, Vec<Received>>) {
     std::env::set_var("OTEL_TRACES_SAMPLER", sampler);
     if let Some(arg) = arg {
@@ -142,9 +144,9 @@ fn runaway() -> u32 {
 #[test]
 fn the_span_cap_keeps_the_root_agents_errors_and_scores() {
     waxell_tests::own_process!();
-    std::env::set_var("WAXELL_MAX_SPANS_PER_RUN", "50");
     let rx = OtlpReceiver::start_http();
     let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[("WAXELL_MAX_SPANS_PER_RUN", "50")]))
         .with_otlp_endpoint(rx.traces_url())
         .init()
         .unwrap();

@@ -1,6 +1,7 @@
 //! Export to Waxell's cloud: `WAXELL_API_URL` + `WAXELL_API_KEY` discover the OTLP endpoint through the API and
 //! export OTLP/HTTP with `X-Wax-Key`; the standard endpoint variable overrides it (without the key).
-//! Each test runs in a child process of its own (`own_process!`), so environment variables are per test.
+//! Each test that installs the pipeline runs in a child process of its own (`own_process!`); the variables
+//! come from a lookup given to `Builder::with_env`, not from the process environment.
 
 use std::time::Duration;
 
@@ -27,9 +28,15 @@ fn discovered_endpoint_receives_spans_with_the_key_and_tenant() {
     let api = FakeWaxellApi::start(Some(
         serde_json::json!({"otel_endpoint": collector.base_url(), "tenant_id": "tenant-42"}),
     ));
-    std::env::set_var("WAXELL_API_URL", api.url());
-    std::env::set_var("WAXELL_API_KEY", KEY);
-    let guard = waxell::builder().with_service_version("1.2.3").init().unwrap();
+    let api_url = api.url();
+    let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[
+            ("WAXELL_API_URL", &api_url),
+            ("WAXELL_API_KEY", KEY),
+        ]))
+        .with_service_version("1.2.3")
+        .init()
+        .unwrap();
     assert_eq!(guard.otlp_endpoint(), Some(collector.traces_url().as_str()));
     assert_eq!(cloud_agent(), 6);
     drop(guard);
@@ -67,9 +74,14 @@ fn without_discovery_the_api_url_itself_takes_the_spans() {
     waxell_tests::own_process!();
     // The receiver doubles as the API: its config route answers 404, so spans go to {api}/v1/traces.
     let collector = OtlpReceiver::start_http();
-    std::env::set_var("WAXELL_API_URL", collector.base_url());
-    std::env::set_var("WAXELL_API_KEY", KEY);
-    let guard = waxell::init().unwrap();
+    let api_url = collector.base_url();
+    let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[
+            ("WAXELL_API_URL", &api_url),
+            ("WAXELL_API_KEY", KEY),
+        ]))
+        .init()
+        .unwrap();
     cloud_agent();
     drop(guard);
     let spans = collector.wait_for_spans(2, Duration::from_secs(10));
@@ -88,10 +100,15 @@ fn the_standard_endpoint_overrides_and_never_receives_the_key() {
     waxell_tests::own_process!();
     let api = FakeWaxellApi::start(Some(serde_json::json!({"otel_endpoint": "http://127.0.0.1:9"})));
     let other = OtlpReceiver::start_http();
-    std::env::set_var("WAXELL_API_URL", api.url());
-    std::env::set_var("WAXELL_API_KEY", KEY);
-    std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", other.base_url());
-    let guard = waxell::init().unwrap();
+    let (api_url, endpoint) = (api.url(), other.base_url());
+    let guard = waxell::builder()
+        .with_env(waxell_tests::env(&[
+            ("WAXELL_API_URL", &api_url),
+            ("WAXELL_API_KEY", KEY),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ]))
+        .init()
+        .unwrap();
     cloud_agent();
     drop(guard);
     let spans = other.wait_for_spans(2, Duration::from_secs(10));
@@ -111,9 +128,12 @@ fn the_standard_endpoint_overrides_and_never_receives_the_key() {
 
 #[test]
 fn half_configured_cloud_export_is_a_clear_error() {
-    waxell_tests::own_process!();
-    std::env::set_var("WAXELL_API_URL", "http://127.0.0.1:9");
-    let err = waxell::init().unwrap_err().to_string();
+    // init() fails before it installs anything, so the test shares its process.
+    let err = waxell::builder()
+        .with_env(waxell_tests::env(&[("WAXELL_API_URL", "http://127.0.0.1:9")]))
+        .init()
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("WAXELL_API_URL") && err.contains("WAXELL_API_KEY"),
         "{err}"

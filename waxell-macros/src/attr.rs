@@ -4,47 +4,25 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprArray, ExprLit, ExprPath, Ident, Lit, LitBool, LitStr, Meta, Token};
 
-/// Which attribute is being expanded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Agent,
-    Tool,
-    Reasoning,
-    Decision,
-    Step,
-    Retrieval,
-}
+pub(crate) use waxell_kind::Kind;
 
-impl Kind {
-    pub(crate) fn attr_name(self) -> &'static str {
-        match self {
-            Kind::Agent => "agent",
-            Kind::Tool => "tool",
-            Kind::Reasoning => "reasoning",
-            Kind::Decision => "decision",
-            Kind::Step => "step",
-            Kind::Retrieval => "retrieval",
-        }
-    }
-
-    /// The keys each attribute accepts.
-    fn keys(self) -> &'static [&'static str] {
-        match self {
-            Kind::Agent => &[
-                "name",
-                "description",
-                "session_id",
-                "user_id",
-                "skip",
-                "skip_all",
-                "capture",
-            ],
-            Kind::Tool => &["name", "tool_type", "description", "skip", "skip_all", "capture"],
-            Kind::Reasoning => &["step", "skip", "skip_all", "capture"],
-            Kind::Decision => &["name", "options", "skip", "skip_all", "capture"],
-            Kind::Step => &["name", "skip", "skip_all", "capture"],
-            Kind::Retrieval => &["source", "skip", "skip_all", "capture"],
-        }
+/// The keys each attribute accepts.
+fn keys(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Agent => &[
+            "name",
+            "description",
+            "session_id",
+            "user_id",
+            "skip",
+            "skip_all",
+            "capture",
+        ],
+        Kind::Tool => &["name", "tool_type", "description", "skip", "skip_all", "capture"],
+        Kind::Reasoning => &["step", "skip", "skip_all", "capture"],
+        Kind::Decision => &["name", "options", "skip", "skip_all", "capture"],
+        Kind::Step => &["name", "skip", "skip_all", "capture"],
+        Kind::Retrieval => &["source", "skip", "skip_all", "capture"],
     }
 }
 
@@ -112,15 +90,15 @@ pub(crate) fn parse(kind: Kind, tokens: proc_macro2::TokenStream) -> syn::Result
             );
             continue;
         };
-        if !kind.keys().contains(&key.as_str()) {
+        if !keys(kind).contains(&key.as_str()) {
             push_error(
                 &mut errors,
                 syn::Error::new(
                     path.span(),
                     format!(
                         "unknown argument `{key}` for #[{}]; expected one of: {}",
-                        kind.attr_name(),
-                        kind.keys().join(", ")
+                        kind.attribute(),
+                        keys(kind).join(", ")
                     ),
                 ),
             );
@@ -204,7 +182,7 @@ fn apply(kind: Kind, args: &mut Args, key: &str, meta: Meta) -> syn::Result<()> 
             _ => {
                 return Err(syn::Error::new(
                     nv.path.span(),
-                    format!("`{key}` is not supported by #[{}]", kind.attr_name()),
+                    format!("`{key}` is not supported by #[{}]", kind.attribute()),
                 ))
             }
         },

@@ -1,7 +1,7 @@
 //! Code generation. Expansions stay small: they build a static `Meta`, capture arguments, and hand the body
 //! to `::waxell::__private::Run`, which does the rest at run time.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
@@ -17,7 +17,7 @@ pub(crate) fn expand(kind: Kind, attr: TokenStream, item: TokenStream) -> TokenS
         Err(_) => {
             let message = format!(
                 "#[{}] applies to functions and methods with a body",
-                kind.attr_name()
+                kind.attribute()
             );
             let error = syn::Error::new(proc_macro2::Span::call_site(), message).to_compile_error();
             return quote! { #item #error };
@@ -115,22 +115,9 @@ fn instrument(kind: Kind, args: &Args, mut function: ItemFn) -> TokenStream {
         .as_ref()
         .map(|l| l.value())
         .unwrap_or_else(|| fn_name.clone());
-    let span_name = match kind {
-        Kind::Agent => format!("invoke_agent {name}"),
-        Kind::Tool => format!("execute_tool {name}"),
-        Kind::Reasoning => format!("reasoning {name}"),
-        Kind::Decision => format!("decide {name}"),
-        Kind::Step => format!("step {name}"),
-        Kind::Retrieval => format!("retrieval {name}"),
-    };
-    let kind_tokens = match kind {
-        Kind::Agent => quote!(Agent),
-        Kind::Tool => quote!(Tool),
-        Kind::Reasoning => quote!(Reasoning),
-        Kind::Decision => quote!(Decision),
-        Kind::Step => quote!(Step),
-        Kind::Retrieval => quote!(Retrieval),
-    };
+    // The name is written into the expansion whole, so a call never formats it.
+    let span_name = format!("{} {name}", kind.operation());
+    let kind_tokens = Ident::new(kind.variant(), Span::call_site());
     let description = match args
         .description
         .as_ref()

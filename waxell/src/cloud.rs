@@ -5,9 +5,7 @@
 //! *not* sent: it must not leak to a third-party collector), `WAXELL_OTEL_ENDPOINT`, the discovered endpoint,
 //! and last the API URL itself.
 
-use std::time::Duration;
-
-use crate::InitError;
+use crate::config::CloudVars;
 
 /// Where and how to export to Waxell.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,19 +17,6 @@ pub(crate) struct CloudExport {
     pub(crate) tenant_id: Option<String>,
 }
 
-/// The discovery call may not hold up start-up for long (a mistyped URL once cost the Python SDK 12 s a run).
-#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
-
-fn var(names: &[&str]) -> Option<(String, String)> {
-    names.iter().find_map(|n| {
-        std::env::var(n)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .map(|v| ((*n).to_owned(), v.trim().to_owned()))
-    })
-}
-
 fn traces_url(base: &str) -> String {
     let base = base.trim_end_matches('/');
     if base.ends_with("/v1/traces") {
@@ -41,45 +26,22 @@ fn traces_url(base: &str) -> String {
     }
 }
 
-/// Read the Waxell variables; `None` when Waxell export is not configured.
-pub(crate) fn from_env() -> Result<Option<CloudExport>, InitError> {
-    let url = var(&["WAXELL_API_URL", "WAX_API_URL"]);
-    let key = var(&["WAXELL_API_KEY", "WAX_API_KEY"]);
-    let (url, key) = match (url, key) {
-        (None, None) => return Ok(None),
-        (Some((name, _)), None) => {
-            return Err(InitError::InvalidVariable {
-                name,
-                value: "<set>".into(),
-                expected: "WAXELL_API_KEY set as well (Waxell export needs both)".into(),
-            })
-        }
-        (None, Some(_)) => {
-            return Err(InitError::InvalidVariable {
-                name: "WAXELL_API_KEY".into(),
-                value: "<hidden>".into(),
-                expected: "WAXELL_API_URL set as well (Waxell export needs both)".into(),
-            })
-        }
-        (Some(url), Some((_, key))) => (url, key),
-    };
-    let (url_var, api_url) = url;
-    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
-        return Err(InitError::InvalidVariable {
-            name: url_var,
-            value: api_url,
-            expected: "an http:// or https:// URL".into(),
-        });
-    }
-    if let Some((_, explicit)) = var(&["WAXELL_OTEL_ENDPOINT"]) {
-        return Ok(Some(CloudExport {
+/// Where to export, from the Waxell variables: `WAXELL_OTEL_ENDPOINT`, else the endpoint the API names,
+/// else the API URL itself.
+pub(crate) fn resolve(vars: CloudVars) -> CloudExport {
+    let CloudVars {
+        api_url,
+        key,
+        otel_endpoint,
+    } = vars;
+    if let Some(explicit) = otel_endpoint {
+        return CloudExport {
             traces_url: traces_url(&explicit),
             key,
             tenant_id: None,
-        }));
+        };
     }
-    let discovered = discover(&api_url, &key);
-    let (endpoint, tenant_id) = match discovered {
+    let (endpoint, tenant_id) = match discovery::discover(&api_url, &key) {
         Ok(found) => found,
         Err(reason) => {
             crate::console::current().message(format_args!(
@@ -89,72 +51,83 @@ pub(crate) fn from_env() -> Result<Option<CloudExport>, InitError> {
         }
     };
     let base = endpoint.unwrap_or_else(|| api_url.clone());
-    Ok(Some(CloudExport {
+    CloudExport {
         traces_url: traces_url(&base),
         key,
         tenant_id,
-    }))
+    }
 }
 
 /// Without HTTP export there is nothing to discover for: `init()` reports the missing feature when it builds the
 /// exporter.
 #[cfg(not(feature = "otlp-http"))]
-fn discover(_api_url: &str, _key: &str) -> Result<(Option<String>, Option<String>), String> {
-    Err("waxell was built without its `otlp-http` feature".to_owned())
+mod discovery {
+    pub(super) fn discover(_api_url: &str, _key: &str) -> Result<(Option<String>, Option<String>), String> {
+        Err("waxell was built without its `otlp-http` feature".to_owned())
+    }
 }
 
-/// `GET {api}/api/v1/observe/config/` with the key; returns the OTLP endpoint and tenant it names.
-/// Runs on its own thread: `init()` may be called inside an async runtime, where a blocking client panics.
+/// Asking Waxell's API for the OTLP endpoint (HTTP export only).
 #[cfg(feature = "otlp-http")]
-fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>), String> {
-    let url = format!("{}/api/v1/observe/config/", api_url.trim_end_matches('/'));
-    let key = key.to_owned();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("waxell-discovery".into())
-        .spawn(move || {
-            let result = (|| {
-                let client = crate::http::blocking_client(|b| {
-                    b.connect_timeout(DISCOVERY_TIMEOUT).timeout(DISCOVERY_TIMEOUT)
-                })?;
-                let response = client
-                    .get(&url)
-                    .header("X-Wax-Key", key)
-                    .send()
-                    .map_err(|e| e.to_string())?;
-                if !response.status().is_success() {
-                    return Err(format!("HTTP {}", response.status()));
-                }
-                let body = response.bytes().map_err(|e| e.to_string())?;
-                let body: serde_json::Value =
-                    serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
-                Ok(parse_config(&body))
-            })();
-            let _ = tx.send(result);
-        })
-        .map_err(|e| e.to_string())?;
-    rx.recv_timeout(DISCOVERY_TIMEOUT + Duration::from_millis(500))
-        .map_err(|_| "timed out".to_owned())?
+mod discovery {
+    use std::time::Duration;
+
+    /// The discovery call may not hold up start-up for long (a mistyped URL once cost the Python SDK 12 s a
+    /// run).
+    const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// `GET {api}/api/v1/observe/config/` with the key; returns the OTLP endpoint and tenant it names.
+    /// Runs on its own thread: `init()` may be called inside an async runtime, where a blocking client panics.
+    pub(super) fn discover(api_url: &str, key: &str) -> Result<(Option<String>, Option<String>), String> {
+        let url = format!("{}/api/v1/observe/config/", api_url.trim_end_matches('/'));
+        let key = key.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("waxell-discovery".into())
+            .spawn(move || {
+                let result = (|| {
+                    let client = crate::http::blocking_client(|b| {
+                        b.connect_timeout(DISCOVERY_TIMEOUT).timeout(DISCOVERY_TIMEOUT)
+                    })?;
+                    let response = client
+                        .get(&url)
+                        .header("X-Wax-Key", key)
+                        .send()
+                        .map_err(|e| e.to_string())?;
+                    if !response.status().is_success() {
+                        return Err(format!("HTTP {}", response.status()));
+                    }
+                    let body = response.bytes().map_err(|e| e.to_string())?;
+                    let body: serde_json::Value =
+                        serde_json::from_slice(&body).map_err(|e| format!("not JSON: {e}"))?;
+                    Ok(parse_config(&body))
+                })();
+                let _ = tx.send(result);
+            })
+            .map_err(|e| e.to_string())?;
+        rx.recv_timeout(DISCOVERY_TIMEOUT + Duration::from_millis(500))
+            .map_err(|_| "timed out".to_owned())?
+    }
+
+    /// The config route's answer: the endpoint under `otel_endpoint` / `otlp_endpoint` / `otel.endpoint`, the tenant
+    /// under `tenant_id` / `tenant.id`.
+    pub(super) fn parse_config(body: &serde_json::Value) -> (Option<String>, Option<String>) {
+        let text = |v: Option<&serde_json::Value>| {
+            v.and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let endpoint = text(body.get("otel_endpoint"))
+            .or_else(|| text(body.get("otlp_endpoint")))
+            .or_else(|| text(body.pointer("/otel/endpoint")));
+        let tenant = text(body.get("tenant_id")).or_else(|| text(body.pointer("/tenant/id")));
+        (endpoint, tenant)
+    }
 }
 
-/// The config route's answer: the endpoint under `otel_endpoint` / `otlp_endpoint` / `otel.endpoint`, the tenant
-/// under `tenant_id` / `tenant.id`.
-#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
-fn parse_config(body: &serde_json::Value) -> (Option<String>, Option<String>) {
-    let text = |v: Option<&serde_json::Value>| {
-        v.and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-    };
-    let endpoint = text(body.get("otel_endpoint"))
-        .or_else(|| text(body.get("otlp_endpoint")))
-        .or_else(|| text(body.pointer("/otel/endpoint")));
-    let tenant = text(body.get("tenant_id")).or_else(|| text(body.pointer("/tenant/id")));
-    (endpoint, tenant)
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "otlp-http"))]
 mod tests {
+    use super::discovery::parse_config;
     use super::*;
 
     #[test]

@@ -1,9 +1,58 @@
-//! Configuration from the standard environment variables, resolved once at `init()`.
+//! Configuration from the standard environment variables, resolved once at `init()`. The one module that
+//! reads the environment, always through an [`Env`], which a test (or [`crate::Builder::with_env`]) replaces
+//! with a lookup of its own.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::InitError;
+use crate::error::InitError;
+
+/// A variable lookup: `Some(value)` when the variable is set.
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// Where configuration variables come from: the process environment, or a lookup given instead.
+#[derive(Clone, Default)]
+pub(crate) struct Env(Option<Arc<Lookup>>);
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Env(lookup)"
+        } else {
+            "Env(process)"
+        })
+    }
+}
+
+impl Env {
+    /// The process environment.
+    pub(crate) fn process() -> Self {
+        Self(None)
+    }
+
+    /// `lookup` instead of the process environment.
+    pub(crate) fn lookup(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(lookup)))
+    }
+
+    /// The value of `name`; `None` when it is unset or blank.
+    pub(crate) fn var(&self, name: &str) -> Option<String> {
+        let value = match &self.0 {
+            None => std::env::var(name).ok(),
+            Some(lookup) => lookup(name),
+        };
+        value.filter(|v| !v.trim().is_empty())
+    }
+
+    /// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
+    /// `parentbased_always_on`): only then is a span's sampled flag known before it starts.
+    #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
+    pub(crate) fn samples_by_parent(&self) -> bool {
+        self.var("OTEL_TRACES_SAMPLER")
+            .is_none_or(|sampler| sampler.trim() == "parentbased_always_on")
+    }
+}
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +76,15 @@ impl std::str::FromStr for Protocol {
 }
 
 impl Protocol {
+    /// As written in `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::HttpProtobuf => "http/protobuf",
+            Self::HttpJson => "http/json",
+            Self::Grpc => "grpc",
+        }
+    }
+
     pub(crate) fn parse(value: &str, var: &str) -> Result<Self, InitError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "" | "http/protobuf" => Ok(Self::HttpProtobuf),
@@ -85,6 +143,78 @@ pub(crate) struct EnvConfig {
     pub(crate) console: bool,
     /// `None` = default location; `Some(None)` = file output off.
     pub(crate) trace_file: Option<Option<PathBuf>>,
+    /// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`: where metrics go over HTTP, when not beside the traces.
+    pub(crate) metrics_endpoint: Option<String>,
+    /// `OTEL_SERVICE_NAME`.
+    pub(crate) service_name: Option<String>,
+    /// `OTEL_RESOURCE_ATTRIBUTES`, parsed as the SDK parses it (`key=value,...`, trimmed).
+    pub(crate) resource_attributes: Vec<(String, String)>,
+    /// `WAXELL_PROJECT_NAME`: `openinference.project.name` (Phoenix project).
+    pub(crate) project_name: Option<String>,
+}
+
+/// The variables that configure export to Waxell's cloud (see `cloud`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CloudVars {
+    /// `WAXELL_API_URL` (or `WAX_API_URL`).
+    pub(crate) api_url: String,
+    /// `WAXELL_API_KEY` (or `WAX_API_KEY`).
+    pub(crate) key: String,
+    /// `WAXELL_OTEL_ENDPOINT`: the OTLP endpoint, without asking the API.
+    pub(crate) otel_endpoint: Option<String>,
+}
+
+/// The first of `names` that is set, with its trimmed value.
+fn first_var(env: &Env, names: &[&str]) -> Option<(String, String)> {
+    names
+        .iter()
+        .find_map(|n| env.var(n).map(|v| ((*n).to_owned(), v.trim().to_owned())))
+}
+
+/// `WAXELL_API_URL` and `WAXELL_API_KEY` (both or neither), and `WAXELL_OTEL_ENDPOINT`. Read only when no
+/// collector is named otherwise, so a half-set pair is no error then.
+pub(crate) fn cloud_from_env(env: &Env) -> Result<Option<CloudVars>, InitError> {
+    let url = first_var(env, &["WAXELL_API_URL", "WAX_API_URL"]);
+    let key = first_var(env, &["WAXELL_API_KEY", "WAX_API_KEY"]);
+    let ((url_var, api_url), key) = match (url, key) {
+        (None, None) => return Ok(None),
+        (Some((name, _)), None) => {
+            return Err(InitError::InvalidVariable {
+                name,
+                value: "<set>".into(),
+                expected: "WAXELL_API_KEY set as well (Waxell export needs both)".into(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(InitError::InvalidVariable {
+                name: "WAXELL_API_KEY".into(),
+                value: "<hidden>".into(),
+                expected: "WAXELL_API_URL set as well (Waxell export needs both)".into(),
+            })
+        }
+        (Some(url), Some((_, key))) => (url, key),
+    };
+    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
+        return Err(InitError::InvalidVariable {
+            name: url_var,
+            value: api_url,
+            expected: "an http:// or https:// URL".into(),
+        });
+    }
+    Ok(Some(CloudVars {
+        api_url,
+        key,
+        otel_endpoint: first_var(env, &["WAXELL_OTEL_ENDPOINT"]).map(|(_, v)| v),
+    }))
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES` as the SDK's environment detector reads it.
+fn resource_attributes(value: &str) -> Vec<(String, String)> {
+    value
+        .split_terminator(',')
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
 }
 
 /// The batch span processor's settings, from the standard `OTEL_BSP_*` variables.
@@ -109,6 +239,9 @@ impl Default for BatchSettings {
         }
     }
 }
+
+/// Default for `WAXELL_MAX_SPANS_PER_RUN`.
+pub(crate) const DEFAULT_MAX_SPANS_PER_RUN: usize = 50_000;
 
 /// The OTel specification's default for `OTEL_EXPORTER_OTLP_TIMEOUT`. The agent never waits on an export
 /// (it runs on the batch processor's thread); a generous timeout keeps slow collectors' traces (MLflow takes
@@ -136,7 +269,7 @@ pub struct OtlpSettings {
 impl OtlpSettings {
     /// Read them from the environment; a bad value is an error naming the variable.
     pub fn from_env() -> Result<Self, InitError> {
-        let env = from_env()?;
+        let env = from_env(&Env::process())?;
         Ok(Self {
             traces_endpoint: env.traces_endpoint,
             protocol: env.protocol,
@@ -152,10 +285,6 @@ impl OtlpSettings {
     }
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool, InitError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -169,8 +298,8 @@ pub(crate) fn parse_bool(name: &str, value: &str) -> Result<bool, InitError> {
 }
 
 /// A whole number from `name`, with an error naming the variable and what it expects.
-fn number_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
-    var(name)
+fn number_var(env: &Env, name: &str, expected: &str) -> Result<Option<usize>, InitError> {
+    env.var(name)
         .map(|v| {
             v.trim().parse().map_err(|_| InitError::InvalidVariable {
                 name: name.to_owned(),
@@ -182,8 +311,8 @@ fn number_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
 }
 
 /// Like [`number_var`], refusing 0 where it would mean nothing can ever pass.
-fn positive_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> {
-    match number_var(name, expected)? {
+fn positive_var(env: &Env, name: &str, expected: &str) -> Result<Option<usize>, InitError> {
+    match number_var(env, name, expected)? {
         Some(0) => Err(InitError::InvalidVariable {
             name: name.to_owned(),
             value: "0".to_owned(),
@@ -193,28 +322,28 @@ fn positive_var(name: &str, expected: &str) -> Result<Option<usize>, InitError> 
     }
 }
 
-fn millis_var(name: &str) -> Result<Option<Duration>, InitError> {
-    Ok(number_var(name, "milliseconds")?.map(|ms| Duration::from_millis(ms as u64)))
+fn millis_var(env: &Env, name: &str) -> Result<Option<Duration>, InitError> {
+    Ok(number_var(env, name, "milliseconds")?.map(|ms| Duration::from_millis(ms as u64)))
 }
 
-fn bool_var(name: &str) -> Result<Option<bool>, InitError> {
-    var(name).map(|v| parse_bool(name, &v)).transpose()
+fn bool_var(env: &Env, name: &str) -> Result<Option<bool>, InitError> {
+    env.var(name).map(|v| parse_bool(name, &v)).transpose()
 }
 
 /// `WAXELL_OBSERVE=false` switches everything off. Read on first use by macros when `init()` was not called.
-pub(crate) fn observe_from_env() -> bool {
-    var("WAXELL_OBSERVE")
+pub(crate) fn observe_from_env(env: &Env) -> bool {
+    env.var("WAXELL_OBSERVE")
         .and_then(|v| parse_bool("WAXELL_OBSERVE", &v).ok())
         .unwrap_or(true)
 }
 
 /// Content capture: `WAXELL_CAPTURE_CONTENT` wins; else the OTel GenAI convention variable
 /// (`NO_CONTENT` / `SPAN_ONLY` / `EVENT_ONLY` / `SPAN_AND_EVENT`, or older `true`/`false`); else on.
-pub(crate) fn capture_from_env() -> Result<Capture, InitError> {
+pub(crate) fn capture_from_env(env: &Env) -> Result<Capture, InitError> {
     let mut capture = Capture::default();
-    if let Some(on) = bool_var("WAXELL_CAPTURE_CONTENT")? {
+    if let Some(on) = bool_var(env, "WAXELL_CAPTURE_CONTENT")? {
         capture.content = on;
-    } else if let Some(v) = var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") {
+    } else if let Some(v) = env.var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") {
         capture.content = match v.trim().to_ascii_uppercase().as_str() {
             "NO_CONTENT" | "FALSE" | "0" | "EVENT_ONLY" => false,
             "SPAN_ONLY" | "SPAN_AND_EVENT" | "TRUE" | "1" => true,
@@ -227,14 +356,14 @@ pub(crate) fn capture_from_env() -> Result<Capture, InitError> {
             }
         };
     }
-    if let Some(v) = var("WAXELL_MAX_CONTENT_CHARS") {
+    if let Some(v) = env.var("WAXELL_MAX_CONTENT_CHARS") {
         capture.max_chars = v.trim().parse().map_err(|_| InitError::InvalidVariable {
             name: "WAXELL_MAX_CONTENT_CHARS".into(),
             value: v.clone(),
             expected: "a whole number of characters".into(),
         })?;
     }
-    if let Some(on) = bool_var("WAXELL_SCRUB")?.or(bool_var("WAXELL_REDACT_TELEMETRY")?) {
+    if let Some(on) = bool_var(env, "WAXELL_SCRUB")?.or(bool_var(env, "WAXELL_REDACT_TELEMETRY")?) {
         capture.scrub = on;
     }
     Ok(capture)
@@ -292,20 +421,20 @@ pub(crate) fn traces_url(generic: Option<&str>, traces: Option<&str>, protocol: 
     })
 }
 
-pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
-    let observe = match var("WAXELL_OBSERVE") {
+pub(crate) fn from_env(env: &Env) -> Result<EnvConfig, InitError> {
+    let observe = match env.var("WAXELL_OBSERVE") {
         Some(v) => parse_bool("WAXELL_OBSERVE", &v)?,
         None => true,
     };
-    let protocol_var = if var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").is_some() {
+    let protocol_var = if env.var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").is_some() {
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
     } else {
         "OTEL_EXPORTER_OTLP_PROTOCOL"
     };
-    let protocol = Protocol::parse(&var(protocol_var).unwrap_or_default(), protocol_var)?;
+    let protocol = Protocol::parse(&env.var(protocol_var).unwrap_or_default(), protocol_var)?;
     let traces_endpoint = traces_url(
-        var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
-        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
+        env.var("OTEL_EXPORTER_OTLP_ENDPOINT").as_deref(),
+        env.var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").as_deref(),
         protocol,
     );
     if let Some(url) = &traces_endpoint {
@@ -319,42 +448,60 @@ pub(crate) fn from_env() -> Result<EnvConfig, InitError> {
     }
     let mut headers = Vec::new();
     for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"] {
-        if let Some(v) = var(name) {
+        if let Some(v) = env.var(name) {
             headers.extend(parse_headers(name, &v)?);
         }
     }
-    let export_timeout = millis_var("WAXELL_EXPORT_TIMEOUT_MS")?
-        .or(millis_var("OTEL_BSP_EXPORT_TIMEOUT")?)
-        .or(millis_var("OTEL_EXPORTER_OTLP_TIMEOUT")?)
+    let export_timeout = millis_var(env, "WAXELL_EXPORT_TIMEOUT_MS")?
+        .or(millis_var(env, "OTEL_BSP_EXPORT_TIMEOUT")?)
+        .or(millis_var(env, "OTEL_EXPORTER_OTLP_TIMEOUT")?)
         .unwrap_or(DEFAULT_EXPORT_TIMEOUT);
-    let shutdown_timeout = millis_var("WAXELL_SHUTDOWN_TIMEOUT_MS")?;
+    let shutdown_timeout = millis_var(env, "WAXELL_SHUTDOWN_TIMEOUT_MS")?;
     let defaults = BatchSettings::default();
-    let max_queue_size = positive_var("OTEL_BSP_MAX_QUEUE_SIZE", "a positive number of spans")?
+    let max_queue_size = positive_var(env, "OTEL_BSP_MAX_QUEUE_SIZE", "a positive number of spans")?
         .unwrap_or(defaults.max_queue_size);
     let batch = BatchSettings {
         max_queue_size,
         // As the SDKs do: a batch never exceeds the queue.
-        max_export_batch_size: positive_var("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "a positive number of spans")?
-            .unwrap_or(defaults.max_export_batch_size)
-            .min(max_queue_size),
-        schedule_delay: millis_var("OTEL_BSP_SCHEDULE_DELAY")?.unwrap_or(defaults.schedule_delay),
+        max_export_batch_size: positive_var(
+            env,
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            "a positive number of spans",
+        )?
+        .unwrap_or(defaults.max_export_batch_size)
+        .min(max_queue_size),
+        schedule_delay: millis_var(env, "OTEL_BSP_SCHEDULE_DELAY")?.unwrap_or(defaults.schedule_delay),
     };
     let breaker_failures = positive_var(
+        env,
         "WAXELL_EXPORT_BREAKER_FAILURES",
         "a positive number of failed exports",
     )?
     .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
-    let breaker_cooldown = millis_var("WAXELL_EXPORT_BREAKER_COOLDOWN_MS")?;
-    let max_spans_per_run = number_var("WAXELL_MAX_SPANS_PER_RUN", "a whole number of spans (0 = no cap)")?
-        .unwrap_or(crate::limits::DEFAULT_MAX_SPANS_PER_RUN);
-    let console = bool_var("WAXELL_CONSOLE")?.unwrap_or(true);
-    let trace_file = var("WAXELL_TRACE_FILE").map(|v| match v.trim().to_ascii_lowercase().as_str() {
-        "off" | "false" | "0" | "none" => None,
-        _ => Some(PathBuf::from(v)),
-    });
+    let breaker_cooldown = millis_var(env, "WAXELL_EXPORT_BREAKER_COOLDOWN_MS")?;
+    let max_spans_per_run = number_var(
+        env,
+        "WAXELL_MAX_SPANS_PER_RUN",
+        "a whole number of spans (0 = no cap)",
+    )?
+    .unwrap_or(DEFAULT_MAX_SPANS_PER_RUN);
+    let console = bool_var(env, "WAXELL_CONSOLE")?.unwrap_or(true);
+    let trace_file = env
+        .var("WAXELL_TRACE_FILE")
+        .map(|v| match v.trim().to_ascii_lowercase().as_str() {
+            "off" | "false" | "0" | "none" => None,
+            _ => Some(PathBuf::from(v)),
+        });
     Ok(EnvConfig {
+        metrics_endpoint: env.var("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        service_name: env.var("OTEL_SERVICE_NAME"),
+        resource_attributes: env
+            .var("OTEL_RESOURCE_ATTRIBUTES")
+            .map(|v| resource_attributes(&v))
+            .unwrap_or_default(),
+        project_name: env.var("WAXELL_PROJECT_NAME"),
         observe,
-        capture: capture_from_env()?,
+        capture: capture_from_env(env)?,
         traces_endpoint,
         protocol,
         headers,

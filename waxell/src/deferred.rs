@@ -7,12 +7,6 @@
 //! capture's read and the end of a local root span first [`drain`] what is queued. A full queue, or a
 //! thread that cannot be started, runs the job on the caller's thread instead (slower, never dropped).
 
-// Only the async-openai layer and the `tracing` bridge queue work; without them, `drain` finds nothing.
-#![cfg_attr(
-    not(any(feature = "async-openai", all(feature = "tracing", feature = "llm"))),
-    allow(dead_code)
-)]
-
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};

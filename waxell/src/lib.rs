@@ -43,8 +43,14 @@ mod cloud;
 mod config;
 mod console;
 mod decision;
+// Only the async-openai layer and the `tracing` bridge queue recording work; without them, nothing does.
+#[cfg_attr(
+    not(any(feature = "async-openai", all(feature = "tracing", feature = "llm"))),
+    path = "deferred_none.rs"
+)]
 mod deferred;
 pub mod e2b;
+mod error;
 pub mod export;
 #[cfg(any(feature = "otlp-http", feature = "llm", feature = "e2b"))]
 mod http;
@@ -71,7 +77,8 @@ pub mod ui;
 
 pub use config::Protocol;
 pub use decision::{decide, Decision, DecisionOptions, Reasoning};
-pub use init::{builder, init, Builder, FlushError, Guard, InitError, ShutdownError};
+pub use error::InitError;
+pub use init::{builder, init, Builder, FlushError, Guard, ShutdownError};
 pub use score::{current_trace_id, metadata, score, score_with_comment, tag, ScoreValue};
 pub use secret::Secret;
 

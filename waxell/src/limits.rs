@@ -16,9 +16,6 @@ use opentelemetry_sdk::Resource;
 use crate::export::fail_open::DropCounters;
 use crate::semconv::{GEN_AI_EVALUATION_RESULT, GEN_AI_OPERATION_NAME, OP_INVOKE_AGENT};
 
-/// Default for `WAXELL_MAX_SPANS_PER_RUN`.
-pub(crate) const DEFAULT_MAX_SPANS_PER_RUN: usize = 50_000;
-
 /// The per-trace counts are split by trace id so that agents ending spans on many threads rarely contend.
 const SHARDS: usize = 16;
 

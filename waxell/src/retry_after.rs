@@ -12,7 +12,7 @@ pub(crate) fn from_headers(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// A header value holding a number of `unit`s (e.g. OpenAI's `retry-after-ms`).
-#[cfg_attr(not(feature = "llm"), allow(dead_code))]
+#[cfg(feature = "llm")]
 pub(crate) fn number(headers: &HeaderMap, name: &str, unit: Duration) -> Option<Duration> {
     let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
     seconds(value * unit.as_secs_f64())

@@ -21,22 +21,8 @@ use crate::semconv::*;
 use crate::spans::{shared, string_array, AgentRun};
 use crate::telemetry::{self, State};
 
-/// Which attribute produced the span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `#[agent]`.
-    Agent,
-    /// `#[tool]`.
-    Tool,
-    /// `#[reasoning]`.
-    Reasoning,
-    /// `#[decision]`.
-    Decision,
-    /// `#[step]`.
-    Step,
-    /// `#[retrieval]`.
-    Retrieval,
-}
+/// Which attribute produced the span (shared with the macros, which write its span name).
+pub use waxell_kind::Kind;
 
 /// Everything about an instrumented function that is known at compile time.
 #[derive(Debug)]

@@ -63,15 +63,16 @@ pub const GEN_AI_EVALUATION_EXPLANATION: &str = "gen_ai.evaluation.explanation";
 pub const METRIC_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
 pub const METRIC_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
 
-// Well-known operation names.
-pub const OP_INVOKE_AGENT: &str = "invoke_agent";
-pub const OP_EXECUTE_TOOL: &str = "execute_tool";
+// Well-known operation names. Those of the macros' spans (also their span names' prefixes) are defined with
+// the span kinds, which the macros share.
+pub const OP_INVOKE_AGENT: &str = waxell_kind::Kind::Agent.operation();
+pub const OP_EXECUTE_TOOL: &str = waxell_kind::Kind::Tool.operation();
 pub const OP_CHAT: &str = "chat";
-pub const OP_RETRIEVAL: &str = "retrieval";
+pub const OP_RETRIEVAL: &str = waxell_kind::Kind::Retrieval.operation();
 /// Custom operations (no convention exists yet for an agent's own reasoning or branch choice).
-pub const OP_REASONING: &str = "reasoning";
-pub const OP_DECIDE: &str = "decide";
-pub const OP_STEP: &str = "step";
+pub const OP_REASONING: &str = waxell_kind::Kind::Reasoning.operation();
+pub const OP_DECIDE: &str = waxell_kind::Kind::Decision.operation();
+pub const OP_STEP: &str = waxell_kind::Kind::Step.operation();
 
 // ---- OpenInference ----
 pub const OI_SPAN_KIND: &str = "openinference.span.kind";

@@ -1,8 +1,8 @@
 //! Process-wide telemetry state, and the crate-internal handles the instrumented clients (sandbox, LLM,
 //! E2B) and the macros' runtime use to emit spans.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, RwLock};
 
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::trace::{
@@ -12,7 +12,7 @@ use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 use crate::capture::truncate_owned;
-use crate::config::{self, Capture};
+use crate::config::{self, Capture, Env};
 use crate::scrub::{self, Scrubber};
 
 /// Where spans are started. The SDK tracer `init()` built (or a test capture's) is used directly (no boxed
@@ -31,10 +31,8 @@ pub(crate) struct State {
     /// Whether a span may be started later under ids handed out now ([`SpanIds::ahead`]): the tracer's
     /// provider draws its ids from [`PresetIds`] and samples by the parent (the SDK's default), so the
     /// sampled flag is known before the span starts.
-    #[cfg_attr(
-        not(any(feature = "async-openai", all(feature = "tracing", feature = "llm"))),
-        allow(dead_code, reason = "read by the LLM integrations")
-    )]
+    /// Only the LLM integrations start spans later.
+    #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
     pub(crate) ids_ahead: bool,
 }
 
@@ -137,75 +135,124 @@ pub(crate) fn with_preset_ids<R>(ids: &SpanIds, start: impl FnOnce() -> R) -> R 
     start()
 }
 
-/// Whether the SDK's sampler will be its default, parent-based one (`OTEL_TRACES_SAMPLER` unset or
-/// `parentbased_always_on`): only then is a span's sampled flag known before it starts.
-pub(crate) fn samples_by_parent() -> bool {
-    std::env::var("OTEL_TRACES_SAMPLER").map_or(true, |sampler| sampler.trim() == "parentbased_always_on")
-}
-
 /// `WAXELL_OBSERVE`, read once; `init()` may switch it. Checked before anything else so that a
 /// disabled SDK costs one atomic load per instrumented call.
-static OBSERVE: LazyLock<AtomicBool> = LazyLock::new(|| AtomicBool::new(config::observe_from_env()));
+static OBSERVE: LazyLock<AtomicBool> =
+    LazyLock::new(|| AtomicBool::new(config::observe_from_env(&Env::process())));
 
 static STATE: RwLock<Option<Arc<State>>> = RwLock::new(None);
 
-/// How many scoped states (test captures) are alive. While none is, resolving a state never looks into
-/// the context, so the production path pays one atomic load for the feature.
-static SCOPED: AtomicUsize = AtomicUsize::new(0);
+/// Test captures (`waxell::testing`): states carried in a context instead of installed globally. Built only
+/// with the `testing` feature; without it nothing looks for them.
+#[cfg(feature = "testing")]
+mod scoped {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex, Weak};
 
-/// A state carried in an OpenTelemetry [`Context`] instead of installed globally: every span started
-/// under a context holding it, in whatever thread or task, uses it. `waxell::testing` captures are built
-/// on this; it is generic so that this module knows nothing of what sits above it.
-#[derive(Clone)]
-#[cfg_attr(
-    not(feature = "testing"),
-    allow(dead_code, reason = "built by `waxell::testing` only")
-)]
-pub(crate) struct Scoped(pub(crate) Arc<State>);
+    use opentelemetry::trace::{TraceContextExt as _, TraceId};
+    use opentelemetry::Context;
 
-/// Keeps the count of live scoped states; created with the scoped state, dropped when it ends.
-#[cfg_attr(
-    not(feature = "testing"),
-    allow(dead_code, reason = "built by `waxell::testing` only")
-)]
-pub(crate) struct ScopedToken(());
+    use super::State;
 
-/// The traces scoped states started, so a span whose context lost the scope still finds it: a `tracing`
-/// span started as an explicit root (rig's `invoke_agent`) that waxell merges into the surrounding agent
-/// span hands its children a context with the agent's span but none of its values. Only consulted while a
-/// scoped state is alive; entries go with their state.
-static SCOPED_TRACES: Mutex<Vec<(TraceId, Weak<State>)>> = Mutex::new(Vec::new());
+    /// How many scoped states (test captures) are alive. While none is, resolving a state never looks into
+    /// the context, so the production path pays one atomic load for the feature.
+    static SCOPED: AtomicUsize = AtomicUsize::new(0);
 
-fn remember_scoped_trace(trace: TraceId, state: &Arc<State>) {
-    let mut traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
-    traces.retain(|(_, state)| state.strong_count() > 0);
-    traces.push((trace, Arc::downgrade(state)));
-}
+    /// A state carried in an OpenTelemetry [`Context`] instead of installed globally: every span started
+    /// under a context holding it, in whatever thread or task, uses it. `waxell::testing` captures are built
+    /// on this; it is generic so that this module knows nothing of what sits above it.
+    #[derive(Clone)]
+    pub(crate) struct Scoped(pub(crate) Arc<State>);
 
-fn scoped_trace(trace: TraceId) -> Option<Arc<State>> {
-    let traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
-    traces
-        .iter()
-        .rev()
-        .find(|(known, _)| *known == trace)
-        .and_then(|(_, state)| state.upgrade())
-}
+    /// Keeps the count of live scoped states; created with the scoped state, dropped when it ends.
+    pub(crate) struct ScopedToken(());
 
-#[cfg_attr(
-    not(feature = "testing"),
-    allow(dead_code, reason = "built by `waxell::testing` only")
-)]
-impl ScopedToken {
-    pub(crate) fn new() -> Self {
-        SCOPED.fetch_add(1, Ordering::AcqRel);
-        Self(())
+    /// The traces scoped states started, so a span whose context lost the scope still finds it: a
+    /// `tracing` span started as an explicit root (rig's `invoke_agent`) that waxell merges into the
+    /// surrounding agent span hands its children a context with the agent's span but none of its values.
+    /// Only consulted while a scoped state is alive; entries go with their state.
+    static SCOPED_TRACES: Mutex<Vec<(TraceId, Weak<State>)>> = Mutex::new(Vec::new());
+
+    impl ScopedToken {
+        pub(crate) fn new() -> Self {
+            SCOPED.fetch_add(1, Ordering::AcqRel);
+            Self(())
+        }
+    }
+
+    impl Drop for ScopedToken {
+        fn drop(&mut self) {
+            SCOPED.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether any scoped state is alive.
+    #[inline]
+    pub(super) fn alive() -> bool {
+        SCOPED.load(Ordering::Acquire) != 0
+    }
+
+    /// The scoped state for spans started under `parent`: the one it carries, else the one that started its
+    /// trace.
+    #[inline]
+    pub(super) fn state_for(parent: &Context) -> Option<Arc<State>> {
+        if !alive() {
+            return None;
+        }
+        if let Some(scoped) = parent.get::<Scoped>() {
+            return Some(Arc::clone(&scoped.0));
+        }
+        let span = parent.span();
+        let trace = span.span_context();
+        if trace.is_valid() {
+            let traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
+            return traces
+                .iter()
+                .rev()
+                .find(|(known, _)| *known == trace.trace_id())
+                .and_then(|(_, state)| state.upgrade());
+        }
+        None
+    }
+
+    /// After a span started under `parent` (in `cx`): a root started in a scoped state's context starts a
+    /// trace of that state.
+    #[inline]
+    pub(super) fn started(parent: &Context, cx: &Context) {
+        if alive() && !parent.has_active_span() {
+            if let Some(scoped) = parent.get::<Scoped>() {
+                let mut traces = SCOPED_TRACES.lock().unwrap_or_else(|p| p.into_inner());
+                traces.retain(|(_, state)| state.strong_count() > 0);
+                traces.push((cx.span().span_context().trace_id(), Arc::downgrade(&scoped.0)));
+            }
+        }
     }
 }
 
-impl Drop for ScopedToken {
-    fn drop(&mut self) {
-        SCOPED.fetch_sub(1, Ordering::AcqRel);
+#[cfg(feature = "testing")]
+pub(crate) use self::scoped::{Scoped, ScopedToken};
+
+/// Without the `testing` feature there are no scoped states.
+#[cfg(not(feature = "testing"))]
+mod scoped {
+    use std::sync::Arc;
+
+    use opentelemetry::Context;
+
+    use super::State;
+
+    #[inline]
+    pub(super) fn alive() -> bool {
+        false
     }
+
+    #[inline]
+    pub(super) fn state_for(_parent: &Context) -> Option<Arc<State>> {
+        None
+    }
+
+    #[inline]
+    pub(super) fn started(_parent: &Context, _cx: &Context) {}
 }
 
 pub(crate) fn scope() -> InstrumentationScope {
@@ -240,24 +287,15 @@ pub(crate) fn uninstall() {
 /// before reading the current context, so that a disabled SDK costs two atomic loads per instrumented call.
 #[inline]
 pub(crate) fn maybe_active() -> bool {
-    is_enabled() || SCOPED.load(Ordering::Acquire) != 0
+    is_enabled() || scoped::alive()
 }
 
 /// The state for spans started under `parent`: a scoped state `parent` carries (a test capture), else the
 /// process-wide one. `None` when instrumentation is off (`WAXELL_OBSERVE=false`) and no scoped state applies.
 #[inline]
 pub(crate) fn state_for(parent: &Context) -> Option<Arc<State>> {
-    if SCOPED.load(Ordering::Acquire) != 0 {
-        if let Some(scoped) = parent.get::<Scoped>() {
-            return Some(Arc::clone(&scoped.0));
-        }
-        let span = parent.span();
-        let trace = span.span_context();
-        if trace.is_valid() {
-            if let Some(state) = scoped_trace(trace.trace_id()) {
-                return Some(state);
-            }
-        }
+    if let Some(state) = scoped::state_for(parent) {
+        return Some(state);
     }
     is_enabled().then(global_state)
 }
@@ -273,7 +311,7 @@ fn global_state() -> Arc<State> {
     if let Some(state) = STATE.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
         return Arc::clone(state);
     }
-    let capture = config::capture_from_env().unwrap_or_else(|err| {
+    let capture = config::capture_from_env(&Env::process()).unwrap_or_else(|err| {
         crate::console::current().message(format_args!("{err}; using the defaults"));
         Capture::default()
     });
@@ -282,6 +320,7 @@ fn global_state() -> Arc<State> {
         scrubber: capture.scrub.then(|| &*scrub::DEFAULT),
         capture,
         // Someone else's provider: its ids and sampler are its own.
+        #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
         ids_ahead: false,
     });
     let mut slot = STATE.write().unwrap_or_else(|p| p.into_inner());
@@ -296,11 +335,7 @@ impl State {
             SpanSource::Sdk(t) => parent.with_span(t.build_with_context(builder, parent)),
             SpanSource::Global(t) => parent.with_span(t.build_with_context(builder, parent)),
         };
-        if SCOPED.load(Ordering::Acquire) != 0 && !parent.has_active_span() {
-            if let Some(scoped) = parent.get::<Scoped>() {
-                remember_scoped_trace(cx.span().span_context().trace_id(), &scoped.0);
-            }
-        }
+        scoped::started(parent, &cx);
         cx
     }
 

@@ -1,14 +1,14 @@
 //! Behaviour of every attribute on every function shape, read back from a real SDK pipeline.
 
-#[path = "common/spans.rs"]
-mod spans;
+mod spans_support;
 
 use std::future::Future;
 
 use opentelemetry::trace::SpanKind;
 use opentelemetry::Value;
 use serde::Serialize;
-use spans::*;
+use spans_support::*;
+use waxell::testing::span_data::*;
 use waxell::{agent, decision, reasoning, retrieval, step, tool, Decision, DecisionOptions, Reasoning};
 
 #[derive(Debug)]

@@ -1,16 +1,17 @@
 //! The LLM client against an OpenAI-compatible server on 127.0.0.1: what goes over the wire, what comes
 //! back, and what the `chat {model}` span records, for successes and each kind of failure.
 
-mod support;
+mod llm_support;
 
 use std::time::{Duration, Instant};
 
+use llm_support::*;
 use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::Context;
 use serde_json::json;
-use support::*;
 use waxell::llm::{ChatRequest, Error, Message, ResponseFormat, Tool};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 fn question() -> ChatRequest {
     ChatRequest::new([

@@ -1,18 +1,19 @@
 //! How the chat span follows the SDK's policies: tool-call decisions, content capture switched off,
 //! secrets scrubbed from captured messages.
 
+mod llm_support;
 #[allow(
     unreachable_pub,
     reason = "shared with the waxell-tests crate, where it is public"
 )]
 #[path = "../../tests/src/own_process.rs"]
 mod own_process;
-mod support;
 
+use llm_support::*;
 use serde_json::json;
-use support::*;
 use waxell::llm::{ChatRequest, Client, Message, ScriptedReply, ScriptedTransport, Tool};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 fn tools() -> Vec<Tool> {
     vec![
@@ -164,9 +165,14 @@ async fn secrets_in_captured_messages_are_scrubbed() {
 
 #[tokio::test]
 async fn observation_switched_off_records_nothing_but_the_call_works() {
-    // `WAXELL_OBSERVE` is read once per process, and a test capture records regardless of it: this test
+    // Observation is off for the whole process, and a test capture records regardless of it: this test
     // runs alone in a child process, with spans going to the global provider as without a capture.
-    crate::own_process!("WAXELL_OBSERVE" => "false");
+    crate::own_process!();
+    let off = waxell::builder()
+        .with_env(|name| (name == "WAXELL_OBSERVE").then(|| "false".to_owned()))
+        .init()
+        .unwrap();
+    assert!(!off.is_enabled());
     let spans = capture_spans_globally();
     let (provider, metrics) = capture_metrics();
     let client = scripted(vec![ScriptedReply::tool_call("run_python", json!({"code": "1"}))]);

@@ -1,17 +1,18 @@
 //! The public recording API (`waxell::llm::record`) produces the span our own client produces: a call
 //! recorded by hand and the same call made with `waxell::llm::Client` have the same attributes.
 
-mod support;
+mod llm_support;
 
 use std::collections::BTreeSet;
 
+use llm_support::*;
 use opentelemetry::trace::{FutureExt as _, Status};
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
-use support::*;
 use waxell::llm::record::{LlmCall, Provider};
 use waxell::llm::{ChatChunk, ChatRequest, ChatResponse, Message, Tool, Usage};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 const PLANTED_KEY: &str = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
 

@@ -1,17 +1,18 @@
 //! Dry runs: the scripted transport goes through the same client and produces the same spans as a real
 //! server, marked `waxell.dry_run=true`, deterministically.
 
-mod support;
+mod llm_support;
 
 use std::collections::BTreeSet;
 
 use futures_util::StreamExt;
+use llm_support::*;
 use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::json;
-use support::*;
 use waxell::llm::{ChatRequest, Client, Error, Message, ScriptedReply, ScriptedTransport, Tool};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 const BUGGY: &str = "import pandas as pd\ndf = pd.read_csv('sales.csv')\nprint(df['revenue'].sum() / len(df['region']).mean())";
 const FIXED: &str =

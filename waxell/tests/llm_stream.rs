@@ -1,16 +1,17 @@
 //! Streamed chat completions over SSE from a server on 127.0.0.1: assembly of text and tool-call
 //! deltas, usage at the end, a cut stream, and what the span records.
 
-mod support;
+mod llm_support;
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use llm_support::*;
 use opentelemetry::trace::Status;
 use serde_json::json;
-use support::*;
 use waxell::llm::{ChatRequest, Error, Message, Tool};
 use waxell::semconv::*;
+use waxell::testing::span_data::*;
 
 fn request() -> ChatRequest {
     ChatRequest::new([Message::user("Summarise the sales data.")])

@@ -1,10 +1,9 @@
 //! `tracing` spans (through `waxell::tracing_layer()`) and waxell spans share one trace and nest both ways.
 #![cfg(feature = "tracing")]
 
-#[path = "common/spans.rs"]
-mod spans;
+mod spans_support;
 
-use spans::*;
+use spans_support::*;
 use tracing::Instrument as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use waxell::{agent, tool};

@@ -2,8 +2,8 @@
 //! `waxell::testing`, so the tests share one process.
 #![allow(dead_code, unreachable_pub)]
 
-use opentelemetry::Value;
 use opentelemetry_sdk::trace::SpanData;
+use waxell::testing::span_data::{attr_f64, attr_i64, attr_str};
 
 /// A secret that must never reach a span.
 pub const PLANTED_KEY: &str = "sk-proj-PlantedOpenAiKey0123456789abcdef";
@@ -28,34 +28,6 @@ pub fn one<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
             found.len(),
             spans.iter().map(|s| s.name.as_ref()).collect::<Vec<_>>()
         ),
-    }
-}
-
-pub fn attr(span: &SpanData, key: &str) -> Option<Value> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| kv.value.clone())
-}
-
-pub fn attr_str(span: &SpanData, key: &str) -> String {
-    match attr(span, key) {
-        Some(value) => value.as_str().into_owned(),
-        None => panic!("{} has no {key}: {:?}", span.name, span.attributes),
-    }
-}
-
-pub fn attr_i64(span: &SpanData, key: &str) -> i64 {
-    match attr(span, key) {
-        Some(Value::I64(value)) => value,
-        other => panic!("{}: {key} is {other:?}", span.name),
-    }
-}
-
-pub fn attr_f64(span: &SpanData, key: &str) -> f64 {
-    match attr(span, key) {
-        Some(Value::F64(value)) => value,
-        other => panic!("{}: {key} is {other:?}", span.name),
     }
 }
 

@@ -71,7 +71,8 @@ impl E2bConfig {
 
     /// Defaults overridden by `E2B_*` environment variables.
     pub fn from_env() -> Self {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let env = crate::config::Env::process();
+        Self::from_lookup(|name| env.var(name))
     }
 
     /// [`E2bConfig::from_env`] with a custom variable lookup (for tests and embedding).

@@ -143,7 +143,7 @@ pub(crate) fn read_requests(path: &Path, from: u64, first_line: usize) -> Result
 }
 
 /// Spans in a request.
-#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
+#[cfg(any(feature = "otlp-http", feature = "grpc", test))]
 pub(crate) fn span_count(request: &ExportTraceServiceRequest) -> usize {
     request
         .resource_spans

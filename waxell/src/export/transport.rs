@@ -8,14 +8,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// What the last request came to.
-#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// Nothing listens at the address (or the host is unreachable): final, no retry can help now.
     Refused(String),
     /// Another transport error (reset, timeout, not HTTP).
     Network(String),
-    /// An HTTP answer.
+    /// An HTTP answer (only the HTTP transport, and tests, see one).
+    #[cfg(any(feature = "otlp-http", test))]
     Status {
         code: u16,
         retry_after: Option<Duration>,
@@ -27,17 +27,19 @@ impl Outcome {
     pub(crate) fn describe(&self) -> String {
         match self {
             Self::Refused(why) | Self::Network(why) => why.clone(),
+            #[cfg(any(feature = "otlp-http", test))]
             Self::Status { code, .. } => format!("the collector answered HTTP {code}"),
         }
     }
 
-    /// The delay before a retry that may help (OTLP/HTTP: 429, 502, 503, 504), if any.
-    pub(crate) fn retry_after(&self, backoff: Duration) -> Option<Duration> {
+    /// Whether a retry may help (OTLP/HTTP: 429, 502, 503, 504), with the delay the collector asked for.
+    pub(crate) fn retry(&self) -> Option<Option<Duration>> {
         match self {
+            #[cfg(any(feature = "otlp-http", test))]
             Self::Status {
                 code: 429 | 502 | 503 | 504,
                 retry_after,
-            } => Some(retry_after.unwrap_or(backoff)),
+            } => Some(*retry_after),
             _ => None,
         }
     }
@@ -52,7 +54,7 @@ impl TransportLog {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
+    #[cfg(any(feature = "otlp-http", test))]
     pub(crate) fn set(&self, outcome: Outcome) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
     }

@@ -229,12 +229,12 @@ impl Default for ClientBuilder {
 impl ClientBuilder {
     /// Defaults, then `OPENAI_API_KEY` and `OPENAI_BASE_URL` when set and non-empty.
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.trim().is_empty());
+        let env = crate::config::Env::process();
         let mut builder = Self::default();
-        if let Some(key) = var("OPENAI_API_KEY") {
+        if let Some(key) = env.var("OPENAI_API_KEY") {
             builder = builder.with_api_key(key.trim());
         }
-        if let Some(base_url) = var("OPENAI_BASE_URL") {
+        if let Some(base_url) = env.var("OPENAI_BASE_URL") {
             builder = builder.with_base_url(base_url.trim());
         }
         builder

@@ -25,10 +25,12 @@
 //!
 //! Configuration, the price table and the full list of recorded attributes: `docs/llm.md`.
 
+mod assemble;
 mod client;
 mod error;
 pub(crate) mod instrument;
 mod pricing;
+mod provider;
 pub mod record;
 mod scripted;
 mod stream;

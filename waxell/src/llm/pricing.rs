@@ -133,7 +133,7 @@ impl PriceTable {
             })
     }
 
-    /// [`PriceTable::defaults`] built once and shared: every [`Provider`](super::record::Provider) starts
+    /// [`PriceTable::defaults`] built once and shared: every `Provider` starts
     /// with it, and integrations make one per request.
     pub(crate) fn shared_defaults() -> std::sync::Arc<Self> {
         static DEFAULTS: std::sync::LazyLock<std::sync::Arc<PriceTable>> =

@@ -49,6 +49,8 @@ use opentelemetry::{Context, ContextGuard, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 
+pub mod span_data;
+
 use crate::config;
 use crate::scrub;
 use crate::semconv::*;
@@ -124,7 +126,8 @@ impl CaptureBuilder {
             tracer: SpanSource::Sdk(tracer.clone()),
             scrubber: self.capture.scrub.then(|| &*scrub::DEFAULT),
             capture: self.capture,
-            ids_ahead: telemetry::samples_by_parent(),
+            #[cfg(any(feature = "async-openai", all(feature = "tracing", feature = "llm")))]
+            ids_ahead: config::Env::process().samples_by_parent(),
         });
         let token = ScopedToken::new();
         CaptureView {
@@ -371,12 +374,7 @@ impl CapturedSpan {
 
     /// The value of attribute `key` (the last one set wins).
     pub fn attr(&self, key: &str) -> Option<&Value> {
-        self.data
-            .attributes
-            .iter()
-            .rev()
-            .find(|kv| kv.key.as_str() == key)
-            .map(|kv| &kv.value)
+        span_data::last(&self.data.attributes, key)
     }
 
     /// The string value of attribute `key`, if it is a string.

@@ -17,7 +17,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use futures_util::{stream, StreamExt};
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, HistogramDataPoint, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, SdkMeterProvider};
 use opentelemetry_sdk::trace::SpanData;
@@ -323,48 +323,6 @@ pub fn span_named(spans: &[SpanData], name: &str) -> SpanData {
         spans.iter().map(|span| &span.name).collect::<Vec<_>>()
     );
     matching[0].clone()
-}
-
-pub fn attr(span: &SpanData, key: &str) -> Option<Value> {
-    span.attributes
-        .iter()
-        .rev() // a later set_attribute wins
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| kv.value.clone())
-}
-
-pub fn attr_str(span: &SpanData, key: &str) -> String {
-    match attr(span, key) {
-        Some(Value::String(value)) => value.to_string(),
-        other => panic!("{key} is not a string attribute on {:?}: {other:?}", span.name),
-    }
-}
-
-pub fn attr_i64(span: &SpanData, key: &str) -> i64 {
-    match attr(span, key) {
-        Some(Value::I64(value)) => value,
-        other => panic!("{key} is not an integer attribute on {:?}: {other:?}", span.name),
-    }
-}
-
-pub fn attr_f64(span: &SpanData, key: &str) -> f64 {
-    match attr(span, key) {
-        Some(Value::F64(value)) => value,
-        other => panic!("{key} is not a float attribute on {:?}: {other:?}", span.name),
-    }
-}
-
-pub fn attr_json(span: &SpanData, key: &str) -> Json {
-    serde_json::from_str(&attr_str(span, key)).unwrap_or_else(|e| panic!("{key} is not JSON: {e}"))
-}
-
-pub fn attr_strings(span: &SpanData, key: &str) -> Vec<String> {
-    match attr(span, key) {
-        Some(Value::Array(opentelemetry::Array::String(values))) => {
-            values.iter().map(|value| value.to_string()).collect()
-        }
-        other => panic!("{key} is not a string array on {:?}: {other:?}", span.name),
-    }
 }
 
 /// Every string anywhere in the span (name, attributes, events, status), to search for leaks.

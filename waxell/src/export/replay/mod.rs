@@ -1,15 +1,19 @@
 //! Re-send a JSON-lines trace file (written by the embedded default, or saved because the collector could not
 //! take it) to any OTLP endpoint, with the same settings the SDK exports with ([`OtlpSettings`]).
 
+#[cfg(feature = "grpc")]
+mod grpc;
+#[cfg(feature = "otlp-http")]
+mod http;
+
 use std::path::Path;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use prost::Message;
 
-use super::jsonl::{read_requests, span_count, TraceFileError};
+use super::jsonl::{read_requests, TraceFileError};
 use crate::config::{OtlpSettings, Protocol};
 
 /// Why a replay failed.
@@ -122,140 +126,24 @@ pub fn replay_with(path: &Path, settings: &OtlpSettings) -> Result<ReplayReport,
         }
     };
     match settings.protocol {
-        #[cfg(not(feature = "grpc"))]
-        Protocol::Grpc => {
-            for (line, request) in &requests {
-                note(
-                    *line,
-                    span_count(request),
-                    Err("replay over gRPC needs waxell's cargo feature `grpc`".into()),
-                );
-            }
-        }
-        #[cfg(feature = "grpc")]
-        Protocol::Grpc => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| ReplayError::Send {
-                    endpoint: endpoint.clone(),
-                    line: 0,
-                    message: format!("starting a runtime: {e}"),
-                })?;
-            runtime.block_on(async {
-                use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
-                let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
-                    .map(|e| e.timeout(settings.timeout).connect_timeout(settings.timeout))
-                    .map_err(|e| e.to_string());
-                let client = match channel {
-                    Ok(e) => e.connect().await.map_err(|e| format!("connecting: {e}")),
-                    Err(e) => Err(e),
-                };
-                let mut client = match client {
-                    Ok(channel) => TraceServiceClient::new(channel),
-                    Err(why) => {
-                        for (line, request) in &requests {
-                            note(*line, span_count(request), Err(why.clone()));
-                        }
-                        return;
-                    }
-                };
-                for (line, request) in &requests {
-                    let outcome = async {
-                        let mut req = tonic::Request::new(request.clone());
-                        for (k, v) in &settings.headers {
-                            let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                                .map_err(|e| format!("header {k:?}: {e}"))?;
-                            let value = v.parse().map_err(|_| format!("header {k:?} has an invalid value"))?;
-                            req.metadata_mut().insert(key, value);
-                        }
-                        let response = client.export(req).await.map_err(|status| status.to_string())?;
-                        Ok(rejected(Some(response.into_inner())))
-                    }
-                    .await;
-                    note(*line, span_count(request), outcome);
-                }
-            });
-        }
-        #[cfg(not(feature = "otlp-http"))]
-        Protocol::HttpProtobuf | Protocol::HttpJson => {
-            for (line, request) in &requests {
-                note(
-                    *line,
-                    span_count(request),
-                    Err("replay over HTTP needs waxell's cargo feature `otlp-http`".into()),
-                );
-            }
-        }
-        #[cfg(feature = "otlp-http")]
-        Protocol::HttpProtobuf | Protocol::HttpJson => {
-            let timeout = settings.timeout;
-            let client = crate::http::blocking_client(move |b| b.timeout(timeout)).map_err(|message| {
-                ReplayError::Send {
-                    endpoint: endpoint.clone(),
-                    line: 0,
-                    message,
-                }
-            })?;
-            for (line, request) in &requests {
-                let outcome = send_http(&client, &endpoint, settings, request);
-                note(*line, span_count(request), outcome);
-            }
-        }
+        Protocol::Grpc => grpc(&endpoint, settings, &requests, &mut note)?,
+        Protocol::HttpProtobuf | Protocol::HttpJson => http(&endpoint, settings, &requests, &mut note)?,
     }
     Ok(report)
 }
 
+/// Record what became of the request on `line` holding `spans` spans: the spans the collector rejected, or
+/// why it failed.
+type Note<'a> = dyn FnMut(usize, usize, Result<i64, String>) + 'a;
+
+/// The requests of a file: the line each is on, and the request.
+type Requests = [(usize, ExportTraceServiceRequest)];
+
 /// Spans the collector said it rejected (`partial_success`).
-#[cfg_attr(not(any(feature = "otlp-http", feature = "grpc")), allow(dead_code))]
 fn rejected(response: Option<ExportTraceServiceResponse>) -> i64 {
     response
         .and_then(|r| r.partial_success)
         .map_or(0, |p| p.rejected_spans)
-}
-
-#[cfg(feature = "otlp-http")]
-fn send_http(
-    client: &reqwest::blocking::Client,
-    endpoint: &str,
-    settings: &OtlpSettings,
-    request: &ExportTraceServiceRequest,
-) -> Result<i64, String> {
-    let json = settings.protocol == Protocol::HttpJson;
-    let (body, content_type) = if json {
-        (
-            serde_json::to_vec(request).map_err(|e| e.to_string())?,
-            "application/json",
-        )
-    } else {
-        (request.encode_to_vec(), "application/x-protobuf")
-    };
-    let mut builder = client
-        .post(endpoint)
-        .header("content-type", content_type)
-        .body(body);
-    for (k, v) in &settings.headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    let response = builder.send().map_err(|e| match super::transport::classify(&e) {
-        super::transport::Outcome::Refused(why) | super::transport::Outcome::Network(why) => why,
-        other => other.describe(),
-    })?;
-    let status = response.status();
-    let bytes = response.bytes().unwrap_or_default();
-    if !status.is_success() {
-        let text = String::from_utf8_lossy(&bytes);
-        return Err(format!(
-            "HTTP {status}: {}",
-            text.trim().chars().take(300).collect::<String>()
-        ));
-    }
-    let decoded = if json {
-        serde_json::from_slice(&bytes).ok()
-    } else {
-        ExportTraceServiceResponse::decode(bytes.as_ref()).ok()
-    };
-    Ok(rejected(decoded))
 }
 
 /// Send every line of `path` to `endpoint` (for HTTP the full traces URL, e.g.
@@ -291,4 +179,46 @@ pub fn replay(
         requests: report.requests,
         spans: report.spans_sent,
     })
+}
+
+#[cfg(feature = "grpc")]
+use self::grpc::send_all as grpc;
+
+/// Without the `grpc` feature every request fails, saying which feature sends it.
+#[cfg(not(feature = "grpc"))]
+fn grpc(
+    _endpoint: &str,
+    _settings: &OtlpSettings,
+    requests: &Requests,
+    note: &mut Note<'_>,
+) -> Result<(), ReplayError> {
+    for (line, request) in requests {
+        note(
+            *line,
+            super::jsonl::span_count(request),
+            Err("replay over gRPC needs waxell's cargo feature `grpc`".into()),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "otlp-http")]
+use self::http::send_all as http;
+
+/// Without the `otlp-http` feature every request fails, saying which feature sends it.
+#[cfg(not(feature = "otlp-http"))]
+fn http(
+    _endpoint: &str,
+    _settings: &OtlpSettings,
+    requests: &Requests,
+    note: &mut Note<'_>,
+) -> Result<(), ReplayError> {
+    for (line, request) in requests {
+        note(
+            *line,
+            super::jsonl::span_count(request),
+            Err("replay over HTTP needs waxell's cargo feature `otlp-http`".into()),
+        );
+    }
+    Ok(())
 }

@@ -5,7 +5,6 @@
 #![allow(dead_code, unreachable_pub)]
 
 use opentelemetry::trace::Status;
-use opentelemetry::Value;
 use opentelemetry_sdk::trace::SpanData;
 
 pub struct Capture {
@@ -42,29 +41,6 @@ impl Capture {
     pub fn names(&self) -> Vec<String> {
         self.spans().iter().map(|s| s.name.to_string()).collect()
     }
-}
-
-pub fn attr(span: &SpanData, key: &str) -> Option<Value> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key.as_str() == key)
-        .map(|kv| kv.value.clone())
-}
-
-pub fn attr_str(span: &SpanData, key: &str) -> String {
-    match attr(span, key) {
-        Some(Value::String(s)) => s.as_str().to_owned(),
-        Some(other) => other.to_string(),
-        None => panic!(
-            "span {:?} has no attribute {key:?}; has {:?}",
-            span.name,
-            span.attributes.iter().map(|k| k.key.as_str()).collect::<Vec<_>>()
-        ),
-    }
-}
-
-pub fn attr_json(span: &SpanData, key: &str) -> serde_json::Value {
-    serde_json::from_str(&attr_str(span, key)).unwrap_or_else(|e| panic!("{key} is not JSON: {e}"))
 }
 
 pub fn is_child_of(child: &SpanData, parent: &SpanData) -> bool {

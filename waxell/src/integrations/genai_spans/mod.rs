@@ -20,16 +20,19 @@ use std::time::{Instant, SystemTime};
 
 use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt as _, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
-use serde_json::Value as Json;
 
 use crate::llm::instrument::{CallTelemetry, Operation, StreamStats};
 use crate::llm::record::Provider;
-use crate::llm::{
-    AssistantMessage, ChatRequest, ChatResponse, Choice, FunctionDefinition, Message, Tool, ToolCall, Usage,
-};
+use crate::llm::Usage;
 use crate::semconv::*;
 use crate::telemetry::bridge::{BridgeSpan, BridgeTracer};
 use crate::telemetry::{with_preset_ids, SpanIds};
+
+mod recorded;
+mod tool;
+
+use self::recorded::{request_of, response_of};
+pub(crate) use self::tool::ToolSpan;
 
 /// The tracer behind [`crate::tracing_layer`]: waxell's tracer, with GenAI client spans recorded by
 /// waxell's LLM recorder.
@@ -66,26 +69,26 @@ pub(crate) enum GenAiSpan {
 
 /// What the crate recorded, kept until the span ends.
 #[derive(Debug, Default)]
-struct Seen {
+pub(super) struct Seen {
     /// Provider and model recorded after the span started (see `LlmSpan::identity_pending`).
-    provider_name: Option<String>,
-    request_model: Option<String>,
-    input_messages: Option<String>,
-    output_messages: Option<String>,
-    system_instructions: Option<String>,
-    tool_definitions: Option<String>,
-    response_id: Option<String>,
-    response_model: Option<String>,
-    finish_reasons: Vec<String>,
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cache_read_tokens: Option<u64>,
-    cache_creation_tokens: Option<u64>,
-    reasoning_tokens: Option<u64>,
-    dimensions: Option<usize>,
-    time_to_first_chunk: Option<f64>,
-    error_type: Option<String>,
-    error: Option<String>,
+    pub(super) provider_name: Option<String>,
+    pub(super) request_model: Option<String>,
+    pub(super) input_messages: Option<String>,
+    pub(super) output_messages: Option<String>,
+    pub(super) system_instructions: Option<String>,
+    pub(super) tool_definitions: Option<String>,
+    pub(super) response_id: Option<String>,
+    pub(super) response_model: Option<String>,
+    pub(super) finish_reasons: Vec<String>,
+    pub(super) input_tokens: Option<u64>,
+    pub(super) output_tokens: Option<u64>,
+    pub(super) cache_read_tokens: Option<u64>,
+    pub(super) cache_creation_tokens: Option<u64>,
+    pub(super) reasoning_tokens: Option<u64>,
+    pub(super) dimensions: Option<usize>,
+    pub(super) time_to_first_chunk: Option<f64>,
+    pub(super) error_type: Option<String>,
+    pub(super) error: Option<String>,
 }
 
 /// A GenAI client span being recorded.
@@ -432,107 +435,11 @@ impl Seen {
 
 /// tracing-opentelemetry's own bookkeeping (source location, thread, target, busy/idle times): outside the
 /// GenAI conventions, and a source path names the build machine.
-fn is_bridge_bookkeeping(key: &str) -> bool {
+pub(super) fn is_bridge_bookkeeping(key: &str) -> bool {
     key.starts_with("otel.")
         || key.starts_with("code.")
         || key.starts_with("thread.")
         || matches!(key, "target" | "busy_ns" | "idle_ns" | "level")
-}
-
-/// An agent runtime's `execute_tool` span: named `execute_tool {tool}` once the tool is known, with the
-/// OpenInference and waxell tool attributes, and its arguments and result captured under waxell's content
-/// policy (scrubbed, truncated) like a `#[tool]`'s.
-pub(crate) struct ToolSpan {
-    inner: BridgeSpan,
-    state: std::sync::Arc<crate::telemetry::State>,
-}
-
-impl std::fmt::Debug for ToolSpan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ToolSpan")
-            .field("inner", &self.inner)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ToolSpan {
-    fn build(
-        tracer: &BridgeTracer,
-        mut builder: SpanBuilder,
-        attributes: Vec<KeyValue>,
-        parent_cx: &Context,
-        state: std::sync::Arc<crate::telemetry::State>,
-    ) -> Self {
-        let mut kept = vec![
-            KeyValue::new(OI_SPAN_KIND, OI_KIND_TOOL),
-            KeyValue::new(WAXELL_SPAN_TYPE, "tool"),
-        ];
-        let mut name = None;
-        for kv in attributes {
-            if kv.key.as_str() == GEN_AI_TOOL_NAME {
-                name = Some(kv.value.as_str().into_owned());
-            }
-            kept.extend(tool_attributes(&state, kv));
-        }
-        if let Some(name) = name {
-            builder.name = format!("{OP_EXECUTE_TOOL} {name}").into();
-        }
-        builder.attributes = Some(kept);
-        Self {
-            inner: tracer.build_with_context(builder, parent_cx),
-            state,
-        }
-    }
-
-    fn set_attribute(&mut self, attribute: KeyValue) {
-        use opentelemetry::trace::Span as _;
-        if attribute.key.as_str() == GEN_AI_TOOL_NAME {
-            self.inner
-                .update_name(format!("{OP_EXECUTE_TOOL} {}", attribute.value.as_str()));
-        }
-        for kv in tool_attributes(&self.state, attribute) {
-            self.inner.set_attribute(kv);
-        }
-    }
-}
-
-/// One attribute of a tool span as waxell records it: bookkeeping dropped, the tool's name mirrored,
-/// arguments and result only when content may be captured, scrubbed.
-fn tool_attributes(state: &crate::telemetry::State, kv: KeyValue) -> Vec<KeyValue> {
-    let key = kv.key.as_str();
-    if is_bridge_bookkeeping(key) {
-        return Vec::new();
-    }
-    match key {
-        GEN_AI_TOOL_NAME => {
-            let name = kv.value.as_str().into_owned();
-            vec![
-                KeyValue::new(OI_TOOL_NAME, name.clone()),
-                KeyValue::new(WAXELL_TOOL_NAME, name),
-                kv,
-            ]
-        }
-        GEN_AI_TOOL_TYPE => vec![
-            KeyValue::new(WAXELL_TOOL_TYPE, kv.value.as_str().into_owned()),
-            kv,
-        ],
-        GEN_AI_TOOL_CALL_ARGUMENTS | GEN_AI_TOOL_CALL_RESULT => {
-            if !state.capture.content {
-                return Vec::new();
-            }
-            let text = state.content(&kv.value.as_str());
-            let mirror = if key == GEN_AI_TOOL_CALL_ARGUMENTS {
-                OI_INPUT_VALUE
-            } else {
-                OI_OUTPUT_VALUE
-            };
-            vec![
-                KeyValue::new(kv.key.clone(), text.clone()),
-                KeyValue::new(mirror, text),
-            ]
-        }
-        _ => vec![kv],
-    }
 }
 
 impl LlmSpan {
@@ -578,186 +485,6 @@ impl LlmSpan {
             chunks: 0,
         });
         call.succeeded(&response, stats);
-    }
-}
-
-/// The request as far as the crate recorded it (content only when its own capture was on).
-fn request_of(seen: &Seen) -> ChatRequest {
-    let mut messages = Vec::new();
-    if let Some(system) = seen.system_instructions.as_deref().and_then(parts_text) {
-        messages.push(Message::system(system));
-    }
-    if let Some(Json::Array(input)) = seen
-        .input_messages
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-    {
-        messages.extend(input.iter().flat_map(message_of));
-    }
-    let tools: Vec<Tool> = seen
-        .tool_definitions
-        .as_deref()
-        .and_then(|s| serde_json::from_str::<Vec<Json>>(s).ok())
-        .unwrap_or_default()
-        .iter()
-        .map(|tool| {
-            let function = tool.get("function").unwrap_or(tool);
-            Tool {
-                kind: "function".to_owned(),
-                function: FunctionDefinition {
-                    name: str_of(function, "name"),
-                    description: function
-                        .get("description")
-                        .and_then(Json::as_str)
-                        .map(str::to_owned),
-                    parameters: function.get("parameters").cloned(),
-                    strict: None,
-                },
-            }
-        })
-        .collect();
-    ChatRequest::new(messages).tools(tools)
-}
-
-fn str_of(value: &Json, key: &str) -> String {
-    value
-        .get(key)
-        .and_then(Json::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// The text of system instructions recorded as parts (`[{"type":"text","content":...}]`) or a string.
-fn parts_text(recorded: &str) -> Option<String> {
-    match serde_json::from_str::<Json>(recorded) {
-        Ok(Json::Array(parts)) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter_map(|p| p.get("content").and_then(Json::as_str))
-                .collect();
-            (!texts.is_empty()).then(|| texts.join("\n"))
-        }
-        _ => Some(recorded.to_owned()),
-    }
-}
-
-fn tool_call_of(part: &Json) -> ToolCall {
-    let arguments = match part.get("arguments") {
-        Some(Json::String(text)) => text.clone(),
-        Some(other) => other.to_string(),
-        None => String::new(),
-    };
-    ToolCall::function(str_of(part, "id"), str_of(part, "name"), arguments)
-}
-
-/// One spec `ChatMessage{role, parts}` as request messages (a tool response part becomes a tool message).
-fn message_of(message: &Json) -> Vec<Message> {
-    let parts = message
-        .get("parts")
-        .and_then(Json::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let text: Vec<&str> = parts
-        .iter()
-        .filter(|p| p.get("type").and_then(Json::as_str) == Some("text"))
-        .filter_map(|p| p.get("content").and_then(Json::as_str))
-        .collect();
-    let text = (!text.is_empty()).then(|| text.join("\n"));
-    let calls: Vec<ToolCall> = parts
-        .iter()
-        .filter(|p| p.get("type").and_then(Json::as_str) == Some("tool_call"))
-        .map(tool_call_of)
-        .collect();
-    let responses: Vec<Message> = parts
-        .iter()
-        .filter(|p| p.get("type").and_then(Json::as_str) == Some("tool_call_response"))
-        .map(|p| {
-            let response = match p.get("response").or_else(|| p.get("result")) {
-                Some(Json::String(text)) => text.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
-            Message::tool(str_of(p, "id"), response)
-        })
-        .collect();
-    match message.get("role").and_then(Json::as_str) {
-        Some("system") => vec![Message::system(text.unwrap_or_default())],
-        Some("assistant") if !calls.is_empty() => {
-            let mut assistant = Message::assistant_tool_calls(calls);
-            if let Message::Assistant { content, .. } = &mut assistant {
-                *content = text;
-            }
-            vec![assistant]
-        }
-        Some("assistant") => vec![Message::assistant(text.unwrap_or_default())],
-        Some("tool") => responses,
-        _ if !responses.is_empty() => responses,
-        _ => vec![Message::user(text.unwrap_or_default())],
-    }
-}
-
-/// The answer as far as the crate recorded it: output messages (when its capture was on) and finish
-/// reasons.
-fn response_of(seen: &Seen) -> ChatResponse {
-    let outputs: Vec<Json> = seen
-        .output_messages
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    let mut choices: Vec<Choice> = outputs
-        .iter()
-        .enumerate()
-        .map(|(index, output)| {
-            let message = message_of(output).pop();
-            let (content, tool_calls) = match message {
-                Some(Message::Assistant {
-                    content, tool_calls, ..
-                }) => (content, tool_calls),
-                Some(other) => (other.text().map(str::to_owned), Vec::new()),
-                None => (None, Vec::new()),
-            };
-            let finish_reason = output
-                .get("finish_reason")
-                .and_then(Json::as_str)
-                .map(|reason| {
-                    if reason == "tool_call" {
-                        "tool_calls"
-                    } else {
-                        reason
-                    }
-                    .to_owned()
-                })
-                .or_else(|| seen.finish_reasons.get(index).cloned());
-            Choice {
-                index: u32::try_from(index).unwrap_or(u32::MAX),
-                message: AssistantMessage {
-                    content,
-                    tool_calls,
-                    ..AssistantMessage::default()
-                },
-                finish_reason,
-            }
-        })
-        .collect();
-    if choices.is_empty() {
-        choices = seen
-            .finish_reasons
-            .iter()
-            .enumerate()
-            .map(|(index, reason)| Choice {
-                index: u32::try_from(index).unwrap_or(u32::MAX),
-                message: AssistantMessage::default(),
-                finish_reason: Some(reason.clone()),
-            })
-            .collect();
-    }
-    ChatResponse {
-        id: seen.response_id.clone().unwrap_or_default(),
-        model: String::new(),
-        created: 0,
-        choices,
-        usage: None,
-        system_fingerprint: None,
     }
 }
 
