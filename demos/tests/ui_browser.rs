@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use waxell::ui::{RunFilter, UiOptions, UiServer};
+use waxell_tests::browser::{chromium, dump_dom};
 
 fn temp_dir(name: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
@@ -24,67 +25,6 @@ fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("waxell-ui-browser-{name}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// The browser, or why these tests cannot run here.
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = "chromium is not installed: run scripts/setup.sh (apt-get install chromium)";
-        assert!(
-            std::env::var("WAXELL_REQUIRE_BROWSER_TESTS").as_deref() != Ok("1"),
-            "WAXELL_REQUIRE_BROWSER_TESTS=1 but {why}"
-        );
-        eprintln!("skipped: {why}");
-    }
-    found
-}
-
-/// Load `url` in headless chromium (fresh profile, no background traffic) and return the DOM after the
-/// page's scripts ran.
-fn dump_dom(browser: &Path, url: &str) -> String {
-    let profile = temp_dir("profile");
-    let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=8000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium starts");
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut dom = String::new();
-        let _ = stdout.read_to_string(&mut dom);
-        dom
-    });
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish loading {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let dom = reader.join().unwrap();
-    let _ = std::fs::remove_dir_all(profile);
-    assert!(dom.contains("</html>"), "no DOM for {url}: {dom}");
-    dom
 }
 
 fn options(dir: &Path, follow: Vec<PathBuf>) -> UiOptions {
