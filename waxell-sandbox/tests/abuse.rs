@@ -363,6 +363,70 @@ result = {
     assert_eq!(eval(&sandbox, "1 + 1").await, "2");
 }
 
+/// The attack of issue 33 on the home directory, with the default limits: 300,000 empty files,
+/// then files each under the per-file cap until the disk would be full. Both end at the home tmpfs's
+/// caps, as root (a host tmpfs) and rootless (a tmpfs in the sandbox's own user and mount
+/// namespaces: the invoking user's disk is never touched), and the host's file calls still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn home_flood_and_fill_hit_the_default_caps() {
+    let backend = backend();
+    assert!(enforced(&backend, Feature::ScratchSize));
+    let limits = Limits::default();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"def flood(n=300_000):
+    made = 0
+    try:
+        for i in range(n):
+            open(f"/home/user/i{i}", "w").close()
+            made += 1
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e.errno)), made]
+    return ["OK", made]
+def fill(chunk=8 << 20):
+    total = 0
+    try:
+        for i in range(1000):
+            with open(f"/home/user/big{i}", "wb") as f:
+                f.write(b"x" * chunk)
+            total += chunk
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e.errno)), total]
+    return ["OK", total]
+inodes = flood()
+for i in range(inodes[1]):
+    os.remove(f"/home/user/i{i}")
+size = fill()
+result = {"inodes": inodes, "size": size}"#;
+    let result = json_of(&sandbox, code).await;
+    eprintln!("home flood and fill: {result}");
+    assert_eq!(result["inodes"][0], "ENOSPC", "{result}");
+    assert!(
+        result["inodes"][1].as_u64().unwrap() <= limits.tmpfs_inodes,
+        "{result}"
+    );
+    assert_eq!(result["size"][0], "ENOSPC", "{result}");
+    assert!(
+        result["size"][1].as_u64().unwrap() <= limits.scratch_bytes,
+        "{result}"
+    );
+    // The home is full: the host's write is refused by the same cap; after a cell frees space it
+    // goes through (through the sandbox's mount namespace when rootless).
+    assert!(sandbox
+        .write_file("one-more.bin", &vec![0u8; 16 << 20])
+        .await
+        .is_err());
+    run(
+        &sandbox,
+        "import glob; [os.remove(p) for p in glob.glob('/home/user/big*')]",
+    )
+    .await;
+    sandbox.write_file("one-more.bin", b"fits").await.unwrap();
+    assert_eq!(
+        eval(&sandbox, "open('/home/user/one-more.bin').read()").await,
+        "fits"
+    );
+}
+
 /// Empty files cost no bytes, only inodes and dentries: every tmpfs of the sandbox caps their count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tmpfs_inodes_are_capped() {

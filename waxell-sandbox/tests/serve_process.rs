@@ -83,7 +83,7 @@ fn leftovers(pid: u32) -> Vec<String> {
 
 #[test]
 fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
-    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+    let child = Command::new(common::sandbox_exe())
         .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "1"])
         .env_remove("WAXELL_SANDBOX_API_KEY")
         .stdout(Stdio::piped())
@@ -200,7 +200,7 @@ fn serve_backend_docker_creates_containers_and_sigterm_removes_them() {
     if let Some(why) = common::container_engine_missing("DOCKER_HOST") {
         return eprintln!("skipped: {why}");
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+    let child = Command::new(common::sandbox_exe())
         .args([
             "serve",
             "--listen",

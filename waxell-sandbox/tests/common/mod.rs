@@ -23,6 +23,14 @@ pub fn backend_with(config: LocalConfig) -> LocalBackend {
     LocalBackend::new(config).expect("the sandbox must be available: run scripts/setup-sandbox.sh")
 }
 
+/// The `waxell-sandbox` program: `NEXTEST_BIN_EXE_waxell-sandbox` when nextest runs the test
+/// (remapped when it runs from an archive, as the rootless CI run does), else Cargo's path.
+pub fn sandbox_exe() -> PathBuf {
+    std::env::var_os("NEXTEST_BIN_EXE_waxell-sandbox")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_waxell-sandbox")))
+}
+
 /// This process's effective uid.
 pub fn euid() -> u32 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
