@@ -67,15 +67,23 @@ pub(crate) fn probe_userns(bwrap: &Path) -> Result<(), String> {
             "--disable-userns",
             "--unshare-pid",
             "--unshare-net",
+            // Only /usr: binding / would remount every host mount beneath it, and one that goes
+            // away meanwhile (a root-mode sandbox's tmpfs under /tmp) would fail the probe.
             "--ro-bind",
-            "/",
-            "/",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
             "--dev",
             "/dev",
             "--proc",
             "/proc",
             "--",
-            "true",
+            "/usr/bin/true",
         ])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
