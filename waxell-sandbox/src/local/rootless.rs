@@ -231,9 +231,11 @@ impl MountNamespace {
         let opened = (|| {
             let user = open(format!("/proc/{pid}/ns/user"), rustix::fs::OFlags::RDONLY)?;
             let mount = open(format!("/proc/{pid}/ns/mnt"), rustix::fs::OFlags::RDONLY)?;
-            // Our own path (the scratch root is this user's 0700 directory), in the holder's view.
+            // Our own path (the scratch root is this user's 0700 directory), in the holder's view;
+            // without symlinks, which would resolve in the host's view and miss the tmpfs.
+            let path = fs::canonicalize(scratch)?;
             let scratch = open(
-                format!("/proc/{pid}/root{}", scratch.display()),
+                format!("/proc/{pid}/root{}", path.display()),
                 rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW,
             )?;
             let fs = rustix::fs::fstatfs(&scratch).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
