@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run every test: unit, behaviour, trybuild UI, OTLP wire tests on loopback, the real sandbox (isolation and
-# abuse suite; as root, then again rootless as an unprivileged user), the E2B-compatible server against the
-# official SDK, the dry-run demo (also as that user), the LLM-crate
-# examples (dry run against a fake provider on 127.0.0.1), and the doc tests.
+# abuse suite), the E2B-compatible server against the official SDK, the dry-run demo, the LLM-crate
+# examples (dry run against a fake provider on 127.0.0.1), and the doc tests. As root, every nextest test
+# but the trybuild UI cases then runs again as an unprivileged user (the sandbox rootless).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -34,6 +34,7 @@ cargo run -q --locked --manifest-path tests/tls-neighbour/Cargo.toml \
     --target-dir "${CARGO_TARGET_DIR:-target}/tls-neighbour"
 # docs/configuration.md names every variable, flag, feature and builder method the code has, and no other.
 python3 scripts/check-config-docs.py
-# The local sandbox again as an unprivileged user (rootless mode): its suites and the dry-run demo.
+# The whole suite again as an unprivileged user in a login environment (the local sandbox then runs
+# rootless), from an archive of the test binaries built above: nothing is recompiled.
 bash scripts/test-rootless.sh
 cargo test --workspace --all-features --doc

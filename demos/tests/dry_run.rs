@@ -40,7 +40,7 @@ fn score(agent: &Received, name: &str) -> Option<f64> {
 fn dry_run_demo_exports_the_whole_agent_trace() {
     let rx = OtlpReceiver::start_http();
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-test-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--output-dir"])
         .arg(&out_dir)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
@@ -162,7 +162,7 @@ fn dry_run_demo_exports_the_whole_agent_trace() {
 
 #[test]
 fn live_mode_without_a_key_fails_with_a_clear_message() {
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--quiet"])
         .env_remove("OPENAI_API_KEY")
         .env("WAXELL_OBSERVE", "false")
@@ -194,7 +194,7 @@ fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
     });
     let rx = OtlpReceiver::start_http();
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-url-test-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--output-dir"])
         .arg(&out_dir)
         .arg("--sandbox-url")
@@ -235,7 +235,7 @@ fn dry_run_demo_runs_against_a_waxell_sandbox_server() {
 #[test]
 fn dry_run_with_too_few_attempts_says_what_the_script_needs() {
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-one-attempt-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--max-attempts", "1", "--output-dir"])
         .arg(&out_dir)
         .env("WAXELL_OBSERVE", "false")
@@ -273,7 +273,7 @@ fn spans_on_line(text: &str, marker: &str) -> u64 {
 fn the_export_outcome_is_told_once_the_export_has_ended() {
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-link-test-{}", std::process::id()));
     let run = |endpoint: &str, trace_dir: &std::path::Path, env: &[(&str, &str)]| {
-        let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+        let output = Command::new(waxell_tests::bin_exe!("demos"))
             .args(["--dry-run", "--quiet", "--output-dir"])
             .arg(&out_dir)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
@@ -363,7 +363,7 @@ fn links_point_to_the_run_in_a_running_waxell_ui() {
     std::fs::create_dir_all(dir.path().join(".waxell/ui")).unwrap();
     std::fs::write(dir.path().join(".waxell/ui/url"), format!("{base}\n")).unwrap();
     let run = |endpoint: Option<&str>| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_demos"));
+        let mut command = Command::new(waxell_tests::bin_exe!("demos"));
         command
             .args(["--dry-run", "--quiet", "--output-dir", "out"])
             .current_dir(dir.path())

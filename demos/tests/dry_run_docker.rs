@@ -35,7 +35,7 @@ fn auto_falls_back_to_a_container_when_the_local_sandbox_cannot_run() {
 /// With no local sandbox, no engine and no E2B key, the error names why each one cannot be used.
 #[test]
 fn with_no_sandbox_at_all_the_error_names_each_reason() {
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet"])
         .env("WAXELL_SANDBOX_PYTHON", "/nonexistent/python3")
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -68,7 +68,7 @@ fn run_in_a_container(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
         std::process::id(),
         args.len()
     ));
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .arg("--dry-run")
         .args(args)
         .arg("--output-dir")

@@ -28,7 +28,7 @@ fn run_live(label: &str, configure: impl FnOnce(&mut Command)) -> Run {
     let rx = OtlpReceiver::start_http();
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-live-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out_dir);
-    let mut command = Command::new(env!("CARGO_BIN_EXE_demos"));
+    let mut command = Command::new(waxell_tests::bin_exe!("demos"));
     command
         .args(["--quiet", "--model", MODEL, "--output-dir"])
         .arg(&out_dir)

@@ -51,7 +51,7 @@ impl Drop for StdlibPython {
 }
 
 fn demo(python: &StdlibPython, args: &[&str], rx: &OtlpReceiver) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_demos"))
+    Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet"])
         .args(args)
         .env("WAXELL_SANDBOX_PYTHON", python.path())
@@ -110,7 +110,7 @@ fn a_sandbox_server_without_pandas_stops_the_demo_with_the_servers_fix() {
     });
     let rx = OtlpReceiver::start_http();
     let url = format!("http://{}", server.addr);
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--sandbox-url", &url])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())
         .env_remove("OPENAI_API_KEY")

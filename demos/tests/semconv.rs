@@ -9,7 +9,7 @@ use waxell_tests::semconv_check::{registry, registry_attributes_used, valid_key,
 use waxell_tests::OtlpReceiver;
 
 fn attributes_doc() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/attributes.md"))
+    std::fs::read_to_string(waxell_tests::manifest_dir!().join("../docs/attributes.md"))
         .expect("docs/attributes.md")
 }
 
@@ -29,7 +29,7 @@ fn section<'a>(doc: &'a str, needle: &str) -> Option<&'a str> {
 fn dry_run_spans_follow_the_genai_semantic_conventions() {
     let rx = OtlpReceiver::start_http();
     let out_dir = std::env::temp_dir().join(format!("waxell-demo-semconv-{}", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--output-dir"])
         .arg(&out_dir)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.base_url())

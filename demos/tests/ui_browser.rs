@@ -56,7 +56,7 @@ fn the_demo_run_shows_its_agents_tools_chart_and_scores() {
     let Some(browser) = chromium() else { return };
     let dir = temp_dir("demo");
     let traces = dir.join("traces");
-    let output = Command::new(env!("CARGO_BIN_EXE_demos"))
+    let output = Command::new(waxell_tests::bin_exe!("demos"))
         .args(["--dry-run", "--quiet", "--output-dir"])
         .arg(dir.join("out"))
         .current_dir(&dir)

@@ -413,3 +413,26 @@ pub fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + Send + Sy
         .collect();
     move |name| vars.get(name).cloned()
 }
+
+/// The path of a binary target of the package under test: `NEXTEST_BIN_EXE_<name>` when nextest
+/// runs the test (remapped when it runs from an archive, possibly as another user on another
+/// checkout), else Cargo's compile-time `CARGO_BIN_EXE_<name>`.
+#[macro_export]
+macro_rules! bin_exe {
+    ($name:literal) => {
+        ::std::env::var_os(concat!("NEXTEST_BIN_EXE_", $name))
+            .map(::std::path::PathBuf::from)
+            .unwrap_or_else(|| ::std::path::PathBuf::from(env!(concat!("CARGO_BIN_EXE_", $name))))
+    };
+}
+
+/// The package directory of the test running now: the runtime `CARGO_MANIFEST_DIR` (set by Cargo
+/// and nextest, remapped when nextest runs from an archive), else the compile-time one.
+#[macro_export]
+macro_rules! manifest_dir {
+    () => {
+        ::std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(::std::path::PathBuf::from)
+            .unwrap_or_else(|| ::std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    };
+}

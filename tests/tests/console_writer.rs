@@ -240,7 +240,7 @@ fn only_the_console_prints_in_library_code() {
             }
         }
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = waxell_tests::manifest_dir!().join("..");
     let mut files = Vec::new();
     for krate in ["waxell/src", "waxell-sandbox/src"] {
         rust_files(&root.join(krate), &mut files);

@@ -2,7 +2,7 @@
 //! against an in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_conformance.py must pass,
 //! and the server must have been reached the way E2B's protocol says.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ struct Seen {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    waxell_tests::manifest_dir!()
         .parent()
         .expect("tests/ has a parent")
         .to_owned()

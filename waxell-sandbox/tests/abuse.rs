@@ -282,6 +282,10 @@ async fn host_wide_kernel_pools_are_untouched() {
     let pty_before = read("/proc/sys/kernel/pty/nr");
     let backend = backend();
     let sandbox = abuse_sandbox(&backend).await;
+    let keys_before = read("/proc/key-users")
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{}:", sandbox.uid())))
+        .map(str::to_owned);
     let code = r#"held = []
 def check(r, what):
     if r < 0:
@@ -324,12 +328,23 @@ result = {
         "host pty pool: {result}"
     );
     let uid = format!("{}:", sandbox.uid());
-    assert!(
-        !read("/proc/key-users")
+    let keys_of_uid = || {
+        read("/proc/key-users")
             .lines()
-            .any(|l| l.trim_start().starts_with(&uid)),
-        "the sandbox uid owns no keys"
-    );
+            .find(|l| l.trim_start().starts_with(&uid))
+            .map(str::to_owned)
+    };
+    if rootless(&backend) {
+        // Rootless, the sandbox is the invoking user (host report: "uid N inside maps to the invoking
+        // user"), who may own keys of its own (a login session keyring): the cell adds none.
+        assert_eq!(
+            keys_of_uid(),
+            keys_before,
+            "the user's key count did not move: {result}"
+        );
+    } else {
+        assert_eq!(keys_of_uid(), None, "the sandbox uid owns no keys: {result}");
+    }
     let expected = [
         ("io_setup", "ENOSYS"),
         ("io_uring_setup", "EPERM"),
@@ -348,14 +363,77 @@ result = {
     assert_eq!(eval(&sandbox, "1 + 1").await, "2");
 }
 
+/// The attack of issue 33 on the home directory, with the default limits: 300,000 empty files,
+/// then files each under the per-file cap until the disk would be full. Both end at the home tmpfs's
+/// caps, as root (a host tmpfs) and rootless (a tmpfs in the sandbox's own user and mount
+/// namespaces: the invoking user's disk is never touched), and the host's file calls still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn home_flood_and_fill_hit_the_default_caps() {
+    let backend = backend();
+    assert!(enforced(&backend, Feature::ScratchSize));
+    let limits = Limits::default();
+    let sandbox = abuse_sandbox(&backend).await;
+    let code = r#"def flood(n=300_000):
+    made = 0
+    try:
+        for i in range(n):
+            open(f"/home/user/i{i}", "w").close()
+            made += 1
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e.errno)), made]
+    return ["OK", made]
+def fill(chunk=8 << 20):
+    total = 0
+    try:
+        for i in range(1000):
+            with open(f"/home/user/big{i}", "wb") as f:
+                f.write(b"x" * chunk)
+            total += chunk
+    except OSError as e:
+        return [errno.errorcode.get(e.errno, str(e.errno)), total]
+    return ["OK", total]
+inodes = flood()
+for i in range(inodes[1]):
+    os.remove(f"/home/user/i{i}")
+size = fill()
+result = {"inodes": inodes, "size": size}"#;
+    let result = json_of(&sandbox, code).await;
+    eprintln!("home flood and fill: {result}");
+    assert_eq!(result["inodes"][0], "ENOSPC", "{result}");
+    assert!(
+        result["inodes"][1].as_u64().unwrap() <= limits.tmpfs_inodes,
+        "{result}"
+    );
+    assert_eq!(result["size"][0], "ENOSPC", "{result}");
+    assert!(
+        result["size"][1].as_u64().unwrap() <= limits.scratch_bytes,
+        "{result}"
+    );
+    // The home is full: the host's write is refused by the same cap; after a cell frees space it
+    // goes through (through the sandbox's mount namespace when rootless).
+    assert!(sandbox
+        .write_file("one-more.bin", &vec![0u8; 16 << 20])
+        .await
+        .is_err());
+    run(
+        &sandbox,
+        "import glob; [os.remove(p) for p in glob.glob('/home/user/big*')]",
+    )
+    .await;
+    sandbox.write_file("one-more.bin", b"fits").await.unwrap();
+    assert_eq!(
+        eval(&sandbox, "open('/home/user/one-more.bin').read()").await,
+        "fits"
+    );
+}
+
 /// Empty files cost no bytes, only inodes and dentries: every tmpfs of the sandbox caps their count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tmpfs_inodes_are_capped() {
     let backend = backend_with(config().with_limits(Limits::default().with_tmpfs_inodes(1000)));
-    if rootless(&backend) {
-        eprintln!("rootless: NOT ENFORCED: no host tmpfs mounts (the host cannot mount), so no inode cap on scratch, /tmp and /dev/shm (docs/sandbox.md)");
-        return;
-    }
+    // As root the tmpfs mounts are the host's; rootless they are mounted in the sandbox's own user
+    // and mount namespaces (host report: "mounted in the sandbox's own user and mount namespaces").
+    assert!(enforced(&backend, Feature::ScratchSize));
     let sandbox = abuse_sandbox(&backend).await;
     let code = r#"def touch_many(d, n=3000):
     made = 0
@@ -375,13 +453,25 @@ for d, (_, made) in result.items():
         assert_eq!(result[dir][0], "ENOSPC", "{dir}: {result}");
         assert!(result[dir][1].as_u64().unwrap() < 1000, "{dir}: {result}");
     }
-    // Host side: the scratch mount's inode table has exactly the configured size.
-    let out = std::process::Command::new("stat")
-        .args(["-f", "-c", "%c"])
-        .arg(sandbox.scratch_dir())
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1000");
+    // Host side: the home tmpfs's inode table has exactly the configured size, seen through a
+    // sandbox process's root (as root and rootless alike; the launchers' root is the host's).
+    let sizes: Vec<String> = sandbox
+        .host_pids()
+        .iter()
+        .filter_map(|pid| {
+            let out = std::process::Command::new("stat")
+                .args(["-f", "-c", "%T %c"])
+                .arg(format!("/proc/{pid}/root/home/user"))
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            text.strip_prefix("tmpfs ").map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|s| s == "1000"),
+        "{sizes:?}"
+    );
     assert_eq!(eval(&sandbox, "1 + 1").await, "2");
 }
 

@@ -32,7 +32,9 @@ impl Harness for Local {
                 .iter()
                 .all(|c| !waxell_sandbox::cgroup_subtree_dir(c).join(id).exists());
             let _ = LocalConfig::default();
-            cgroups_gone && !std::env::temp_dir().join("waxell-sandbox").join(id).exists()
+            // As root and rootless alike: the scratch directory (rootless, the tmpfs on it lives in
+            // the sandbox's own mount namespace and goes with it).
+            cgroups_gone && common::scratch_roots().iter().all(|root| !root.join(id).exists())
         })
     }
 }

@@ -47,8 +47,8 @@ fn request(
     )
 }
 
-/// Scratch mounts and cgroups whose names start with `<pid>-` (sandbox ids start with the pid of
-/// the process that made them).
+/// Scratch mounts, scratch directories and cgroups whose names start with `<pid>-` (sandbox ids
+/// start with the pid of the process that made them).
 fn leftovers(pid: u32) -> Vec<String> {
     let prefix = format!("/waxell-sandbox/{pid}-");
     let mut found: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
@@ -57,6 +57,16 @@ fn leftovers(pid: u32) -> Vec<String> {
         .filter(|line| line.contains(&prefix))
         .map(|line| format!("mount: {line}"))
         .collect();
+    // Rootless the tmpfs mounts live in each sandbox's own mount namespace; the host sees the
+    // directories they sit on (`<id>`, `<id>.tmp`, `<id>.shm`).
+    found.extend(
+        common::scratch_roots()
+            .iter()
+            .filter_map(|root| std::fs::read_dir(root).ok())
+            .flat_map(|entries| entries.flatten())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{pid}-")))
+            .map(|e| format!("dir: {}", e.path().display())),
+    );
     for controller in ["memory", "pids", "cpu"] {
         let Ok(entries) = std::fs::read_dir(waxell_sandbox::cgroup_subtree_dir(controller)) else {
             continue;
@@ -73,7 +83,7 @@ fn leftovers(pid: u32) -> Vec<String> {
 
 #[test]
 fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
-    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+    let child = Command::new(common::sandbox_exe())
         .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "1"])
         .env_remove("WAXELL_SANDBOX_API_KEY")
         .stdout(Stdio::piped())
@@ -108,21 +118,32 @@ fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
     let (status, body) = request(&address, "POST", "/v2/sandboxes", &[("X-API-KEY", key)], "{}");
     assert!(status.contains(" 201 "), "{status}: {body}");
 
-    // One live sandbox and one pooled interpreter behind it, each with a scratch mount and cgroups.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mounts = leftovers(pid).iter().filter(|l| l.starts_with("mount:")).count();
-        if mounts >= 2 {
-            break;
+    // One live sandbox and one pooled interpreter behind it, each with a scratch mount and cgroups
+    // (as root); rootless each with its scratch directory, on which its own mount namespace has the
+    // tmpfs, and cgroups only where a subtree is delegated to the user.
+    let root = common::euid() == 0;
+    let scratch_count = || {
+        let left = leftovers(pid);
+        if root {
+            left.iter().filter(|l| l.starts_with("mount:")).count()
+        } else {
+            let scratch = |l: &&String| l.starts_with("dir:") && !l.ends_with(".tmp") && !l.ends_with(".shm");
+            left.iter().filter(scratch).count()
         }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while scratch_count() < 2 {
         assert!(
             Instant::now() < deadline,
-            "expected 2 scratch mounts: {:?}",
+            "expected 2 scratch {}: {:?}",
+            if root { "mounts" } else { "directories" },
             leftovers(pid)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(leftovers(pid).iter().any(|l| l.starts_with("cgroup:")));
+    if root {
+        assert!(leftovers(pid).iter().any(|l| l.starts_with("cgroup:")));
+    }
 
     let killed = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -179,7 +200,7 @@ fn serve_backend_docker_creates_containers_and_sigterm_removes_them() {
     if let Some(why) = common::container_engine_missing("DOCKER_HOST") {
         return eprintln!("skipped: {why}");
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_waxell-sandbox"))
+    let child = Command::new(common::sandbox_exe())
         .args([
             "serve",
             "--listen",

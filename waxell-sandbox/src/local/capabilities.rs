@@ -215,25 +215,35 @@ impl HostReport {
         push(
             Feature::PrivateTmp,
             Status::Enforced,
-            format!("private /tmp tmpfs of {} MiB", mib(limits.tmp_bytes)),
+            format!(
+                "private /tmp tmpfs of {} MiB and {} inodes",
+                mib(limits.tmp_bytes),
+                limits.tmpfs_inodes
+            ),
             None,
         );
         match mode {
             IsolationMode::Rootful => push(
                 Feature::ScratchSize,
                 Status::Enforced,
-                format!("/home/user is a tmpfs of its own, {} MiB", mib(limits.scratch_bytes)),
+                format!(
+                    "/home/user is a tmpfs of its own, {} MiB and {} inodes",
+                    mib(limits.scratch_bytes),
+                    limits.tmpfs_inodes
+                ),
                 None,
             ),
             IsolationMode::Rootless => push(
                 Feature::ScratchSize,
-                Status::Partial,
+                Status::Enforced,
                 format!(
-                    "/home/user is a plain directory of this user (mounting a size-capped tmpfs on the host needs \
-                     root): its total size is not capped, single files are ({} MiB, RLIMIT_FSIZE)",
-                    mib(limits.max_file_bytes)
+                    "/home/user is a tmpfs of its own, {} MiB and {} inodes, mounted in the sandbox's own user and \
+                     mount namespaces (as are /tmp and /dev/shm); its pages count against the memory cgroup when \
+                     there is one, not against the watchdog's count",
+                    mib(limits.scratch_bytes),
+                    limits.tmpfs_inodes
                 ),
-                Some("run as root for a size-capped tmpfs home"),
+                None,
             ),
         }
         push(
@@ -446,10 +456,9 @@ mod tests {
             Status::Partial
         );
         assert_eq!(report.check(Feature::CpuQuota).unwrap().status, Status::Missing);
-        assert_eq!(
-            report.check(Feature::ScratchSize).unwrap().status,
-            Status::Partial
-        );
+        assert!(report.enforces(Feature::ScratchSize));
+        let home = &report.check(Feature::ScratchSize).unwrap().detail;
+        assert!(home.contains("256 MiB and 32768 inodes"), "{home}");
         for check in &report.checks {
             if check.status != Status::Enforced {
                 assert!(check.fix.is_some(), "{:?} has no fix", check.feature);

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
 use waxell::sandbox::{EntryInfo, LimitKind, SandboxError};
 
+use crate::local::mounts::ScratchRoot;
 use crate::paths::HOME_DIR;
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
@@ -21,7 +22,7 @@ const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
 /// The scratch directory of one sandbox, seen from the host.
 #[derive(Debug, Clone)]
 pub(crate) struct ScratchFiles {
-    pub(crate) root: PathBuf,
+    pub(crate) root: ScratchRoot,
     pub(crate) uid: u32,
     pub(crate) max_file_bytes: u64,
 }
@@ -60,12 +61,17 @@ impl ScratchFiles {
     }
 
     fn open_root(&self) -> Result<OwnedFd, SandboxError> {
-        rustix::fs::open(
-            &self.root,
-            OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
-            Mode::empty(),
-        )
-        .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", self.root.display())))
+        match &self.root {
+            ScratchRoot::Host(root) => rustix::fs::open(
+                root,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+                Mode::empty(),
+            )
+            .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", root.display()))),
+            // Rootless: the tmpfs in the sandbox's mount namespace, reached through an fd opened
+            // when it was mounted (no path the sandbox controls is followed to get there).
+            ScratchRoot::Namespace(namespace) => namespace.open_scratch(),
+        }
     }
 
     fn sandbox_path(rel: &Path) -> String {

@@ -45,9 +45,11 @@ pub(crate) struct Launcher {
 pub(crate) struct Slot<'a> {
     pub(crate) uid: u32,
     pub(crate) scratch: &'a Path,
-    /// Host tmpfs mounts bound at /tmp and /dev/shm (`None`: bwrap's own `--tmpfs`, rootless).
-    pub(crate) tmp: Option<&'a Path>,
-    pub(crate) shm: Option<&'a Path>,
+    /// The sandbox's tmpfs mounts bound at /tmp and /dev/shm.
+    pub(crate) tmp: &'a Path,
+    pub(crate) shm: &'a Path,
+    /// Rootless: the user and mount namespaces the tmpfs mounts live in (bwrap starts inside them).
+    pub(crate) namespace: Option<std::sync::Arc<crate::local::rootless::MountNamespace>>,
     pub(crate) cgroup: &'a Cgroup,
 }
 
@@ -143,9 +145,10 @@ impl Launcher {
         ] {
             add(&mut args, &["--symlink", link, target]);
         }
-        // /tmp and /dev/shm are host-side tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap
-        // nr_inodes), shared by its contexts.
-        tmpfs_at(&mut args, slot.tmp, "/tmp", limits.tmp_bytes);
+        // /tmp and /dev/shm are tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap nr_inodes),
+        // shared by its contexts: on the host, or rootless in the sandbox's own mount namespace.
+        add(&mut args, &["--bind"]);
+        args.extend([slot.tmp.into(), "/tmp".into()]);
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
@@ -237,7 +240,8 @@ impl Launcher {
                 "/dev/pts",
             ],
         );
-        tmpfs_at(&mut args, slot.shm, "/dev/shm", SHM_BYTES);
+        add(&mut args, &["--bind"]);
+        args.extend([slot.shm.into(), "/dev/shm".into()]);
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
@@ -319,9 +323,16 @@ impl Launcher {
             // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
             rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
         }
+        let join = match (&slot.namespace, self.tools.rootless) {
+            (Some(namespace), true) => namespace.join_fds()?,
+            // Never the plain host directories instead of the capped tmpfs mounts.
+            (None, true) => return Err(SandboxError::NotFound("the sandbox was removed".into())),
+            (_, false) => Vec::new(),
+        };
         Ok(ChildSetup {
             inherit,
             cgroup_procs: slot.cgroup.open_procs_files()?,
+            join,
             rlimits,
         })
     }
@@ -361,15 +372,6 @@ pub(crate) fn sandbox_rlimits(limits: &Limits) -> Vec<Rlimit> {
         same(libc::RLIMIT_DATA, INFINITY),
         same(libc::RLIMIT_RSS, INFINITY),
     ]
-}
-
-/// Bind the sandbox's host tmpfs at `target`, or (rootless, no host mount) let bwrap mount a
-/// size-capped one there.
-fn tmpfs_at(args: &mut Vec<OsString>, host: Option<&Path>, target: &str, size: u64) {
-    match host {
-        Some(host) => args.extend(["--bind".into(), host.into(), target.into()]),
-        None => add(args, &["--perms", "1777", "--size", &size.to_string(), "--tmpfs", target]),
-    }
 }
 
 fn add(args: &mut Vec<OsString>, parts: &[&str]) {

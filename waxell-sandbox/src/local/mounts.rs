@@ -4,12 +4,14 @@
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use waxell::sandbox::SandboxError;
 
 use crate::config::Limits;
 use crate::local::cgroup::Cgroup;
 use crate::local::launcher::{Slot, SHM_BYTES};
+use crate::local::rootless::MountNamespace;
 use crate::naming;
 
 /// A per-sandbox tmpfs on the host: the scratch directory (host side of `/home/user`), `/tmp` and
@@ -60,7 +62,8 @@ impl TmpfsMount {
         Ok(dir)
     }
 
-    /// Rootless: a plain 0700 directory of this user (see rootless.rs for why no tmpfs).
+    /// Rootless: a plain 0700 directory of this user, on which the sandbox's own mount namespace
+    /// mounts the tmpfs (rootless.rs).
     fn create_unmounted(root: &Path, id: &str) -> Result<Self, SandboxError> {
         let path = root.join(id);
         fs::DirBuilder::new().mode(0o700).create(&path)?;
@@ -74,12 +77,23 @@ impl TmpfsMount {
 
 /// The host tmpfs mounts of one sandbox. Their names start with the sandbox id (host pid first), so
 /// the start-up sweep finds leftovers. Nothing is mounted beneath the writable scratch mount.
+/// Rootless, the directories stay empty on the host: the same size- and inode-capped tmpfs mounts
+/// sit on them in the sandbox's own mount namespace (`namespace`, dropped on removal).
 #[derive(Debug)]
 pub(crate) struct SandboxMounts {
     scratch: TmpfsMount,
-    /// `None` when rootless: the host cannot mount, bwrap's own size-capped `--tmpfs` is used.
-    tmp: Option<TmpfsMount>,
-    shm: Option<TmpfsMount>,
+    tmp: TmpfsMount,
+    shm: TmpfsMount,
+    namespace: Mutex<Option<Arc<MountNamespace>>>,
+}
+
+/// Where the host's file calls find a sandbox's `/home/user`.
+#[derive(Debug, Clone)]
+pub(crate) enum ScratchRoot {
+    /// The host tmpfs (root mode).
+    Host(PathBuf),
+    /// Rootless: a directory fd of the tmpfs in the sandbox's mount namespace.
+    Namespace(Arc<MountNamespace>),
 }
 
 impl SandboxMounts {
@@ -90,14 +104,28 @@ impl SandboxMounts {
         limits: &Limits,
         rootless: bool,
     ) -> Result<Self, SandboxError> {
+        let inodes = limits.tmpfs_inodes;
         if rootless {
+            let scratch = TmpfsMount::create_unmounted(root, id)?;
+            let tmp = TmpfsMount::create_unmounted(root, &format!("{id}.tmp"))?;
+            let shm = TmpfsMount::create_unmounted(root, &format!("{id}.shm"))?;
+            // The owner is this user (the mounter) inside as outside.
+            let options = |size: u64, mode: &str| format!("size={size},nr_inodes={inodes},mode={mode}");
+            let namespace = MountNamespace::new(
+                &[
+                    (&scratch.path, options(limits.scratch_bytes, "0700")),
+                    (&tmp.path, options(limits.tmp_bytes, "1777")),
+                    (&shm.path, options(SHM_BYTES, "1777")),
+                ],
+                &scratch.path,
+            )?;
             return Ok(Self {
-                scratch: TmpfsMount::create_unmounted(root, id)?,
-                tmp: None,
-                shm: None,
+                scratch,
+                tmp,
+                shm,
+                namespace: Mutex::new(Some(Arc::new(namespace))),
             });
         }
-        let inodes = limits.tmpfs_inodes;
         Ok(Self {
             scratch: TmpfsMount::create(
                 root,
@@ -108,7 +136,7 @@ impl SandboxMounts {
                     private_to: Some(uid),
                 },
             )?,
-            tmp: Some(TmpfsMount::create(
+            tmp: TmpfsMount::create(
                 root,
                 TmpfsSpec {
                     name: &format!("{id}.tmp"),
@@ -116,8 +144,8 @@ impl SandboxMounts {
                     inodes,
                     private_to: None,
                 },
-            )?),
-            shm: Some(TmpfsMount::create(
+            )?,
+            shm: TmpfsMount::create(
                 root,
                 TmpfsSpec {
                     name: &format!("{id}.shm"),
@@ -125,28 +153,47 @@ impl SandboxMounts {
                     inodes,
                     private_to: None,
                 },
-            )?),
+            )?,
+            namespace: Mutex::new(None),
         })
     }
 
-    /// Host path of the scratch directory (bound at `/home/user` inside).
+    /// Host path of the scratch directory (bound at `/home/user` inside; rootless, the tmpfs on it
+    /// is seen only in the sandbox's mount namespace).
     pub(crate) fn scratch_dir(&self) -> &Path {
         &self.scratch.path
+    }
+
+    fn namespace(&self) -> Option<Arc<MountNamespace>> {
+        self.namespace.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Where the host's file calls find `/home/user`; `None` once a rootless sandbox is removed.
+    pub(crate) fn scratch_root(&self, rootless: bool) -> Option<ScratchRoot> {
+        if rootless {
+            self.namespace().map(ScratchRoot::Namespace)
+        } else {
+            Some(ScratchRoot::Host(self.scratch.path.clone()))
+        }
     }
 
     pub(crate) fn slot<'a>(&'a self, uid: u32, cgroup: &'a Cgroup) -> Slot<'a> {
         Slot {
             uid,
             scratch: &self.scratch.path,
-            tmp: self.tmp.as_ref().map(|m| m.path.as_path()),
-            shm: self.shm.as_ref().map(|m| m.path.as_path()),
+            tmp: &self.tmp.path,
+            shm: &self.shm.path,
+            namespace: self.namespace(),
             cgroup,
         }
     }
 
     pub(crate) fn remove(&self) {
-        self.scratch.remove();
-        self.tmp.iter().chain(&self.shm).for_each(TmpfsMount::remove);
+        // Rootless: the last reference to the namespaces (once the processes are gone) frees the tmpfs.
+        self.namespace.lock().unwrap_or_else(|e| e.into_inner()).take();
+        for mount in [&self.scratch, &self.tmp, &self.shm] {
+            mount.remove();
+        }
     }
 }
 

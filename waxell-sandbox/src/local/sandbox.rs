@@ -150,8 +150,12 @@ impl Local {
         shell: &LocalShell,
         op: impl FnOnce(ScratchFiles) -> Result<T, SandboxError> + Send + 'static,
     ) -> Result<T, SandboxError> {
+        let root = shell
+            .mounts
+            .scratch_root(self.launcher.tools.rootless)
+            .ok_or_else(|| SandboxError::NotFound(format!("sandbox {} was removed", shell.id)))?;
         let files = ScratchFiles {
-            root: shell.mounts.scratch_dir().to_path_buf(),
+            root,
             uid: shell.uid,
             max_file_bytes: self.launcher.limits().max_file_bytes,
         };

@@ -1,5 +1,7 @@
-//! The only `unsafe` in the crate: starting the launcher with inherited fds, cgroup membership and
-//! rlimits applied between `fork` and `exec`, from one long-lived thread.
+//! The only `unsafe` in the crate: starting the launcher with inherited fds, cgroup membership,
+//! namespaces to join and rlimits applied between `fork` and `exec`, from one long-lived thread;
+//! and (rootless) the short-lived child that makes a sandbox's user and mount namespaces and mounts
+//! its tmpfs file systems there ([`spawn_mount_holder`]).
 //!
 //! Why a dedicated thread: bwrap's `--die-with-parent` uses `PR_SET_PDEATHSIG`, whose "parent" is the
 //! *thread* that forked. Spawning from a tokio blocking-pool thread would kill the sandbox when that
@@ -27,6 +29,9 @@ pub(crate) struct ChildSetup {
     pub(crate) inherit: Vec<(OwnedFd, RawFd)>,
     /// Pre-opened `cgroup.procs` files; the child writes "0" to each to join before exec.
     pub(crate) cgroup_procs: Vec<OwnedFd>,
+    /// Namespaces to join, in order (rootless: the sandbox's user namespace, then its mount
+    /// namespace, where its tmpfs mounts are; see `rootless::MountNamespace`).
+    pub(crate) join: Vec<OwnedFd>,
     pub(crate) rlimits: Vec<Rlimit>,
 }
 
@@ -42,6 +47,13 @@ impl ChildSetup {
         for fd in &self.cgroup_procs {
             // SAFETY: writes two bytes from a static buffer to an fd we own.
             if unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        for fd in &self.join {
+            // SAFETY: setns on an fd we own; the forked child is single-threaded, as setns to a
+            // user namespace requires.
+            if unsafe { libc::setns(fd.as_raw_fd(), 0) } < 0 {
                 return Err(io::Error::last_os_error());
             }
         }
@@ -131,6 +143,78 @@ pub(crate) async fn spawn(mut command: Command, setup: ChildSetup) -> io::Result
         .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
 }
 
+/// What the mount holder's child does before it execs: its own user namespace mapping only this
+/// user's ids, its own mount namespace, and the tmpfs mounts (all prepared before the fork).
+#[derive(Debug)]
+pub(crate) struct HolderSetup {
+    pub(crate) uid_map: Vec<u8>,
+    pub(crate) gid_map: Vec<u8>,
+    /// `(target, mount options)`, NUL-terminated.
+    pub(crate) mounts: Vec<(std::ffi::CString, std::ffi::CString)>,
+}
+
+/// Write `data` to the procfs file `path` (in the forked child: syscalls only).
+fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: open/write/close on a NUL-terminated path and a buffer prepared before the fork.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let written = libc::write(fd, data.as_ptr().cast(), data.len());
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if written != data.len() as isize {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+impl HolderSetup {
+    /// Runs in the forked child: the new namespaces get their capabilities here, before `exec`
+    /// (which drops them: the ids are not 0 inside).
+    fn apply(&self) -> io::Result<()> {
+        // SAFETY: unshare/mount with NUL-terminated strings prepared before the fork.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        // SAFETY: as above.
+        unsafe {
+            // Nothing mounted here propagates back to the host's mount namespace.
+            let none = std::ptr::null();
+            if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for (target, options) in &self.mounts {
+                let flags = libc::MS_NOSUID | libc::MS_NODEV;
+                let data = options.as_ptr().cast();
+                if libc::mount(c"waxell-sandbox".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), flags, data) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Start `command` (a process that waits for its stdin to close) in new user and mount
+/// namespaces set up by `setup`. The caller opens the namespaces through `/proc/<pid>/ns` and then
+/// lets it exit: open namespace fds keep them, and their mounts, alive.
+pub(crate) fn spawn_mount_holder(mut command: Command, setup: HolderSetup) -> io::Result<Child> {
+    // SAFETY: `HolderSetup::apply` only makes async-signal-safe syscalls (unshare, open, write,
+    // close, mount) on data prepared before the fork and never allocates.
+    unsafe {
+        command.pre_exec(move || setup.apply());
+    }
+    command.spawn()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +273,7 @@ mod tests {
         let setup = ChildSetup {
             inherit: vec![(data.into(), TARGET)],
             cgroup_procs: vec![join_fd],
+            join: Vec::new(),
             rlimits: Vec::new(),
         };
         let child = spawn(command, setup).await.unwrap();

@@ -23,6 +23,35 @@ pub fn backend_with(config: LocalConfig) -> LocalBackend {
     LocalBackend::new(config).expect("the sandbox must be available: run scripts/setup-sandbox.sh")
 }
 
+/// The `waxell-sandbox` program: `NEXTEST_BIN_EXE_waxell-sandbox` when nextest runs the test
+/// (remapped when it runs from an archive, as the rootless CI run does), else Cargo's path.
+pub fn sandbox_exe() -> PathBuf {
+    std::env::var_os("NEXTEST_BIN_EXE_waxell-sandbox")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_waxell-sandbox")))
+}
+
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    uids.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// Every directory a local backend keeps its sandboxes' scratch directories in: as root
+/// `$TMPDIR/waxell-sandbox`; rootless `$XDG_RUNTIME_DIR/waxell-sandbox` or
+/// `$TMPDIR/waxell-sandbox-<uid>`.
+pub fn scratch_roots() -> Vec<PathBuf> {
+    let mut roots = vec![
+        std::env::temp_dir().join("waxell-sandbox"),
+        std::env::temp_dir().join(format!("waxell-sandbox-{}", euid())),
+    ];
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR") {
+        roots.push(PathBuf::from(runtime).join("waxell-sandbox"));
+    }
+    roots
+}
+
 /// Whether the backend runs rootless (a user namespace; see docs/sandbox.md for what differs).
 pub fn rootless(backend: &LocalBackend) -> bool {
     backend.capabilities().mode == Some(IsolationMode::Rootless)

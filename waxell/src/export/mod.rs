@@ -265,7 +265,7 @@ mod tests {
     /// built from (it exists here), or the same version by name once that source is gone.
     #[test]
     fn the_install_command_names_the_source_this_program_was_built_from() {
-        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let here = &std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
         assert_eq!(
             super::install_command(here),
             format!("cargo install --path {} --features cli", here.display())
