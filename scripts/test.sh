@@ -29,8 +29,9 @@ for example in async_openai genai rig rig_agent; do
     cargo run -q -p waxell-tests --all-features --example "$example"
 done
 # Adding waxell never breaks another crate: async-openai's own reqwest client (no TLS feature of its own), built
-# beside waxell in a tree of its own, where no other member can lend reqwest a TLS provider.
-cargo run -q --locked --manifest-path tests/tls-neighbour/Cargo.toml \
+# beside waxell in a tree of its own, where no other member can lend reqwest a TLS provider. Its Cargo.lock pins
+# what it shares with the workspace; cargo adds only what waxell gained since.
+cargo run -q --manifest-path tests/tls-neighbour/Cargo.toml \
     --target-dir "${CARGO_TARGET_DIR:-target}/tls-neighbour"
 # docs/configuration.md names every variable, flag, feature and builder method the code has, and no other.
 python3 scripts/check-config-docs.py
