@@ -1,9 +1,10 @@
 //! `waxell ui` benchmarks (feature `ui`), each figure beside its anchor measured in the same run:
 //!
 //! - `ingest`: spans/s that the plain OpenTelemetry SDK + OTLP/HTTP exporter (batch of 512, protobuf) gets
-//!   into `waxell ui`'s store (the receiver answers after the commit; every span counted in the store) vs
+//!   into `waxell ui`'s store (every span counted in the store when the flush returns) vs
 //!   the same exporter sending to a sink that answers at once without reading the body: the exporter's own
-//!   send rate, the ceiling. Target: the UI keeps up with the exporter.
+//!   send rate, the ceiling; then waxell's own pipeline (`init()`) into the UI and into that sink, once each.
+//!   Target: the UI keeps up with the exporter.
 //! - `page`: a 10,000-span run's page loaded in headless chromium (`--dump-dom`: the DOM after the app
 //!   fetched the run and drew the tree and timeline) vs a 1-span run's page (browser start-up, the app's
 //!   assets and one fetch): the difference is what the 10,000 spans cost. Also the API's answer for the
@@ -195,6 +196,61 @@ fn bench_ingest(quick: bool) {
     );
     println!("ingest/exporter_ceiling: {s:.0} spans/s (the same exporter into a sink that answers at once)");
     println!("ingest: waxell ui / exporter ceiling = {:.2}", u / s);
+
+    // waxell's own pipeline (its spans, fail-open export, scrubbing) into the UI and into the sink: whether
+    // the UI keeps up with what waxell itself sends. Once each, at the end: `init()` is process-wide.
+    let dir = temp_dir("ingest-waxell");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let into_ui = rate(send_with_waxell(&ui.otlp_endpoint().unwrap(), runs));
+    let stored = ui.store().counts().unwrap()["spans"] as usize;
+    assert_eq!(
+        stored, spans,
+        "every waxell span is in the store when the flush returns"
+    );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+    let (url, handle, stop) = sink();
+    let into_sink = rate(send_with_waxell(&url, runs));
+    let _ = stop.send(());
+    let _ = handle.join();
+    println!(
+        "ingest/waxell_exporter_into_ui: {into_ui:.0} spans/s (waxell's pipeline, every span in the store)"
+    );
+    println!("ingest/waxell_exporter_ceiling: {into_sink:.0} spans/s (waxell's pipeline into the sink)");
+    println!(
+        "ingest: waxell ui / waxell's exporter ceiling = {:.2}",
+        into_ui / into_sink
+    );
+}
+
+#[waxell::tool]
+fn step(i: usize) -> usize {
+    i * 3
+}
+
+#[waxell::agent(name = "bench")]
+fn waxell_run(i: usize) -> usize {
+    (0..TOOLS_PER_RUN).map(|t| step(i + t)).sum()
+}
+
+/// Like [`send`], through `waxell::init()`'s pipeline: runs of one agent and 19 tools.
+fn send_with_waxell(endpoint: &str, runs: usize) -> Duration {
+    let guard = waxell::builder()
+        .with_env(|_| None)
+        .with_otlp_endpoint(format!("{endpoint}/v1/traces"))
+        .with_trace_file(None)
+        .init()
+        .expect("waxell init");
+    let start = Instant::now();
+    for burst in 0..runs / 100 {
+        for i in 0..100 {
+            std::hint::black_box(waxell_run(burst * 100 + i));
+        }
+        guard.force_flush().expect("flush");
+    }
+    let took = start.elapsed();
+    guard.shutdown().expect("every span sent");
+    took
 }
 
 fn chromium() -> Option<PathBuf> {
