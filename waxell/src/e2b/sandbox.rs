@@ -239,6 +239,13 @@ impl From<wire::EntryInfo> for EntryInfo {
             name: entry.name,
             path: entry.path,
             size: entry.size,
+            mode: Some(entry.mode).filter(|mode| *mode != 0),
+            modified: entry
+                .modified_time
+                .as_deref()
+                .and_then(|time| humantime::parse_rfc3339_weak(time).ok()),
+            symlink_target: entry.symlink_target,
+            metadata: entry.metadata,
         }
     }
 }
@@ -467,6 +474,8 @@ impl SandboxSession for E2bSandbox {
             path: entry.path,
             is_dir: false,
             size: data.len() as u64,
+            metadata: entry.metadata,
+            ..EntryInfo::default()
         })
     }
 

@@ -214,6 +214,8 @@ impl MoveRequest {
 pub const FILE_TYPE_FILE: &str = "FILE_TYPE_FILE";
 /// `FILE_TYPE_DIRECTORY` in envd's `EntryInfo.type`.
 pub const FILE_TYPE_DIRECTORY: &str = "FILE_TYPE_DIRECTORY";
+/// `FILE_TYPE_SYMLINK` in envd's `EntryInfo.type`.
+pub const FILE_TYPE_SYMLINK: &str = "FILE_TYPE_SYMLINK";
 
 /// envd's `EntryInfo` in proto3-JSON.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -243,6 +245,15 @@ pub struct EntryInfo {
     /// Group name.
     #[serde(default)]
     pub group: String,
+    /// Last modification as a proto3-JSON `Timestamp` (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_time: Option<String>,
+    /// The target, when the entry is a symbolic link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+    /// User metadata (envd keeps it as `user.e2b.*` extended attributes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl EntryInfo {
@@ -300,6 +311,9 @@ pub struct UploadedEntry {
     /// Always `file`.
     #[serde(rename = "type", default = "file_type")]
     pub kind: String,
+    /// The file's user metadata as stored (envd's `X-Metadata-*` upload headers).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 fn file_type() -> String {
@@ -313,6 +327,7 @@ impl UploadedEntry {
             path: path.into(),
             name: name.into(),
             kind: file_type(),
+            metadata: BTreeMap::new(),
         }
     }
 }

@@ -9,8 +9,9 @@ mod types;
 
 pub use instrumented::Sandbox;
 pub use types::{
-    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, LimitKind, Logs, OutputCallback,
-    OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
+    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, FsEvent, FsEventKind, LimitKind,
+    Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
+    WatchOptions,
 };
 
 use async_trait::async_trait;
@@ -23,6 +24,16 @@ pub trait SandboxBackend: Send + Sync {
 
     /// Create a new sandbox.
     async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError>;
+}
+
+/// A running directory watch ([`SandboxSession::watch_dir`]). Events that happened before a call
+/// are never missed: [`DirWatch::take_events`] returns everything the kernel has queued so far.
+#[async_trait]
+pub trait DirWatch: Send {
+    /// The events queued so far, without waiting (E2B's polled `GetWatcherEvents`).
+    fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
+    /// Wait until at least one event is queued, then return all queued (E2B's streamed `WatchDir`).
+    async fn next_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
 }
 
 /// One live sandbox of some backend. Use it through [`Sandbox`], which instruments every call.
@@ -78,6 +89,29 @@ pub trait SandboxSession: Send + Sync {
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         Err(SandboxError::Other(format!(
             "remove {path}: not supported by this sandbox backend"
+        )))
+    }
+
+    /// Replace the user metadata of a file (E2B's `X-Metadata-*` upload headers): keys not in
+    /// `metadata` are removed. Returns the entry with its metadata. The default says the backend
+    /// cannot.
+    async fn set_metadata(
+        &self,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let _ = metadata;
+        Err(SandboxError::Other(format!(
+            "set_metadata {path}: not supported by this sandbox backend"
+        )))
+    }
+
+    /// Watch a directory for changes (E2B's `files.watch_dir`). The watch ends when the returned
+    /// value is dropped. The default says the backend cannot.
+    async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let _ = options;
+        Err(SandboxError::Other(format!(
+            "watch_dir {path}: not supported by this sandbox backend"
         )))
     }
 
