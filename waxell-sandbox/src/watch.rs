@@ -47,8 +47,8 @@ pub(crate) struct Counted {
 
 #[async_trait]
 impl DirWatch for Counted {
-    fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
-        self.watch.take_events()
+    async fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
+        self.watch.take_events().await
     }
 
     async fn next_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {

@@ -249,6 +249,15 @@ impl Backend for Container {
     async fn remove_path(&self, container: &ContainerGuard, path: &str) -> Result<(), SandboxError> {
         self.files(container).remove(path).await
     }
+
+    async fn set_metadata(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        self.files(container).set_metadata(path, metadata).await
+    }
 }
 
 impl Container {

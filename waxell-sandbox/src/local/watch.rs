@@ -303,7 +303,7 @@ impl Drop for InotifyWatch {
 
 #[async_trait]
 impl DirWatch for InotifyWatch {
-    fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
+    async fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
         self.shared.take()
     }
 

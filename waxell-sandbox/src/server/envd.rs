@@ -372,7 +372,7 @@ async fn filesystem_rpc(
             }
             "GetWatcherEvents" => {
                 let request: WatcherRequest = body::json(&bytes)?;
-                let events = entry.watchers.take_events(&request.watcher_id)?;
+                let events = entry.watchers.take_events(&request.watcher_id).await?;
                 Ok(json!({ "events": events.iter().map(fs_event).collect::<Vec<_>>() }))
             }
             "RemoveWatcher" => {

@@ -27,11 +27,12 @@ pub trait SandboxBackend: Send + Sync {
 }
 
 /// A running directory watch ([`SandboxSession::watch_dir`]). Events that happened before a call
-/// are never missed: [`DirWatch::take_events`] returns everything the kernel has queued so far.
+/// are never missed: [`DirWatch::take_events`] returns everything that happened up to the call.
 #[async_trait]
 pub trait DirWatch: Send {
-    /// The events queued so far, without waiting (E2B's polled `GetWatcherEvents`).
-    fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
+    /// The events since the last call, without waiting for new ones (E2B's polled
+    /// `GetWatcherEvents`).
+    async fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
     /// Wait until at least one event is queued, then return all queued (E2B's streamed `WatchDir`).
     async fn next_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
 }
