@@ -1,7 +1,7 @@
 //! E2B's filesystem surface (metadata, directory watches, signed URLs, Remove and ListDir as envd
 //! answers them) through the official Python SDK against an in-process `waxell-sandbox serve`:
-//! tests/e2b_files.py must pass on the local backend. The container backend has no watches or
-//! metadata yet: there the SDK must get E2B's error shape with a clear message, never a 404.
+//! tests/e2b_files.py must pass on the local backend and on the container backend (the engine at
+//! DOCKER_HOST, scripts/setup-container.sh), where the watch runs inside the container.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +38,20 @@ async fn run_script(backend: Arc<dyn waxell::sandbox::SandboxBackend>, script: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_uses_metadata_watches_and_signed_urls() {
     let (passed, output) = run_script(e2b_support::local_backend(), "tests/e2b_files.py").await;
+    println!("{output}");
+    assert!(passed && output.contains("all checks passed"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_uses_metadata_watches_and_signed_urls_against_containers() {
+    if let Some(why) = waxell_tests::container_engine_missing() {
+        return eprintln!("skipped: {why}");
+    }
+    let config = waxell_sandbox::ContainerConfig::default().with_pool_size(1);
+    let backend = waxell_sandbox::ContainerBackend::new(config)
+        .await
+        .expect("container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)");
+    let (passed, output) = run_script(Arc::new(backend), "tests/e2b_files.py").await;
     println!("{output}");
     assert!(passed && output.contains("all checks passed"), "{output}");
 }

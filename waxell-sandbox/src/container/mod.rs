@@ -19,6 +19,7 @@ mod engine;
 mod files;
 mod guard;
 mod spec;
+mod watch;
 
 use async_trait::async_trait;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
@@ -257,6 +258,15 @@ impl Backend for Container {
         metadata: &std::collections::BTreeMap<String, String>,
     ) -> Result<EntryInfo, SandboxError> {
         self.files(container).set_metadata(path, metadata).await
+    }
+
+    async fn watch_dir(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        options: waxell::sandbox::WatchOptions,
+    ) -> Result<Box<dyn waxell::sandbox::DirWatch>, SandboxError> {
+        watch::watch(&self.docker, container, path, options).await
     }
 }
 
