@@ -143,6 +143,15 @@ def hostile():
           and info.size < 100, info)
     check("watching through a planted symlink is refused",
           isinstance(raises(lambda: sbx.files.watch_dir("etc-link"), SandboxException), SandboxException))
+    flood = sbx.files.watch_dir("w")
+    code.run_code("open('/home/user/w/by-code.txt', 'w').write('x')")
+    kinds = {(e.type, e.name) for e in flood.get_new_events()}
+    check("a watch sees the code's writes", (FilesystemEventType.CREATE, "by-code.txt") in kinds, kinds)
+    code.run_code("import os\nfor i in range(12000): os.mkdir(f'/home/user/w/d{i}')")
+    overflow = raises(flood.get_new_events, SandboxException)
+    check("an event flood ends the watch with an error, not unbounded memory",
+          isinstance(overflow, SandboxException) and ("events" in str(overflow)), overflow)
+    flood.stop()
     handles = []
     error = None
     try:

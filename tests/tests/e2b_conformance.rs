@@ -2,7 +2,6 @@
 //! against an in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_conformance.py must pass,
 //! and the server must have been reached the way E2B's protocol says.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -18,9 +18,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use waxell::e2b::wire::{
     self, EntryResponse, ListDirResponse, MoveRequest, PathRequest, UploadedEntry, ACCESS_TOKEN_HEADER,
-    SANDBOX_ID_HEADER,
+    METADATA_HEADER_PREFIX, SANDBOX_ID_HEADER,
 };
-use waxell::sandbox::{EntryInfo, FsEvent, FsEventKind, SandboxError, WatchOptions};
+use waxell::sandbox::{EntryInfo, FsEvent, SandboxError, WatchOptions};
 
 use super::body;
 use super::connect;
@@ -31,9 +31,6 @@ use super::state::AppState;
 
 /// Keepalive interval of a `WatchDir` stream when the SDK names none.
 const KEEPALIVE: Duration = Duration::from_secs(50);
-
-/// The upload headers that carry a file's metadata (`X-Metadata-<key>`), lower-cased.
-const METADATA_HEADER_PREFIX: &str = "x-metadata-";
 
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;
@@ -178,17 +175,11 @@ async fn upload(
     let mut written = Vec::new();
     for (path, data) in files {
         check_path(&path)?;
-        let mut info = entry
+        let info = entry
             .session
-            .write_file(&path, &data)
+            .write_file_with_metadata(&path, &data, &metadata)
             .await
             .map_err(|e| ApiError::from_file(&path, e))?;
-        // As envd: the upload's metadata replaces what the file carried (none clears it).
-        match entry.session.set_metadata(&path, &metadata).await {
-            Ok(stored) => info = stored,
-            Err(SandboxError::Unsupported { .. }) if metadata.is_empty() => {}
-            Err(e) => return Err(ApiError::from_file(&path, e)),
-        }
         let mut uploaded = UploadedEntry::new(info.path, info.name);
         uploaded.metadata = info.metadata;
         written.push(uploaded);
@@ -575,20 +566,13 @@ pub(super) fn entry_info(info: &EntryInfo) -> wire::EntryInfo {
     }
 }
 
-/// envd's `FilesystemEvent` in proto3-JSON.
-pub(super) fn fs_event(event: &FsEvent) -> Value {
-    let kind = match event.kind {
-        FsEventKind::Create => "EVENT_TYPE_CREATE",
-        FsEventKind::Write => "EVENT_TYPE_WRITE",
-        FsEventKind::Remove => "EVENT_TYPE_REMOVE",
-        FsEventKind::Rename => "EVENT_TYPE_RENAME",
-        FsEventKind::Chmod => "EVENT_TYPE_CHMOD",
-    };
-    let mut value = json!({ "name": event.name, "type": kind });
-    if let Some(entry) = &event.entry {
-        value["entry"] = json!(entry_info(entry));
+/// envd's `FilesystemEvent` for an event of the sandbox interface.
+pub(super) fn fs_event(event: &FsEvent) -> wire::FilesystemEvent {
+    wire::FilesystemEvent {
+        name: event.name.clone(),
+        kind: wire::FilesystemEvent::kind_name(event.kind).to_owned(),
+        entry: event.entry.as_ref().map(entry_info),
     }
-    value
 }
 
 /// `CreateWatcher` and `WatchDir`.

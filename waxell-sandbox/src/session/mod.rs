@@ -317,10 +317,20 @@ impl<B: Backend> SandboxSession for Session<B> {
         self.inner.backend.remove_path(&self.inner.shell, path).await
     }
 
-    async fn set_metadata(&self, path: &str, metadata: &BTreeMap<String, String>) -> Result<EntryInfo, SandboxError> {
+    async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
         self.check_alive()?;
         crate::metadata::check(metadata)?;
-        self.inner.backend.set_metadata(&self.inner.shell, path, metadata).await
+        let written = self.inner.backend.write_file(&self.inner.shell, path, data).await?;
+        // As envd: the upload's metadata replaces what the file carried (none clears it).
+        match self.inner.backend.set_metadata(&self.inner.shell, path, metadata).await {
+            Err(SandboxError::Unsupported { .. }) if metadata.is_empty() => Ok(written),
+            result => result,
+        }
     }
 
     async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {

@@ -93,18 +93,21 @@ pub trait SandboxSession: Send + Sync {
         )))
     }
 
-    /// Replace the user metadata of a file (E2B's `X-Metadata-*` upload headers): keys not in
-    /// `metadata` are removed. Returns the entry with its metadata. The default says the backend
-    /// cannot.
-    async fn set_metadata(
+    /// Write a file with user metadata (E2B's `files.write(..., metadata=...)`): the metadata
+    /// replaces what the file carried, and an empty map clears it. The default writes the file
+    /// and says the backend cannot keep metadata when there is any.
+    async fn write_file_with_metadata(
         &self,
         path: &str,
+        data: &[u8],
         metadata: &std::collections::BTreeMap<String, String>,
     ) -> Result<EntryInfo, SandboxError> {
-        let _ = metadata;
-        Err(SandboxError::Other(format!(
-            "set_metadata {path}: not supported by this sandbox backend"
-        )))
+        if !metadata.is_empty() {
+            return Err(SandboxError::Other(format!(
+                "write {path} with metadata: not supported by this sandbox backend"
+            )));
+        }
+        self.write_file(path, data).await
     }
 
     /// Watch a directory for changes (E2B's `files.watch_dir`). The watch ends when the returned
