@@ -78,6 +78,7 @@ linux_only! {
     #[cfg(test)]
     mod process;
     mod session;
+    mod syscall_policy;
     mod watch;
     // Containers reuse the kernel protocol (kernel/), hence Linux-only for now.
     #[cfg(feature = "container")]
