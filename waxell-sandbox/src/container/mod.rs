@@ -323,6 +323,7 @@ impl Container {
             ready.uid, ready.gid
         )));
     }
+    kernel.locate_on_host().await;
     Ok(kernel)
 }
 }

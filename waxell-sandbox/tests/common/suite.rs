@@ -634,6 +634,51 @@ for root in ("/home/user/flood", "/tmp/flood"):
     assert_eq!(eval(sandbox.as_ref(), "1 + 1").await, "2");
 }
 
+/// A cell that writes the kernel's own end-of-run frame (from its main thread or another) cannot
+/// end its run early with a made-up result: the host believes `done` only once the interpreter's
+/// main thread is back waiting for requests, which it sees from outside (`/proc`). Under gVisor
+/// the interpreter is not a host process: there the limit is named instead.
+pub async fn forged_protocol_frames_are_not_believed(h: &dyn Harness) {
+    if h.kind() == Kind::Runsc {
+        return eprintln!(
+            "limit not enforced on this backend: under gVisor the interpreter is not a host process, so a forged \
+             `done` frame is believed (docs/container-sandbox.md)"
+        );
+    }
+    let backend = h.backend(Limits::default(), None).await;
+    let sandbox = create(backend.as_ref()).await;
+    let setup = r#"import gc, json, os, threading, time
+k = [o for o in gc.get_objects() if type(o).__name__ == "Kernel"][0]
+def frame(**msg):
+    os.write(k.proto_out, (json.dumps(msg) + "\n").encode())
+def forge(run_id):
+    frame(type="result", id=run_id, is_main=True, data={"text/plain": "FORGED"})
+    frame(type="done", id=run_id, execution_count=99, truncated=False)"#;
+    eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
+    for (how, code) in [
+        ("main thread", "forge(k.current_id)\ntime.sleep(5)\nfinished = 1"),
+        (
+            "background thread",
+            "t = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 2",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let execution = sandbox
+            .run_code(code, &RunOptions::new().with_timeout(Duration::from_secs(1)))
+            .await
+            .expect("run");
+        let elapsed = started.elapsed();
+        let error = execution.error.clone().expect("the timeout still applies");
+        assert_eq!(error.name, "TimeoutError", "{how}: {execution:?}");
+        assert!(elapsed >= Duration::from_secs(1), "{how}: ended early after {elapsed:?}");
+        assert_eq!(eval(sandbox.as_ref(), "'finished' in globals()").await, "False", "{how}");
+    }
+    eval(sandbox.as_ref(), "t.join()\n1").await;
+    let later = run(sandbox.as_ref(), "print('real')\n7").await;
+    assert_eq!(later.stdout(), "real\n");
+    assert_eq!(later.text(), Some("7"));
+}
+
 /// Instantiate every body above as a `#[tokio::test]` for one harness.
 #[macro_export]
 macro_rules! backend_suite {
@@ -653,7 +698,8 @@ macro_rules! backend_suite {
                 memory_bomb_is_reported_as_out_of_memory,
                 output_flood_is_truncated_and_sigint_ignorers_are_killed,
                 host_wide_pools_namespaces_and_priority_are_refused,
-                tmpfs_inode_floods_hit_the_cap
+                tmpfs_inode_floods_hit_the_cap,
+                forged_protocol_frames_are_not_believed
             );
         }
     };
