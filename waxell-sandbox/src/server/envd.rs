@@ -390,6 +390,21 @@ async fn filesystem_rpc(
 /// keepalive message at the interval the SDK asks for (`Keepalive-Ping-Interval`, seconds) so
 /// idle proxies keep the stream open. Ends when the client goes away or the sandbox does.
 async fn watch_dir(State(state): State<Arc<AppState>>, headers: HeaderMap, request: Body) -> Response {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type.starts_with(connect::STREAM_JSON) {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "filesystem.Filesystem/WatchDir is server-streaming: send it as {} (got {content_type:?})",
+                connect::STREAM_JSON
+            ),
+        )
+        .into_connect()
+        .into_response();
+    }
     let started = async {
         let entry = sandbox(&state, &headers).await?;
         let bytes = body::read(request, state.config.json_limit(), state.config.body_timeout).await?;
