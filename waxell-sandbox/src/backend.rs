@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
 
 use crate::config::{BackendOptions, SandboxConfig};
 use crate::kernel::{KernelProcess, KernelReader, KernelWriter, ProcessControl, StderrTail};
@@ -91,6 +91,27 @@ pub trait Backend: Send + Sync + Sized + 'static {
     async fn rename(&self, shell: &Self::Shell, from: &str, to: &str) -> Result<EntryInfo, SandboxError>;
     /// Remove a file or a directory tree.
     async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
+
+    /// Replace a file's user metadata (already checked by [`crate::metadata::check`]). Not
+    /// supported by this backend unless it overrides this.
+    async fn set_metadata(
+        &self,
+        _shell: &Self::Shell,
+        _path: &str,
+        _metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        Err(unsupported::<Self>("file metadata"))
+    }
+
+    /// Watch a directory. Not supported by this backend unless it overrides this.
+    async fn watch_dir(
+        &self,
+        _shell: &Self::Shell,
+        _path: &str,
+        _options: WatchOptions,
+    ) -> Result<Box<dyn DirWatch>, SandboxError> {
+        Err(unsupported::<Self>("watch_dir"))
+    }
 
     /// Start a process (with a PTY if `spec.pty` is set) in the sandbox. Not supported by this
     /// backend unless it overrides this.

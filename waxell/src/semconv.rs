@@ -184,6 +184,10 @@ pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 pub const WAXELL_SANDBOX_FILE_CREATED: &str = "waxell.sandbox.file.created";
 /// `sandbox.rename`: where the entry went.
 pub const WAXELL_SANDBOX_FILE_DESTINATION: &str = "waxell.sandbox.file.destination";
+/// `sandbox.write_file` with metadata: how many keys (their values are the user's, not recorded).
+pub const WAXELL_SANDBOX_FILE_METADATA_COUNT: &str = "waxell.sandbox.file.metadata_count";
+/// `sandbox.watch_dir`: whether subdirectories are watched too.
+pub const WAXELL_SANDBOX_WATCH_RECURSIVE: &str = "waxell.sandbox.watch.recursive";
 
 // ---- resource ----
 pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";

@@ -116,6 +116,18 @@ impl Files<'_> {
             .await
     }
 
+    pub(super) async fn set_metadata(
+        &self,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let target = sandbox_path(path)?;
+        let json = serde_json::to_vec(metadata).map_err(|e| SandboxError::Other(e.to_string()))?;
+        let mut stdin = format!("{}\n", json.len()).into_bytes();
+        stdin.extend_from_slice(&json);
+        self.fileop_json(&["setmeta", &target], Some(&stdin), path).await
+    }
+
     pub(super) async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         let target = sandbox_path(path)?;
         self.fileop(&["remove", &target], None, path).await?;

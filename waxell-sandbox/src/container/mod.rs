@@ -18,7 +18,9 @@ mod config;
 mod engine;
 mod files;
 mod guard;
+mod seccomp;
 mod spec;
+mod watch;
 
 use async_trait::async_trait;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
@@ -48,6 +50,8 @@ pub struct Container {
     /// The runtime that isolates the code, for spans (`runc`, `runsc`, ...).
     runtime_name: String,
     podman: bool,
+    /// Our syscall policy, as this engine takes it.
+    seccomp: seccomp::SeccompOption,
 }
 
 impl Pooled<Container> {
@@ -75,17 +79,32 @@ impl Pooled<Container> {
         }
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
+        let seccomp = seccomp::SeccompOption::for_engine(podman)?;
         Ok(Pooled::with_backend(Container {
             docker,
             config,
             runtime_name,
             podman,
+            seccomp,
         }))
     }
 
     /// The OCI runtime isolating the code (`runc`, `crun`, `runsc`, ...).
     pub fn runtime(&self) -> &str {
         &self.backend().runtime_name
+    }
+
+    /// Why the sandbox's tmpfs mounts have no inode cap here, if they have none: Podman's Docker
+    /// API (4.x) rejects `nr_inodes`, and gVisor ignores it (its tmpfs lives in the sandbox's own
+    /// memory, so the memory limit bounds a flood instead).
+    pub fn tmpfs_inodes_uncapped(&self) -> Option<&'static str> {
+        if self.backend().runtime_name == "runsc" {
+            Some("gVisor ignores the tmpfs option nr_inodes (its tmpfs is in the sandbox's own memory, which the memory limit bounds)")
+        } else if self.backend().podman {
+            Some("Podman's Docker API rejects the tmpfs option nr_inodes")
+        } else {
+            None
+        }
     }
 
     /// The configuration this backend was made with.
@@ -150,7 +169,7 @@ impl Backend for Container {
             .docker
             .create_container(
                 Some(options),
-                container_spec(&inner.config, &id, inner.podman, &inner.runtime_name),
+                container_spec(&inner.config, &id, inner.podman, &inner.runtime_name, inner.seccomp.as_str()),
             )
             .await
             .map_err(|e| create_error(&inner.config, e))?;
@@ -249,6 +268,24 @@ impl Backend for Container {
     async fn remove_path(&self, container: &ContainerGuard, path: &str) -> Result<(), SandboxError> {
         self.files(container).remove(path).await
     }
+
+    async fn set_metadata(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        self.files(container).set_metadata(path, metadata).await
+    }
+
+    async fn watch_dir(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        options: waxell::sandbox::WatchOptions,
+    ) -> Result<Box<dyn waxell::sandbox::DirWatch>, SandboxError> {
+        watch::watch(&self.docker, container, path, options).await
+    }
 }
 
 impl Container {
@@ -286,6 +323,7 @@ impl Container {
             ready.uid, ready.gid
         )));
     }
+    kernel.locate_on_host().await;
     Ok(kernel)
 }
 }

@@ -31,13 +31,16 @@ mod body;
 mod code;
 mod config;
 mod conn;
+mod connect;
 mod control;
 mod envd;
 mod error;
 mod execute;
 mod guard;
 mod registry;
+mod signature;
 mod state;
+mod watchers;
 
 use std::sync::Arc;
 
@@ -70,6 +73,8 @@ pub fn router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Router 
         let (control, code, envd) = (control.clone(), code.clone(), envd.clone());
         async move {
             let target = match sandbox_port(&request) {
+                // A signed file URL carries no sandbox headers: its signature names the sandbox.
+                Ok(None) if is_signed_file_request(&request) => envd,
                 Ok(None) => control,
                 Ok(Some(CODE_INTERPRETER_PORT)) => code,
                 Ok(Some(ENVD_PORT)) => envd,
@@ -85,6 +90,15 @@ pub fn router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Router 
         }
     });
     routes.layer(axum::middleware::from_fn_with_state(state, guard::check_request))
+}
+
+/// `/files?...&signature=...`: E2B's signed download or upload URL.
+fn is_signed_file_request(request: &Request) -> bool {
+    request.uri().path() == "/files"
+        && request
+            .uri()
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("signature=")))
 }
 
 /// The `E2b-Sandbox-Port` of a request, if any.

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::{HeaderMap, StatusCode};
 use rand::distr::{Alphanumeric, SampleString};
+
+use super::watchers::Watchers;
 use rand::Rng;
 use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 
@@ -32,6 +34,8 @@ pub(crate) struct SandboxEntry {
     pub(crate) envd_token: Option<String>,
     /// Checked by Code Interpreter requests (`E2B-Traffic-Access-Token`), likewise.
     pub(crate) traffic_token: Option<String>,
+    /// envd's polled directory watchers.
+    pub(crate) watchers: Watchers,
     deadline: Mutex<Deadline>,
 }
 
@@ -159,6 +163,7 @@ impl Registry {
             started_at: SystemTime::now(),
             envd_token: with_token.then(new_token),
             traffic_token: with_token.then(new_token),
+            watchers: Watchers::default(),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,

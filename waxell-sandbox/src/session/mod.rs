@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
-use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions, SandboxError, SandboxOptions, SandboxSession};
+use waxell::sandbox::{
+    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxError, SandboxOptions, SandboxSession, WatchOptions,
+};
 
 use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess};
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::paths::check_cwd;
+use crate::watch::{Counted, WatchSlots};
 use contexts::Contexts;
 pub use contexts::DEFAULT_CONTEXT_ID;
 use lifetime::Lifetime;
@@ -33,6 +36,7 @@ pub(crate) struct Inner<B: Backend> {
     backend: Arc<B>,
     env: BTreeMap<String, String>,
     lifetime: Lifetime,
+    watches: WatchSlots,
 }
 
 impl<B: Backend> Session<B> {
@@ -53,6 +57,7 @@ impl<B: Backend> Session<B> {
             backend,
             env: options.env_vars.clone(),
             lifetime: Lifetime::new(lifetime),
+            watches: WatchSlots::default(),
         });
         watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
@@ -310,6 +315,29 @@ impl<B: Backend> SandboxSession for Session<B> {
     async fn remove(&self, path: &str) -> Result<(), SandboxError> {
         self.check_alive()?;
         self.inner.backend.remove_path(&self.inner.shell, path).await
+    }
+
+    async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        self.check_alive()?;
+        crate::metadata::check(metadata)?;
+        let written = self.inner.backend.write_file(&self.inner.shell, path, data).await?;
+        // As envd: the upload's metadata replaces what the file carried (none clears it).
+        match self.inner.backend.set_metadata(&self.inner.shell, path, metadata).await {
+            Err(SandboxError::Unsupported { .. }) if metadata.is_empty() => Ok(written),
+            result => result,
+        }
+    }
+
+    async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {
+        self.check_alive()?;
+        let slot = self.inner.watches.take()?;
+        let watch = self.inner.backend.watch_dir(&self.inner.shell, path, options).await?;
+        Ok(Box::new(Counted { watch, _slot: slot }))
     }
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {

@@ -9,8 +9,8 @@ use opentelemetry::trace::{FutureExt, SpanBuilder, SpanKind, Status, TraceContex
 use opentelemetry::KeyValue;
 
 use super::{
-    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
-    SandboxSession,
+    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxSession, WatchOptions,
 };
 use crate::semconv::*;
 use crate::telemetry;
@@ -221,6 +221,46 @@ impl Sandbox {
             "sandbox.write_file".into(),
             attributes,
             self.session.write_file(path, data),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
+    /// Span `sandbox.write_file`, with `waxell.sandbox.file.metadata_count` (the values are not
+    /// recorded).
+    pub async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let mut attributes = self.file_attributes(path);
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64));
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_FILE_METADATA_COUNT,
+            metadata.len() as i64,
+        ));
+        traced(
+            "sandbox.write_file".into(),
+            attributes,
+            self.session.write_file_with_metadata(path, data, metadata),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
+    /// Span `sandbox.watch_dir` for starting the watch (its events are not spans).
+    pub async fn watch_dir(
+        &self,
+        path: &str,
+        options: WatchOptions,
+    ) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let mut attributes = self.file_attributes(path);
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_WATCH_RECURSIVE, options.recursive));
+        traced(
+            "sandbox.watch_dir".into(),
+            attributes,
+            self.session.watch_dir(path, options),
             |_| Vec::new(),
         )
         .await
