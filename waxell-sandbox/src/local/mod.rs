@@ -28,6 +28,7 @@ linux_only! {
     #[allow(unsafe_code)]
     mod spawn;
     mod uid_lease;
+    mod usage;
     mod watchdog;
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;

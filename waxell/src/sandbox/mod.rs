@@ -10,7 +10,7 @@ mod types;
 pub use instrumented::Sandbox;
 pub use types::{
     CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, LimitKind, Logs, OutputCallback,
-    OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
+    OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxMetrics, SandboxOptions,
 };
 
 use async_trait::async_trait;
@@ -86,4 +86,11 @@ pub trait SandboxSession: Send + Sync {
 
     /// Kill the sandbox and everything in it.
     async fn kill(&self) -> Result<(), SandboxError>;
+
+    /// The sandbox's resource use now. The default says the backend cannot measure it.
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        Err(SandboxError::Other(
+            "metrics: not supported by this sandbox backend".into(),
+        ))
+    }
 }

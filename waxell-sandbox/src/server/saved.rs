@@ -1,0 +1,227 @@
+//! A sandbox's `/home/user` copied out to a directory of the server and back in, through the
+//! sandbox's own file calls ([`SandboxSession`]'s list/read/write/make_dir): what a filesystem-only
+//! pause, a snapshot and a fork keep, for every backend alike. Bounded by the server's byte and
+//! entry caps; names are checked before anything is created on the host, and only regular files
+//! and directories are ever created there.
+
+use std::path::{Path, PathBuf};
+
+use axum::http::StatusCode;
+use waxell::sandbox::{LimitKind, SandboxError, SandboxSession};
+
+use super::error::ApiError;
+
+/// The sandbox directory that is saved (the file calls reach only it).
+pub(crate) const HOME: &str = "/home/user";
+
+/// How much one save may hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SaveLimits {
+    pub(crate) max_bytes: u64,
+    pub(crate) max_entries: usize,
+}
+
+/// What a save kept.
+#[derive(Debug, Default)]
+pub(crate) struct Saved {
+    pub(crate) bytes: u64,
+    pub(crate) files: usize,
+    pub(crate) dirs: usize,
+    /// Entries that are neither a regular file nor a directory (symlinks, sockets, ...), which
+    /// the file calls refuse to read: not kept, and logged.
+    pub(crate) skipped: Vec<String>,
+}
+
+/// 507: the sandbox holds more than one save may keep.
+fn too_much(what: String) -> ApiError {
+    ApiError::new(StatusCode::INSUFFICIENT_STORAGE, what)
+}
+
+fn host_io(what: &str, path: &Path, e: std::io::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("{what} {}: {e}", path.display()),
+    )
+}
+
+/// A directory entry's name as the sandbox listed it, if it is safe as one host path component.
+fn safe_name(name: &str) -> Option<&str> {
+    let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']);
+    (!bad).then_some(name)
+}
+
+/// Copy the sandbox's `/home/user` into `dest` (created; must not exist).
+pub(crate) async fn save_home(
+    session: &dyn SandboxSession,
+    dest: &Path,
+    limits: SaveLimits,
+) -> Result<Saved, ApiError> {
+    let mut saved = Saved::default();
+    tokio::fs::create_dir(dest)
+        .await
+        .map_err(|e| host_io("cannot create", dest, e))?;
+    // (path inside the sandbox, its copy on the host)
+    let mut pending: Vec<(String, PathBuf)> = vec![(HOME.to_owned(), dest.to_path_buf())];
+    while let Some((dir, host_dir)) = pending.pop() {
+        let entries = match session.list_files(&dir).await {
+            Ok(entries) => entries,
+            // Removed or replaced by a symlink since it was listed: nothing to keep.
+            Err(SandboxError::FileNotFound { .. } | SandboxError::InvalidPath { .. }) if dir != HOME => {
+                saved.skipped.push(dir);
+                continue;
+            }
+            Err(e) => return Err(ApiError::from_sandbox(e)),
+        };
+        for entry in entries {
+            let Some(name) = safe_name(&entry.name) else {
+                saved.skipped.push(format!("{dir}/{}", entry.name));
+                continue;
+            };
+            if saved.files + saved.dirs >= limits.max_entries {
+                return Err(too_much(format!(
+                    "{HOME} holds more than {} files and directories, more than this server saves",
+                    limits.max_entries
+                )));
+            }
+            let path = format!("{dir}/{name}");
+            let host_path = host_dir.join(name);
+            if entry.is_dir {
+                tokio::fs::create_dir(&host_path)
+                    .await
+                    .map_err(|e| host_io("cannot create", &host_path, e))?;
+                saved.dirs += 1;
+                pending.push((path, host_path));
+                continue;
+            }
+            if saved.bytes.saturating_add(entry.size) > limits.max_bytes {
+                return Err(too_much(format!(
+                    "{HOME} holds more than {} bytes, more than this server saves (at {path})",
+                    limits.max_bytes
+                )));
+            }
+            let data = match session.read_file(&path).await {
+                Ok(data) => data,
+                Err(SandboxError::FileNotFound { .. }) => continue,
+                Err(SandboxError::InvalidPath { .. }) => {
+                    saved.skipped.push(path);
+                    continue;
+                }
+                Err(SandboxError::LimitExceeded {
+                    limit: LimitKind::FileSize,
+                    message,
+                }) => {
+                    return Err(too_much(format!(
+                        "cannot save {path}: {message} (larger than the sandbox's file cap)"
+                    )))
+                }
+                Err(e) => return Err(ApiError::from_sandbox(e)),
+            };
+            saved.bytes = saved.bytes.saturating_add(data.len() as u64);
+            if saved.bytes > limits.max_bytes {
+                return Err(too_much(format!(
+                    "{HOME} holds more than {} bytes, more than this server saves (at {path})",
+                    limits.max_bytes
+                )));
+            }
+            tokio::fs::write(&host_path, &data)
+                .await
+                .map_err(|e| host_io("cannot write", &host_path, e))?;
+            saved.files += 1;
+        }
+    }
+    if !saved.skipped.is_empty() {
+        tracing::warn!(
+            skipped = ?saved.skipped,
+            "not saved: entries of {HOME} that are not regular files or directories"
+        );
+    }
+    Ok(saved)
+}
+
+/// One saved entry: its path below the saved root, and whether it is a directory.
+fn saved_entries(root: &Path) -> std::io::Result<Vec<(PathBuf, bool)>> {
+    let mut entries = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        for entry in std::fs::read_dir(root.join(&rel))? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            let path = rel.join(entry.file_name());
+            if kind.is_dir() {
+                entries.push((path.clone(), true));
+                pending.push(path);
+            } else if kind.is_file() {
+                entries.push((path, false));
+            }
+        }
+    }
+    // Parents before children.
+    entries.sort();
+    Ok(entries)
+}
+
+/// Write a saved `/home/user` (from [`save_home`]) into the sandbox.
+pub(crate) async fn restore_home(session: &dyn SandboxSession, saved: &Path) -> Result<(), ApiError> {
+    let root = saved.to_path_buf();
+    let entries = tokio::task::spawn_blocking(move || saved_entries(&root))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("restore panicked: {e}"),
+            )
+        })?
+        .map_err(|e| host_io("cannot read", saved, e))?;
+    for (rel, is_dir) in entries {
+        let Some(rel_str) = rel.to_str() else { continue };
+        let path = format!("{HOME}/{rel_str}");
+        if is_dir {
+            session.make_dir(&path).await?;
+        } else {
+            let host_path = saved.join(&rel);
+            let data = tokio::fs::read(&host_path)
+                .await
+                .map_err(|e| host_io("cannot read", &host_path, e))?;
+            session.write_file(&path, &data).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy a saved tree (a paused sandbox's files into a snapshot).
+pub(crate) async fn copy_saved(from: &Path, to: &Path) -> Result<(), ApiError> {
+    let (from, to) = (from.to_path_buf(), to.to_path_buf());
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        std::fs::create_dir(&to)?;
+        for (rel, is_dir) in saved_entries(&from)? {
+            if is_dir {
+                std::fs::create_dir(to.join(&rel))?;
+            } else {
+                std::fs::copy(from.join(&rel), to.join(&rel))?;
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("copy panicked: {e}")))?
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot copy saved files: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_would_leave_the_directory_are_refused() {
+        for bad in ["", ".", "..", "a/b", "/etc", "a\0b"] {
+            assert_eq!(safe_name(bad), None, "{bad:?}");
+        }
+        assert_eq!(safe_name("notes.txt"), Some("notes.txt"));
+        assert_eq!(safe_name("..hidden"), Some("..hidden"));
+    }
+}
