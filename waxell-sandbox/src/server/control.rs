@@ -22,7 +22,7 @@ use waxell::sandbox::SandboxMetrics;
 use super::body;
 use super::config::ENVD_VERSION;
 use super::error::ApiError;
-use super::lifecycle::PauseOutcome;
+use super::lifecycle::{is_snapshot_id, PauseOutcome};
 use super::listing::{page, ListQuery, Listed};
 use super::registry::{constant_time_eq, CreateRequest, Lifecycle, SandboxEntry};
 use super::state::AppState;
@@ -124,6 +124,14 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
     // A snapshot's id or name as the template: a sandbox with the snapshot's files.
     let entry = match state.registry.saved.snapshot_for(&request.template_id) {
         Some(snapshot) => state.registry.create_from_snapshot(&snapshot, request).await?,
+        // Any other template is served by the backend's one image, but a snapshot id names a
+        // snapshot: a deleted one is an error, not a fresh sandbox.
+        None if is_snapshot_id(&request.template_id) => {
+            return Err(ApiError::not_found(format!(
+                "snapshot {:?} not found (deleted, or never taken on this server)",
+                request.template_id
+            )))
+        }
         None => state.registry.create(request).await?,
     };
     Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response())

@@ -25,6 +25,17 @@ use super::registry::{new_sandbox_id, CreateRequest, Identity, Lifecycle, Regist
 use super::saved::{self, SaveLimits};
 use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
 
+/// How snapshot ids start (the rest is random), so a create naming a deleted one is told so.
+const SNAPSHOT_ID_PREFIX: &str = "snapshot-";
+
+/// Whether a template id is a snapshot's id (of this server, existing or not).
+pub(crate) fn is_snapshot_id(template: &str) -> bool {
+    template
+        .strip_suffix(":default")
+        .unwrap_or(template)
+        .starts_with(SNAPSHOT_ID_PREFIX)
+}
+
 /// A paused sandbox or a snapshot, with the directory holding its files.
 #[derive(Debug)]
 pub(crate) struct Kept<R> {

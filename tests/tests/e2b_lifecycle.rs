@@ -1,0 +1,139 @@
+//! A sandbox's life (pause and resume, auto-pause, fork, snapshots, metrics, lists, route errors)
+//! through the official E2B Python SDK (the venv of scripts/setup-e2b-peer.sh) against an
+//! in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_lifecycle.py must pass. And a paused
+//! sandbox and a snapshot survive a restart of the server over the same state directory.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use waxell_sandbox::server::{router, ServerConfig};
+
+mod e2b_support;
+
+use e2b_support::{local_backend, API_KEY};
+
+fn repo_root() -> PathBuf {
+    waxell_tests::manifest_dir!()
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// The peer venv's python, installing it with the setup script when missing (idempotent).
+fn peer_python() -> PathBuf {
+    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".local/share/waxell/e2b-peer-venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        let status = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
+            .status()
+            .expect("running scripts/setup-e2b-peer.sh");
+        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
+    }
+    python
+}
+
+fn config(state_dir: &std::path::Path) -> ServerConfig {
+    ServerConfig::new()
+        .with_api_key(API_KEY)
+        .with_keepalive_interval(Duration::from_millis(500))
+        .with_state_dir(state_dir)
+}
+
+/// Run tests/e2b_lifecycle.py with `args` against `url`; its stdout, after asserting it passed.
+async fn script(url: &str, args: &[&str]) -> String {
+    let mut command = tokio::process::Command::new(peer_python());
+    command
+        .arg(repo_root().join("tests/e2b_lifecycle.py"))
+        .args(args)
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_DOMAIN")
+        .env("E2B_API_URL", url)
+        .env("E2B_SANDBOX_URL", url)
+        .env("E2B_API_KEY", API_KEY)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(300), command.output())
+        .await
+        .expect("the lifecycle script took over 300 s")
+        .expect("running the lifecycle script");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "lifecycle script {args:?} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+/// Serve `router` until `stop` resolves; returns the URL and the server's task.
+async fn start(
+    config: ServerConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let app = router(local_backend(), config.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        waxell_sandbox::server::serve(listener, app, &config, async {
+            let _ = stop.await;
+        })
+        .await
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_pauses_resumes_forks_snapshots_and_lists() {
+    let state = tempfile::tempdir().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["all"]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    // Everything the script made it also removed: no paused sandbox or snapshot is left on disk.
+    for kind in ["paused", "snapshots"] {
+        let left: Vec<_> = std::fs::read_dir(state.path().join(kind)).unwrap().collect();
+        assert!(left.is_empty(), "{kind} left in the state directory: {left:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_and_a_snapshot_survive_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["pause-for-restart"]).await;
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("paused "))
+        .expect("the script names what it paused");
+    let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let [sandbox_id, snapshot_id] = ids[..] else {
+        panic!("{line}")
+    };
+
+    // Stop the server as SIGTERM does, and start a new one over the same state directory.
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    assert!(state
+        .path()
+        .join("paused")
+        .join(sandbox_id)
+        .join("record.json")
+        .exists());
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["resume-after-restart", sandbox_id, snapshot_id]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(
+        !state.path().join("paused").join(sandbox_id).exists(),
+        "resumed: its saved files are gone"
+    );
+}
