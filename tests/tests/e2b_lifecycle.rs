@@ -10,7 +10,9 @@ use waxell_sandbox::server::{router, ServerConfig};
 
 mod e2b_support;
 
-use e2b_support::{local_backend, API_KEY};
+use e2b_support::{client_config, local_backend, server_config, start_server, API_KEY};
+use waxell::e2b::E2bBackend;
+use waxell::sandbox::{Sandbox, SandboxOptions};
 
 fn repo_root() -> PathBuf {
     waxell_tests::manifest_dir!()
@@ -135,5 +137,64 @@ async fn a_paused_sandbox_and_a_snapshot_survive_a_restart() {
     assert!(
         !state.path().join("paused").join(sandbox_id).exists(),
         "resumed: its saved files are gone"
+    );
+}
+
+/// waxell's own E2B client: pause, resume and metrics through the traced `Sandbox` wrapper.
+#[tokio::test]
+async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
+    let capture = waxell::testing::capture();
+    let url = start_server(server_config()).await;
+    let backend = E2bBackend::new(client_config(&url)).unwrap();
+    let options = SandboxOptions::new().with_timeout(Duration::from_secs(120));
+    let sandbox = Sandbox::create(&backend, &options).await.unwrap();
+    sandbox.write_file("kept.txt", b"through a pause").await.unwrap();
+    let metrics = sandbox.metrics().await.unwrap();
+    assert!(
+        metrics.mem_used > 0 && metrics.mem_used < metrics.mem_total,
+        "{metrics:?}"
+    );
+    assert!(metrics.disk_used > 0 && metrics.cpu_count >= 1, "{metrics:?}");
+
+    sandbox.pause().await.unwrap();
+    let paused = sandbox.run_code("1", &Default::default()).await;
+    assert!(paused.is_err(), "a paused sandbox runs nothing: {paused:?}");
+    assert!(
+        sandbox.metrics().await.is_err(),
+        "a paused sandbox has no metrics"
+    );
+    sandbox.resume(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(sandbox.read_file("kept.txt").await.unwrap(), b"through a pause");
+    assert_eq!(
+        sandbox
+            .run_code("6 * 7", &Default::default())
+            .await
+            .unwrap()
+            .text(),
+        Some("42")
+    );
+    sandbox.kill().await.unwrap();
+
+    for name in [
+        "execute_tool sandbox.pause",
+        "execute_tool sandbox.resume",
+        "execute_tool sandbox.metrics",
+    ] {
+        let spans = capture.spans_named(name);
+        assert!(!spans.is_empty(), "no span {name}: {:?}", capture.names());
+        for span in spans {
+            assert_eq!(
+                span.attr("waxell.sandbox.backend")
+                    .map(|v| v.to_string())
+                    .as_deref(),
+                Some("e2b"),
+                "{name}"
+            );
+        }
+    }
+    let metrics_spans = capture.spans_named("execute_tool sandbox.metrics");
+    assert!(
+        metrics_spans[0].attr("waxell.sandbox.mem_used").is_some(),
+        "the metrics span carries the figures"
     );
 }
