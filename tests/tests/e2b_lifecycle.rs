@@ -4,6 +4,7 @@
 //! sandbox and a snapshot survive a restart of the server over the same state directory.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use waxell_sandbox::server::{router, ServerConfig};
@@ -12,7 +13,7 @@ mod e2b_support;
 
 use e2b_support::{client_config, local_backend, server_config, start_server, API_KEY};
 use waxell::e2b::E2bBackend;
-use waxell::sandbox::{Sandbox, SandboxOptions};
+use waxell::sandbox::{Sandbox, SandboxBackend, SandboxOptions};
 
 fn repo_root() -> PathBuf {
     waxell_tests::manifest_dir!()
@@ -75,12 +76,20 @@ async fn script(url: &str, args: &[&str]) -> String {
     stdout
 }
 
-/// Serve `router` until `stop` resolves; returns the URL and the server's task.
+/// Serve the local backend until `stop` resolves; returns the URL and the server's task.
 async fn start(
     config: ServerConfig,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let app = router(local_backend(), config.clone());
+    start_with(local_backend(), config, stop).await
+}
+
+async fn start_with(
+    backend: Arc<dyn SandboxBackend>,
+    config: ServerConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let app = router(backend, config.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let task = tokio::spawn(async move {
@@ -104,6 +113,26 @@ async fn official_python_sdk_pauses_resumes_forks_snapshots_and_lists() {
         let left: Vec<_> = std::fs::read_dir(state.path().join(kind)).unwrap().collect();
         assert!(left.is_empty(), "{kind} left in the state directory: {left:?}");
     }
+}
+
+/// The same script against `serve --backend docker` (engine at DOCKER_HOST, scripts/setup-container.sh):
+/// every backend pauses, snapshots and forks through its file calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_lifecycle_against_containers() {
+    if let Some(why) = waxell_tests::container_engine_missing() {
+        return eprintln!("skipped: {why}");
+    }
+    let backend =
+        waxell_sandbox::ContainerBackend::new(waxell_sandbox::ContainerConfig::default().with_pool_size(1))
+            .await
+            .expect(
+                "container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)",
+            );
+    let state = tempfile::tempdir().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start_with(Arc::new(backend), config(state.path()), stopped).await;
+    let stdout = script(&url, &["all"]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

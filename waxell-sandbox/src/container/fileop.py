@@ -2,7 +2,8 @@
 container's files). Mirrors the local backend's rules: paths under /home/user only, no symlink in
 any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr;
 a missing path: exit 3; a file over the size cap: exit 4.
-Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes."""
+Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes; `disk`
+prints the bytes used on the home's file system."""
 import json, os, shutil, stat, sys
 
 HOME = "/home/user"
@@ -98,6 +99,10 @@ def main():
             check(target, must_exist=False)
             os.rename(path, target)
             print(json.dumps(entry(target)))
+        elif op == "disk":
+            # Bytes used on the home's tmpfs (its size cap is the sandbox's scratch limit).
+            st = os.statvfs(HOME)
+            print((st.f_blocks - st.f_bfree) * st.f_frsize)
         elif op == "remove":
             check(path)
             if path == HOME:

@@ -8,7 +8,7 @@ use bollard::Docker;
 use super::engine::run_helper;
 use super::guard::ContainerGuard;
 use super::spec::USER;
-use crate::paths::sandbox_path;
+use crate::paths::{sandbox_path, HOME_DIR};
 
 /// The in-container file helper.
 const FILEOP_SOURCE: &str = include_str!("fileop.py");
@@ -114,6 +114,11 @@ impl Files<'_> {
         let (source, target) = (sandbox_path(from)?, sandbox_path(to)?);
         self.fileop_json(&["rename", &source, &target], None, from)
             .await
+    }
+
+    /// Bytes used on the home's tmpfs.
+    pub(super) async fn disk_used(&self) -> Result<u64, SandboxError> {
+        self.fileop_json(&["disk", HOME_DIR], None, HOME_DIR).await
     }
 
     pub(super) async fn remove(&self, path: &str) -> Result<(), SandboxError> {

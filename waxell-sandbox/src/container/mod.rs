@@ -227,7 +227,7 @@ impl Backend for Container {
     }
 
     /// The engine's one-shot stats: CPU time and memory as `docker stats` counts them (usage
-    /// less the inactive page cache). The container's files are not measured (disk 0).
+    /// less the inactive page cache); the home tmpfs's use from the file helper.
     async fn usage(&self, container: &ContainerGuard) -> Result<Usage, SandboxError> {
         use futures_util::StreamExt;
         let options = bollard::query_parameters::StatsOptionsBuilder::new()
@@ -236,7 +236,7 @@ impl Backend for Container {
             .build();
         let stats = self
             .docker
-            .stats(&container.name, Some(options))
+            .stats(&container.id, Some(options))
             .next()
             .await
             .ok_or_else(|| SandboxError::NotFound(format!("container {} has no stats", container.name)))?
@@ -257,7 +257,7 @@ impl Backend for Container {
         Ok(Usage {
             cpu_seconds: cpu_ns as f64 / 1e9,
             memory_bytes: memory,
-            disk_bytes: 0,
+            disk_bytes: self.files(container).disk_used().await?,
         })
     }
 

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -54,9 +55,9 @@ pub(crate) struct Saved {
     store: Store,
     paused: Mutex<HashMap<String, Arc<Kept<PausedRecord>>>>,
     snapshots: Mutex<HashMap<String, Arc<Kept<SnapshotRecord>>>>,
-    /// Serialises pause, resume, snapshot, fork and their removals, so no two of them race on
-    /// one sandbox (each is short: a copy of a capped `/home/user`).
-    lock: tokio::sync::Mutex<()>,
+    /// Serialises pause, resume, snapshot, fork and kill, so no two of them race on one sandbox
+    /// (each is short: a copy of a capped `/home/user`).
+    pub(crate) lock: tokio::sync::Mutex<()>,
 }
 
 /// How a pause went.
@@ -121,6 +122,17 @@ impl Saved {
         lock(&self.paused).values().cloned().collect()
     }
 
+    /// Remove the paused sandbox `id` and its files; false if there is none. The caller holds
+    /// [`Saved::lock`].
+    pub(crate) fn remove_paused(&self, id: &str) -> bool {
+        if lock(&self.paused).remove(id).is_none() {
+            return false;
+        }
+        self.store.remove(Kind::Paused, id);
+        tracing::info!(sandbox = %id, "paused sandbox removed");
+        true
+    }
+
     /// Whether `id` is paused with `autoResume`.
     pub(crate) fn auto_resumes(&self, id: &str) -> bool {
         lock(&self.paused).get(id).is_some_and(|p| p.record.auto_resume)
@@ -183,23 +195,14 @@ impl Registry {
                 ),
             ));
         }
-        // Out of the live map first, so no new request reaches it while its files are saved.
-        let entry = self.map().remove(id).ok_or_else(|| sandbox_not_found(id))?;
-        let staging = saved
-            .store
-            .staging()
-            .map_err(|e| store_error("cannot make a staging directory", e))?;
-        let result = saved::save_home(
-            &*entry.session,
-            &staging.join(HOME_COPY),
-            Saved::limits(&self.config),
-        )
-        .await;
-        let files = match result {
-            Ok(files) => files,
+        let entry = self.get(id).ok_or_else(|| sandbox_not_found(id))?;
+        // Requests stop reaching it while its files are saved; info and kill still find it.
+        entry.pausing.store(true, Ordering::SeqCst);
+        let saved_files = self.save_live_files(&entry).await;
+        let (staging, files) = match saved_files {
+            Ok(saved) => saved,
             Err(e) => {
-                saved.store.discard(&staging);
-                self.map().insert(id.to_owned(), entry);
+                entry.pausing.store(false, Ordering::SeqCst);
                 return Err(e);
             }
         };
@@ -219,11 +222,18 @@ impl Registry {
             auto_resume: entry.lifecycle.auto_resume,
             bytes: files.bytes,
         };
-        let dir = saved
-            .store
-            .commit(&staging, Kind::Paused, id, &record)
-            .map_err(|e| store_error("cannot keep the paused sandbox", e))?;
+        let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
+            Ok(dir) => dir,
+            Err(e) => {
+                // Killed and not kept: it is gone.
+                saved.store.discard(&staging);
+                self.map().remove(id);
+                return Err(store_error("cannot keep the paused sandbox", e));
+            }
+        };
+        // Paused before it leaves the live map, so info never finds neither.
         lock(&saved.paused).insert(id.to_owned(), Arc::new(Kept { record, dir }));
+        self.map().remove(id);
         tracing::info!(sandbox = %id, bytes = files.bytes, files = files.files, "sandbox paused (files kept)");
         Ok(if wants_memory {
             tracing::warn!(
@@ -272,44 +282,46 @@ impl Registry {
         Ok(entry)
     }
 
-    /// Remove the paused sandbox `id` and its files; false if there is none.
-    pub(crate) async fn remove_paused(&self, id: &str) -> bool {
-        let _guard = self.saved.lock.lock().await;
-        if lock(&self.saved.paused).remove(id).is_none() {
-            return false;
+    /// Save a live sandbox's files into a new staging directory's `home`.
+    async fn save_live_files(&self, entry: &SandboxEntry) -> Result<(PathBuf, saved::Saved), ApiError> {
+        let staging = self
+            .saved
+            .store
+            .staging()
+            .map_err(|e| store_error("cannot make a staging directory", e))?;
+        match saved::save_home(
+            &*entry.session,
+            &staging.join(HOME_COPY),
+            Saved::limits(&self.config),
+        )
+        .await
+        {
+            Ok(files) => Ok((staging, files)),
+            Err(e) => {
+                self.saved.store.discard(&staging);
+                Err(e)
+            }
         }
-        self.saved.store.remove(Kind::Paused, id);
-        tracing::info!(sandbox = %id, "paused sandbox removed");
-        true
     }
 
     /// Save the files of sandbox `id` (live or paused) into a new staging directory's `home`.
     /// Returns the staging directory, the sandbox's template and the bytes saved.
     async fn save_files_of(&self, id: &str) -> Result<(PathBuf, String, u64), ApiError> {
-        let saved = &self.saved;
-        let staging = saved
+        if let Some(entry) = self.get(id) {
+            let (staging, files) = self.save_live_files(&entry).await?;
+            return Ok((staging, entry.template_id.clone(), files.bytes));
+        }
+        let paused = self.saved.paused(id).ok_or_else(|| sandbox_not_found(id))?;
+        let staging = self
+            .saved
             .store
             .staging()
             .map_err(|e| store_error("cannot make a staging directory", e))?;
-        let home = staging.join(HOME_COPY);
-        let result = if let Some(entry) = self.get(id) {
-            saved::save_home(&*entry.session, &home, Saved::limits(&self.config))
-                .await
-                .map(|files| (entry.template_id.clone(), files.bytes))
-        } else if let Some(paused) = saved.paused(id) {
-            saved::copy_saved(&paused.home(), &home)
-                .await
-                .map(|()| (paused.record.template_id.clone(), paused.record.bytes))
-        } else {
-            Err(sandbox_not_found(id))
-        };
-        match result {
-            Ok((template, bytes)) => Ok((staging, template, bytes)),
-            Err(e) => {
-                saved.store.discard(&staging);
-                Err(e)
-            }
+        if let Err(e) = saved::copy_saved(&paused.home(), &staging.join(HOME_COPY)).await {
+            self.saved.store.discard(&staging);
+            return Err(e);
         }
+        Ok((staging, paused.record.template_id.clone(), paused.record.bytes))
     }
 
     /// A snapshot of sandbox `id`'s files, named `name` if given.

@@ -38,6 +38,8 @@ pub(crate) struct SandboxEntry {
     pub(crate) traffic_token: Option<String>,
     /// What happens when its lifetime ends.
     pub(crate) lifecycle: Lifecycle,
+    /// Being paused: its files are being saved, so requests no longer reach it.
+    pub(crate) pausing: std::sync::atomic::AtomicBool,
     deadline: Mutex<Deadline>,
 }
 
@@ -221,6 +223,7 @@ impl Registry {
             envd_token,
             traffic_token,
             lifecycle: request.lifecycle,
+            pausing: std::sync::atomic::AtomicBool::new(false),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,
@@ -236,9 +239,14 @@ impl Registry {
         self.map().get(id).cloned()
     }
 
-    /// All live sandboxes, oldest first.
+    /// All live sandboxes (not those being paused), oldest first.
     pub(crate) fn list(&self) -> Vec<Arc<SandboxEntry>> {
-        let mut all: Vec<_> = self.map().values().cloned().collect();
+        let mut all: Vec<_> = self
+            .map()
+            .values()
+            .filter(|e| !e.pausing.load(Ordering::SeqCst))
+            .cloned()
+            .collect();
         all.sort_by_key(|e| e.started_at);
         all
     }
@@ -264,8 +272,10 @@ impl Registry {
 
     /// Forget the sandbox and kill it, or remove it if it is paused. False if it was neither.
     pub(crate) async fn kill(&self, id: &str) -> bool {
+        // Not while a pause, resume, fork or snapshot of it is under way.
+        let _guard = self.saved.lock.lock().await;
         let Some(entry) = self.map().remove(id) else {
-            return self.remove_paused(id).await;
+            return self.saved.remove_paused(id);
         };
         if let Err(e) = entry.session.kill().await {
             tracing::warn!(sandbox = %id, error = %e, "killing the sandbox failed");
@@ -311,6 +321,9 @@ impl Registry {
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| ApiError::bad_request(format!("Missing header: {SANDBOX_ID_HEADER}")))?;
         let entry = match self.get(id) {
+            Some(entry) if entry.pausing.load(Ordering::SeqCst) => {
+                return Err(ApiError::sandbox_not_running(id))
+            }
             Some(entry) => entry,
             None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => {
                 if self.config.api_key.is_some() {
