@@ -325,6 +325,18 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stdout.flush();
     }
 
+    // What a pause gives on this server, said once at start (the pause answers say it again).
+    match &config.state_dir {
+        Some(dir) => tracing::info!(
+            state_dir = %dir.display(),
+            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots \
+             survive a restart"
+        ),
+        None => tracing::info!(
+            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots are \
+             lost when the server stops (--state-dir keeps them)"
+        ),
+    }
     let router = server::try_router(backend, config.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();

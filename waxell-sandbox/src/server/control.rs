@@ -235,16 +235,20 @@ async fn connect(
         Some(seconds) => Some(state.registry.check_timeout(seconds)?),
         None => None,
     };
-    if state.registry.get(&id).is_none() && state.registry.saved.paused(&id).is_some() {
-        let timeout = timeout.unwrap_or(state.config.default_timeout);
-        let entry = state.registry.resume(&id, timeout).await?;
-        return Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response());
+    match state.registry.get(&id) {
+        Some(entry) if !entry.pausing.load(std::sync::atomic::Ordering::SeqCst) => {
+            if let Some(timeout) = timeout {
+                state.registry.set_timeout(&entry, timeout, true).await?;
+            }
+            Ok(Json(sandbox_json(&entry)).into_response())
+        }
+        // Paused, or being paused (resume waits for the pause to end): resume it.
+        _ => {
+            let timeout = timeout.unwrap_or(state.config.default_timeout);
+            let entry = state.registry.resume(&id, timeout).await?;
+            Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response())
+        }
     }
-    let entry = live(&state, &id)?;
-    if let Some(timeout) = timeout {
-        state.registry.set_timeout(&entry, timeout, true).await?;
-    }
-    Ok(Json(sandbox_json(&entry)).into_response())
 }
 
 /// E2B's `ResumedSandbox` (the deprecated resume route's body).

@@ -214,7 +214,230 @@ pub(crate) async fn copy_saved(from: &Path, to: &Path) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions};
+
     use super::*;
+
+    #[derive(Clone, Debug, PartialEq)]
+    enum Node {
+        Dir,
+        File(Vec<u8>),
+        /// What a symlink looks like through the file calls: listed, refused when read.
+        Link,
+    }
+
+    /// The file calls of a sandbox over a map of absolute paths; `extra` adds names to listings
+    /// (as hostile code could make a backend report).
+    #[derive(Default)]
+    struct Files {
+        nodes: Mutex<BTreeMap<String, Node>>,
+        extra: Vec<EntryInfo>,
+    }
+
+    impl Files {
+        fn with(nodes: &[(&str, Node)]) -> Self {
+            let mut map: BTreeMap<String, Node> =
+                nodes.iter().map(|(p, n)| ((*p).to_owned(), n.clone())).collect();
+            map.insert(HOME.to_owned(), Node::Dir);
+            Self {
+                nodes: Mutex::new(map),
+                extra: Vec::new(),
+            }
+        }
+
+        fn tree(&self) -> BTreeMap<String, Node> {
+            self.nodes.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl SandboxSession for Files {
+        fn sandbox_id(&self) -> &str {
+            "files"
+        }
+        async fn run_code(&self, _: &str, _: &RunOptions) -> Result<Execution, SandboxError> {
+            unimplemented!()
+        }
+        async fn create_context(
+            &self,
+            _: Option<&str>,
+            _: Option<&str>,
+        ) -> Result<CodeContext, SandboxError> {
+            unimplemented!()
+        }
+        async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
+            unimplemented!()
+        }
+        async fn restart_context(&self, _: &str) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn remove_context(&self, _: &str) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+            self.nodes
+                .lock()
+                .unwrap()
+                .insert(path.to_owned(), Node::File(data.to_vec()));
+            Ok(EntryInfo {
+                name: String::new(),
+                path: path.to_owned(),
+                is_dir: false,
+                size: data.len() as u64,
+            })
+        }
+        async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+            match self.nodes.lock().unwrap().get(path) {
+                Some(Node::File(data)) => Ok(data.clone()),
+                Some(_) => Err(SandboxError::InvalidPath {
+                    path: path.to_owned(),
+                    reason: "refused: a component is a symlink".into(),
+                }),
+                None => Err(SandboxError::FileNotFound {
+                    path: path.to_owned(),
+                }),
+            }
+        }
+        async fn list_files(&self, path: &str) -> Result<Vec<EntryInfo>, SandboxError> {
+            let nodes = self.nodes.lock().unwrap();
+            let prefix = format!("{path}/");
+            let mut entries: Vec<EntryInfo> = nodes
+                .iter()
+                .filter_map(|(p, node)| {
+                    let name = p.strip_prefix(&prefix)?;
+                    (!name.contains('/')).then(|| EntryInfo {
+                        name: name.to_owned(),
+                        path: p.clone(),
+                        is_dir: *node == Node::Dir,
+                        size: match node {
+                            Node::File(data) => data.len() as u64,
+                            _ => 0,
+                        },
+                    })
+                })
+                .collect();
+            if path == HOME {
+                entries.extend(self.extra.iter().cloned());
+            }
+            Ok(entries)
+        }
+        async fn make_dir(&self, path: &str) -> Result<bool, SandboxError> {
+            Ok(self
+                .nodes
+                .lock()
+                .unwrap()
+                .insert(path.to_owned(), Node::Dir)
+                .is_none())
+        }
+        async fn set_timeout(&self, _: Duration) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+        async fn kill(&self) -> Result<(), SandboxError> {
+            unimplemented!()
+        }
+    }
+
+    const LIMITS: SaveLimits = SaveLimits {
+        max_bytes: 1024,
+        max_entries: 16,
+    };
+
+    fn file(data: &str) -> Node {
+        Node::File(data.as_bytes().to_vec())
+    }
+
+    #[tokio::test]
+    async fn a_saved_home_comes_back_whole_without_links_or_foreign_names() {
+        let mut sandbox = Files::with(&[
+            ("/home/user/a.txt", file("alpha")),
+            ("/home/user/empty", Node::Dir),
+            ("/home/user/d", Node::Dir),
+            ("/home/user/d/e", Node::Dir),
+            ("/home/user/d/e/deep.bin", Node::File(vec![0, 1, 2, 255])),
+            ("/home/user/d/link", Node::Link),
+        ]);
+        sandbox.extra.push(EntryInfo {
+            name: "../escape".into(),
+            path: "/home/escape".into(),
+            is_dir: false,
+            size: 1,
+        });
+        let dir = tempfile_dir();
+        let saved = save_home(&sandbox, &dir.join("home"), LIMITS).await.unwrap();
+        assert_eq!((saved.files, saved.dirs, saved.bytes), (2, 3, 9));
+        assert!(
+            saved.skipped.iter().any(|s| s.ends_with("/d/link")),
+            "{:?}",
+            saved.skipped
+        );
+        assert!(
+            saved.skipped.iter().any(|s| s.ends_with("../escape")),
+            "{:?}",
+            saved.skipped
+        );
+        assert!(!dir.parent().unwrap().join("escape").exists());
+
+        let fresh = Files::with(&[]);
+        restore_home(&fresh, &dir.join("home")).await.unwrap();
+        let mut expected = sandbox.tree();
+        expected.remove("/home/user/d/link");
+        assert_eq!(fresh.tree(), expected);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_home_over_the_byte_or_entry_cap_is_refused_with_507() {
+        let big = Files::with(&[
+            ("/home/user/one", Node::File(vec![1; 600])),
+            ("/home/user/two", Node::File(vec![2; 600])),
+        ]);
+        let dir = tempfile_dir();
+        let error = save_home(&big, &dir.join("home"), LIMITS).await.unwrap_err();
+        assert_eq!(
+            error.status(),
+            StatusCode::INSUFFICIENT_STORAGE,
+            "{}",
+            error.message()
+        );
+        assert!(error.message().contains("1024 bytes"), "{}", error.message());
+
+        let names: Vec<(String, Node)> = (0..20).map(|i| (format!("/home/user/f{i}"), file("x"))).collect();
+        let many = Files::with(
+            &names
+                .iter()
+                .map(|(p, n)| (p.as_str(), n.clone()))
+                .collect::<Vec<_>>(),
+        );
+        let error = save_home(&many, &dir.join("home2"), LIMITS).await.unwrap_err();
+        assert_eq!(
+            error.status(),
+            StatusCode::INSUFFICIENT_STORAGE,
+            "{}",
+            error.message()
+        );
+        assert!(
+            error.message().contains("16 files and directories"),
+            "{}",
+            error.message()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh directory under the system's temporary one (its parent must exist; it must not).
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "waxell-saved-test-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
 
     #[test]
     fn names_that_would_leave_the_directory_are_refused() {
