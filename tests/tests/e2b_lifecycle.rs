@@ -227,3 +227,79 @@ async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
         "the metrics span carries the figures"
     );
 }
+
+/// With `refuse_memory_pause`, a pause asking for memory (E2B's default) is refused with 501, as is
+/// an auto-pause that would ask for it; `memory: false` pauses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_memory_pauses_says_so() {
+    let url = start_server(server_config().with_refuse_memory_pause(true)).await;
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str| {
+        client
+            .request(method, format!("{url}{path}"))
+            .header("X-API-KEY", API_KEY)
+    };
+    let created: serde_json::Value = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "timeout": 60}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+    let pause = format!("/sandboxes/{id}/pause");
+
+    let refused = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 501);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], 501);
+    assert!(
+        body["message"].as_str().unwrap().contains("memory: false"),
+        "{body}"
+    );
+
+    let paused = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({"memory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), 204);
+    assert_eq!(paused.headers()["waxell-pause"], "filesystem");
+    assert!(
+        paused.headers().get("warning").is_none(),
+        "memory was not asked for"
+    );
+    let again = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({"memory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "already paused");
+
+    let auto = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "autoPause": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        auto.status(),
+        501,
+        "autoPause keeping memory is refused at create"
+    );
+    let files_only = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(files_only.status(), 201);
+    let killed = call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 204, "a paused sandbox is killed");
+}

@@ -104,10 +104,19 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_TEMPLATE.into());
     let auto_pause = new.auto_pause.unwrap_or(false);
+    let auto_pause_memory = auto_pause && new.auto_pause_memory.unwrap_or(true);
     let auto_resume = new.auto_resume.is_some_and(|a| a.enabled);
     if auto_resume && !auto_pause {
         return Err(ApiError::bad_request(
             "autoResume needs autoPause (lifecycle.onTimeout: pause)",
+        ));
+    }
+    if auto_pause_memory && state.config.refuse_memory_pause {
+        // Said now rather than failing the pause (and killing the sandbox) when its time is up.
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "autoPause keeping memory (autoPauseMemory, true by default) is not supported by this server: \
+             it pauses files only; create with autoPauseMemory: false (keep_memory=False)",
         ));
     }
     let request = CreateRequest {
@@ -117,6 +126,7 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
         env_vars: new.env_vars.unwrap_or_default(),
         lifecycle: Lifecycle {
             auto_pause,
+            auto_pause_memory,
             auto_resume,
         },
         files: None,
@@ -564,6 +574,7 @@ fn paused_json(record: &PausedRecord) -> Value {
         "metadata": record.metadata,
         "lifecycle": lifecycle_json(Lifecycle {
             auto_pause: record.auto_pause,
+            auto_pause_memory: record.auto_pause_memory,
             auto_resume: record.auto_resume,
         }),
     })

@@ -219,6 +219,7 @@ impl Registry {
             started_at_ms: to_ms(entry.started_at),
             paused_at_ms: to_ms(SystemTime::now()),
             auto_pause: entry.lifecycle.auto_pause,
+            auto_pause_memory: entry.lifecycle.auto_pause_memory,
             auto_resume: entry.lifecycle.auto_resume,
             bytes: files.bytes,
         };
@@ -270,6 +271,7 @@ impl Registry {
             env_vars: record.env_vars.clone(),
             lifecycle: Lifecycle {
                 auto_pause: record.auto_pause,
+                auto_pause_memory: record.auto_pause_memory,
                 auto_resume: record.auto_resume,
             },
             files: Some(paused.home()),

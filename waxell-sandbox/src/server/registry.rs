@@ -43,10 +43,12 @@ pub(crate) struct SandboxEntry {
     deadline: Mutex<Deadline>,
 }
 
-/// E2B's `lifecycle`: pause instead of kill at the end of the lifetime, and resume on traffic.
+/// E2B's `lifecycle`: pause instead of kill at the end of the lifetime (asking to keep memory or
+/// not, `autoPauseMemory`), and resume on traffic.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Lifecycle {
     pub(crate) auto_pause: bool,
+    pub(crate) auto_pause_memory: bool,
     pub(crate) auto_resume: bool,
 }
 
@@ -286,16 +288,16 @@ impl Registry {
 
     async fn reap_expired(&self) {
         let now = Instant::now();
-        let expired: Vec<(String, bool)> = self
+        let expired: Vec<(String, Lifecycle)> = self
             .map()
             .values()
             .filter(|e| e.expired(now))
-            .map(|e| (e.id.clone(), e.lifecycle.auto_pause))
+            .map(|e| (e.id.clone(), e.lifecycle))
             .collect();
-        for (id, auto_pause) in expired {
-            if auto_pause {
+        for (id, lifecycle) in expired {
+            if lifecycle.auto_pause {
                 tracing::info!(sandbox = %id, "sandbox lifetime expired, pausing it (onTimeout: pause)");
-                match self.pause(&id, None).await {
+                match self.pause(&id, Some(lifecycle.auto_pause_memory)).await {
                     Ok(_) => continue,
                     Err(e) => {
                         tracing::warn!(sandbox = %id, error = %e.message(), "auto-pause failed, killing")

@@ -49,6 +49,8 @@ pub(crate) struct PausedRecord {
     pub(crate) started_at_ms: u64,
     pub(crate) paused_at_ms: u64,
     pub(crate) auto_pause: bool,
+    #[serde(default)]
+    pub(crate) auto_pause_memory: bool,
     pub(crate) auto_resume: bool,
     pub(crate) bytes: u64,
 }
@@ -105,6 +107,10 @@ impl Store {
                 true,
             ),
         };
+        if temporary {
+            // Not `recursive`: a directory someone else made at this (random) path is an error.
+            std::fs::DirBuilder::new().mode(0o700).create(&root)?;
+        }
         let store = Self { root, temporary };
         for kind in [Kind::Paused, Kind::Snapshot] {
             private_dir(&store.root.join(kind.dir()))?;
