@@ -34,7 +34,7 @@ const DEFAULT_TEMPLATE: &str = "code-interpreter-v1";
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/sandboxes", post(create).get(list))
+        .route("/sandboxes", post(create).get(list_running))
         .route("/v2/sandboxes", post(create).get(list))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
@@ -158,9 +158,23 @@ fn live(state: &AppState, id: &str) -> Result<Arc<SandboxEntry>, ApiError> {
     state.registry.get(id).ok_or_else(|| sandbox_not_found(id))
 }
 
-/// Live and paused sandboxes, filtered, ordered and paged as the query asks.
+/// `GET /sandboxes` (E2B's first list): the running sandboxes only.
+async fn list_running(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let mut query = ListQuery::parse(query.as_deref())?;
+    query.states = vec!["running".into()];
+    list_matching(&state, &query)
+}
+
+/// `GET /v2/sandboxes`: live and paused sandboxes, filtered, ordered and paged as the query asks.
 async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let query = ListQuery::parse(query.as_deref())?;
+    list_matching(&state, &query)
+}
+
+fn list_matching(state: &AppState, query: &ListQuery) -> Result<Response, ApiError> {
     let live = state.registry.list().into_iter().filter_map(|e| {
         query
             .matches(&e.metadata, "running", &e.template_id, e.started_at)
@@ -181,7 +195,7 @@ async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> 
                 item: paused_json(r),
             })
     });
-    let (items, next) = page(live.chain(paused).collect(), &query);
+    let (items, next) = page(live.chain(paused).collect(), query);
     Ok(with_next_token(Json(Value::Array(items)).into_response(), next))
 }
 
