@@ -136,6 +136,20 @@ def fork_and_snapshots():
             check(child.files.read(MARKER) == "before fork", "a sandbox from the snapshot has its files")
         finally:
             child.kill()
+        # A paused sandbox forks and snapshots from its saved files.
+        sbx.pause()
+        (paused_fork,) = Sandbox.fork(sbx.sandbox_id)
+        try:
+            check(paused_fork.files.read(MARKER) == "after snapshot", "a paused sandbox forks with its files")
+        finally:
+            paused_fork.kill()
+        of_paused = Sandbox.create_snapshot(sbx.sandbox_id)
+        child = Sandbox.create(of_paused.snapshot_id)
+        try:
+            check(child.files.read(MARKER) == "after snapshot", "a paused sandbox's snapshot has its files")
+        finally:
+            child.kill()
+        check(Sandbox.delete_snapshot(of_paused.snapshot_id), "that snapshot deleted")
         sbx.kill()
         child = Sandbox.create(name)
         try:
