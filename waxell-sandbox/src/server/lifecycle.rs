@@ -285,7 +285,7 @@ impl Registry {
     }
 
     /// Save a live sandbox's files into a new staging directory's `home`.
-    async fn save_live_files(&self, entry: &SandboxEntry) -> Result<(PathBuf, saved::Saved), ApiError> {
+    async fn save_live_files(&self, entry: &SandboxEntry) -> Result<(PathBuf, saved::SaveReport), ApiError> {
         let staging = self
             .saved
             .store

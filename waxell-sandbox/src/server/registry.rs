@@ -1,5 +1,5 @@
 //! The sandboxes of the server: E2B ids, lifetimes (TTL), data-plane tokens and the limit; the
-//! live ones here, the paused ones and snapshots (lifecycle.rs) kept in the [`Store`].
+//! live ones here, the paused ones and snapshots in lifecycle.rs (kept on disk by store.rs).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -23,7 +23,7 @@ pub(crate) struct SaveLimits {
 
 /// What a save kept.
 #[derive(Debug, Default)]
-pub(crate) struct Saved {
+pub(crate) struct SaveReport {
     pub(crate) bytes: u64,
     pub(crate) files: usize,
     pub(crate) dirs: usize,
@@ -55,8 +55,8 @@ pub(crate) async fn save_home(
     session: &dyn SandboxSession,
     dest: &Path,
     limits: SaveLimits,
-) -> Result<Saved, ApiError> {
-    let mut saved = Saved::default();
+) -> Result<SaveReport, ApiError> {
+    let mut saved = SaveReport::default();
     tokio::fs::create_dir(dest)
         .await
         .map_err(|e| host_io("cannot create", dest, e))?;
