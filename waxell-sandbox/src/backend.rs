@@ -119,6 +119,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Err(unsupported::<Self>("start_process"))
     }
 
+    /// What the sandbox uses now (its processes' CPU time and memory, its files' bytes), for
+    /// [`waxell::sandbox::SandboxSession::metrics`]. Not supported by this backend unless it
+    /// overrides this.
+    async fn usage(&self, _shell: &Self::Shell) -> Result<Usage, SandboxError> {
+        Err(unsupported::<Self>("metrics"))
+    }
+
     /// Save the sandbox's state (files and processes) so [`Backend::restore`] can bring it back.
     /// Not supported by this backend unless it overrides this.
     async fn checkpoint(&self, _shell: &Self::Shell) -> Result<Checkpoint, SandboxError> {
@@ -167,6 +174,19 @@ pub struct SandboxProcess {
     pub(crate) stdin: KernelWriter,
     pub(crate) stdout: KernelReader,
     pub(crate) stderr: StderrTail,
+}
+
+/// A sandbox's use of its resources at one moment ([`Backend::usage`]); the core turns it into
+/// E2B's metrics against the sandbox's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// CPU time its processes used so far, in seconds (user + system). May drop when a process
+    /// exits on backends that sum live processes; the core then reports 0 % for that interval.
+    pub(crate) cpu_seconds: f64,
+    /// Memory its processes hold, in bytes.
+    pub(crate) memory_bytes: u64,
+    /// Bytes its writable file systems hold.
+    pub(crate) disk_bytes: u64,
 }
 
 /// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it.

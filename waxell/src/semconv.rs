@@ -178,6 +178,10 @@ pub const WAXELL_SANDBOX_RESULT_PREFIX: &str = "waxell.sandbox.result.";
 /// The largest image (base64 characters) recorded on a sandbox cell's span.
 pub const SANDBOX_IMAGE_MAX_BASE64: usize = 256 * 1024;
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
+/// `sandbox.metrics`: CPU use (percent of the sandbox's CPUs), memory and disk used (bytes).
+pub const WAXELL_SANDBOX_CPU_USED_PCT: &str = "waxell.sandbox.cpu_used_pct";
+pub const WAXELL_SANDBOX_MEM_USED: &str = "waxell.sandbox.mem_used";
+pub const WAXELL_SANDBOX_DISK_USED: &str = "waxell.sandbox.disk_used";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 /// `sandbox.make_dir`: whether the directory was new.

@@ -3,7 +3,8 @@ container's files). Mirrors the local backend's rules: paths under /home/user on
 any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr;
 a missing path: exit 3; a file over the size cap: exit 4.
 Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes;
-`setmeta` reads the metadata likewise, as a JSON object (stored as user.e2b.* extended attributes)."""
+`setmeta` reads the metadata likewise, as a JSON object (stored as user.e2b.* extended attributes);
+`disk` prints the bytes used on the home's file system."""
 import json, os, shutil, stat, sys
 
 HOME = "/home/user"
@@ -145,6 +146,10 @@ def main():
             for key, value in wanted.items():
                 os.setxattr(path, META + key, value.encode(), follow_symlinks=False)
             print(json.dumps(entry(path)))
+        elif op == "disk":
+            # Bytes used on the home's tmpfs (its size cap is the sandbox's scratch limit).
+            st = os.statvfs(HOME)
+            print((st.f_blocks - st.f_bfree) * st.f_frsize)
         elif op == "remove":
             check(path)
             if path == HOME:

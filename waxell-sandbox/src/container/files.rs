@@ -8,7 +8,7 @@ use bollard::Docker;
 use super::engine::run_helper;
 use super::guard::ContainerGuard;
 use super::spec::USER;
-use crate::paths::sandbox_path;
+use crate::paths::{sandbox_path, HOME_DIR};
 
 /// The in-container file helper.
 const FILEOP_SOURCE: &str = include_str!("fileop.py");
@@ -126,6 +126,11 @@ impl Files<'_> {
         let mut stdin = format!("{}\n", json.len()).into_bytes();
         stdin.extend_from_slice(&json);
         self.fileop_json(&["setmeta", &target], Some(&stdin), path).await
+    }
+
+    /// Bytes used on the home's tmpfs.
+    pub(super) async fn disk_used(&self) -> Result<u64, SandboxError> {
+        self.fileop_json(&["disk", HOME_DIR], None, HOME_DIR).await
     }
 
     pub(super) async fn remove(&self, path: &str) -> Result<(), SandboxError> {

@@ -28,7 +28,7 @@ use bollard::Docker;
 use tokio::time::Instant;
 use waxell::sandbox::{EntryInfo, SandboxError};
 
-use crate::backend::{Backend, Prepared};
+use crate::backend::{Backend, Prepared, Usage};
 use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
@@ -243,6 +243,41 @@ impl Backend for Container {
     /// Removing the container kills every process in it; runs holding a context see EOF.
     async fn kill_all(&self, container: &ContainerGuard) {
         container.remove().await;
+    }
+
+    /// The engine's one-shot stats: CPU time and memory as `docker stats` counts them (usage
+    /// less the inactive page cache); the home tmpfs's use from the file helper.
+    async fn usage(&self, container: &ContainerGuard) -> Result<Usage, SandboxError> {
+        use futures_util::StreamExt;
+        let options = bollard::query_parameters::StatsOptionsBuilder::new()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        let stats = self
+            .docker
+            .stats(&container.id, Some(options))
+            .next()
+            .await
+            .ok_or_else(|| SandboxError::NotFound(format!("container {} has no stats", container.name)))?
+            .map_err(|e| api_error(&format!("stats of container {}", container.name), e))?;
+        let cpu_ns = stats
+            .cpu_stats
+            .and_then(|c| c.cpu_usage)
+            .and_then(|u| u.total_usage)
+            .unwrap_or(0);
+        let memory = stats.memory_stats.map_or(0, |m| {
+            let inactive = m
+                .stats
+                .as_ref()
+                .and_then(|s| s.get("inactive_file").or_else(|| s.get("total_inactive_file")).copied())
+                .unwrap_or(0);
+            m.usage.unwrap_or(0).saturating_sub(inactive)
+        });
+        Ok(Usage {
+            cpu_seconds: cpu_ns as f64 / 1e9,
+            memory_bytes: memory,
+            disk_bytes: self.files(container).disk_used().await?,
+        })
     }
 
     async fn write_file(&self, container: &ContainerGuard, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {

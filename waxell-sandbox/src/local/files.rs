@@ -62,6 +62,13 @@ impl ScratchFiles {
         Ok(PathBuf::from(inside[HOME_DIR.len()..].trim_start_matches('/')))
     }
 
+    /// Bytes the scratch file system holds (its tmpfs's used blocks).
+    pub(crate) fn disk_used(&self) -> Result<u64, SandboxError> {
+        let root = self.open_root()?;
+        let stat = rustix::fs::fstatvfs(&root).map_err(|e| SandboxError::Io(e.into()))?;
+        Ok(stat.f_blocks.saturating_sub(stat.f_bfree).saturating_mul(stat.f_frsize))
+    }
+
     fn open_root(&self) -> Result<OwnedFd, SandboxError> {
         match &self.root {
             ScratchRoot::Host(root) => rustix::fs::open(

@@ -29,6 +29,7 @@ linux_only! {
     mod spawn;
     mod uid_lease;
     mod watch;
+    mod usage;
     mod watchdog;
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
 
-use crate::backend::{Backend, Prepared};
+use crate::backend::{Backend, Prepared, Usage};
 use crate::config::SandboxConfig;
 use crate::kernel::KernelProcess;
 use crate::local::capabilities::{HostReport, IsolationMode};
@@ -22,6 +22,7 @@ use crate::local::mounts::{prepare_scratch_root, sweep_stale_scratch, SandboxMou
 use crate::local::rootless;
 use crate::local::uid_lease::{self, UidLease};
 use crate::local::watch;
+use crate::local::usage;
 use crate::naming;
 use crate::pool::Pooled;
 use crate::session::Session;
@@ -237,6 +238,19 @@ impl Backend for Local {
 
     async fn kill_all(&self, shell: &LocalShell) {
         shell.cgroup.kill_all();
+    }
+
+    async fn usage(&self, shell: &LocalShell) -> Result<Usage, SandboxError> {
+        let pids = shell.cgroup.pids();
+        let disk_bytes = self.files(shell, |files| files.disk_used()).await?;
+        let (cpu_seconds, memory_bytes) = tokio::task::spawn_blocking(move || usage::process_usage(&pids))
+            .await
+            .map_err(|e| SandboxError::Io(std::io::Error::other(format!("usage reading panicked: {e}"))))?;
+        Ok(Usage {
+            cpu_seconds,
+            memory_bytes,
+            disk_bytes,
+        })
     }
 
     async fn remove(&self, shell: &LocalShell) {

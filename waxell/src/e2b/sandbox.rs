@@ -21,7 +21,7 @@ use super::wire::{
 };
 use crate::sandbox::{
     CodeContext, DirWatch, EntryInfo, Execution, FsEvent, RunOptions, SandboxBackend, SandboxError,
-    SandboxOptions, SandboxSession, WatchOptions,
+    SandboxMetrics, SandboxOptions, SandboxSession, WatchOptions,
 };
 
 /// Default template of E2B Code Interpreter.
@@ -580,6 +580,66 @@ impl SandboxSession for E2bSandbox {
         })
         .await?;
         Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/pause` with E2B's default (keep memory where the server can).
+    async fn pause(&self) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("pause sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/pause", self.id);
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared
+                .control(Method::POST, &path)
+                .json(&wire::PauseRequest::default())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/connect`, which resumes a paused sandbox (its tokens stay the same).
+    async fn resume(&self, timeout: Duration) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("resume sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/connect", self.id);
+        let body = ConnectRequest {
+            timeout: Some(timeout_seconds(timeout)),
+        };
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The newest sample of `GET /sandboxes/{id}/metrics`.
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        let what = format!("metrics of sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/metrics", self.id);
+        let response = http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::GET, &path)
+        })
+        .await?;
+        let samples: Vec<wire::Metric> = http::json(&what, response).await?;
+        let newest = samples
+            .into_iter()
+            .max_by_key(|m| m.timestamp_unix)
+            .ok_or_else(|| SandboxError::Other(format!("{what}: no sample (is the sandbox paused?)")))?;
+        let mut metrics = SandboxMetrics::new(
+            newest.cpu_count,
+            newest.cpu_used_pct,
+            newest.mem_used,
+            newest.mem_total,
+            newest.disk_used,
+            newest.disk_total,
+        );
+        if newest.timestamp_unix > 0 {
+            metrics.timestamp = std::time::UNIX_EPOCH + Duration::from_secs(newest.timestamp_unix as u64);
+        }
+        Ok(metrics)
     }
 
     async fn kill(&self) -> Result<(), SandboxError> {

@@ -30,7 +30,7 @@ pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
 pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 
 /// `NewSandbox` / `NewSandboxV2`: the body of `POST /sandboxes` and `POST /v2/sandboxes`. Fields
-/// E2B defines and these sides do not use (`autoPause`, `network`, `secure`, ...) are left out.
+/// E2B defines and these sides do not use (`network`, `secure`, ...) are left out.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -47,6 +47,22 @@ pub struct NewSandbox {
     /// Environment variables of every run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Pause instead of kill when the lifetime ends (E2B's `lifecycle.onTimeout: pause`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_pause: Option<bool>,
+    /// Whether that pause keeps memory (E2B's default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_pause_memory: Option<bool>,
+    /// Resume the paused sandbox when a request reaches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<AutoResume>,
+}
+
+/// `SandboxAutoResumeConfig`: `{"enabled": bool}`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct AutoResume {
+    /// Resume on traffic.
+    pub enabled: bool,
 }
 
 impl NewSandbox {
@@ -94,6 +110,40 @@ pub struct Sandbox {
 pub struct TimeoutRequest {
     /// New lifetime from now, in seconds.
     pub timeout: i64,
+}
+
+/// Body of `POST /sandboxes/{id}/pause`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PauseRequest {
+    /// Keep memory (processes, variables) as well as files; E2B's default is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+}
+
+/// One sample of `GET /sandboxes/{id}/metrics` (E2B's `SandboxMetric`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    /// When it was measured (RFC 3339).
+    pub timestamp: String,
+    /// The same, in Unix seconds.
+    #[serde(default)]
+    pub timestamp_unix: i64,
+    /// CPUs of the sandbox.
+    pub cpu_count: u32,
+    /// CPU use in percent of them.
+    pub cpu_used_pct: f64,
+    /// Memory used, bytes.
+    pub mem_used: u64,
+    /// Memory cap, bytes.
+    pub mem_total: u64,
+    /// Page cache, bytes.
+    #[serde(default)]
+    pub mem_cache: u64,
+    /// Disk used, bytes.
+    pub disk_used: u64,
+    /// Disk cap, bytes.
+    pub disk_total: u64,
 }
 
 /// Body of `POST /sandboxes/{id}/connect`.

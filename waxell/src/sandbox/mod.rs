@@ -10,8 +10,8 @@ mod types;
 pub use instrumented::Sandbox;
 pub use types::{
     CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, FsEvent, FsEventKind, LimitKind,
-    Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
-    WatchOptions,
+    Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxMetrics,
+    SandboxOptions, WatchOptions,
 };
 
 use async_trait::async_trait;
@@ -124,4 +124,29 @@ pub trait SandboxSession: Send + Sync {
 
     /// Kill the sandbox and everything in it.
     async fn kill(&self) -> Result<(), SandboxError>;
+
+    /// Pause the sandbox: it stops using CPU and memory and keeps its files until
+    /// [`SandboxSession::resume`] (E2B's pause; what else it keeps is the backend's: E2B's cloud
+    /// keeps memory, `waxell-sandbox serve` files only). The default says the backend cannot.
+    async fn pause(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Other(
+            "pause: not supported by this sandbox backend".into(),
+        ))
+    }
+
+    /// Resume a paused sandbox, with a lifetime of `timeout` from now. The default says the
+    /// backend cannot.
+    async fn resume(&self, timeout: std::time::Duration) -> Result<(), SandboxError> {
+        let _ = timeout;
+        Err(SandboxError::Other(
+            "resume: not supported by this sandbox backend".into(),
+        ))
+    }
+
+    /// The sandbox's resource use now. The default says the backend cannot measure it.
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        Err(SandboxError::Other(
+            "metrics: not supported by this sandbox backend".into(),
+        ))
+    }
 }

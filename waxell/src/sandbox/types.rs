@@ -318,6 +318,50 @@ impl WatchOptions {
     }
 }
 
+/// A sandbox's resource use at one moment ([`crate::sandbox::SandboxSession::metrics`]), as E2B
+/// reports it: CPUs and their use, memory and disk used against the sandbox's caps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxMetrics {
+    /// When it was measured.
+    pub timestamp: std::time::SystemTime,
+    /// CPUs the sandbox may use (its CPU cap, rounded up).
+    pub cpu_count: u32,
+    /// CPU used since the previous measurement (since the start for the first), in percent of
+    /// `cpu_count` CPUs.
+    pub cpu_used_pct: f64,
+    /// Memory its processes hold, in bytes.
+    pub mem_used: u64,
+    /// Its memory cap, in bytes.
+    pub mem_total: u64,
+    /// Bytes its writable file systems hold.
+    pub disk_used: u64,
+    /// Their size cap, in bytes.
+    pub disk_total: u64,
+}
+
+impl SandboxMetrics {
+    /// A measurement taken now.
+    pub fn new(
+        cpu_count: u32,
+        cpu_used_pct: f64,
+        mem_used: u64,
+        mem_total: u64,
+        disk_used: u64,
+        disk_total: u64,
+    ) -> Self {
+        Self {
+            timestamp: std::time::SystemTime::now(),
+            cpu_count,
+            cpu_used_pct,
+            mem_used,
+            mem_total,
+            disk_used,
+            disk_total,
+        }
+    }
+}
+
 /// Options for creating a sandbox. Backends ignore what does not apply to them.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
