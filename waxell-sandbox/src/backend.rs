@@ -10,13 +10,13 @@
 //! Session<Foo>` (one live sandbox, implements `SandboxSession`). docs/sandbox.md, "Adding a
 //! backend", walks through it.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
+
+use crate::command::Pty;
 
 use crate::config::{BackendOptions, SandboxConfig};
-use crate::kernel::{KernelProcess, KernelReader, KernelWriter, ProcessControl, StderrTail};
+use crate::kernel::KernelProcess;
 
 /// A sandbox a backend made, with its default kernel ready: what the warm pool holds. Field
 /// order = drop order: the kernel goes before the sandbox's resources.
@@ -92,9 +92,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Remove a file or a directory tree.
     async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
 
-    /// Start a process (with a PTY if `spec.pty` is set) in the sandbox. Not supported by this
-    /// backend unless it overrides this.
-    async fn start_process(&self, _shell: &Self::Shell, _spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+    /// Start a process in the sandbox under the same isolation and limits as a kernel. The core
+    /// has checked `spec` (cwd, no NUL bytes) and merged the sandbox's environment into it; when
+    /// `spec.pty` is set it opened `pty` on the host (counted against the sandbox's terminals), and
+    /// the process gets its terminal end ([`crate::command`]). Not supported by this backend
+    /// unless it overrides this.
+    async fn start_process(
+        &self,
+        _shell: &Self::Shell,
+        _spec: &ProcessSpec,
+        _pty: Option<Pty>,
+    ) -> Result<SandboxProcess, SandboxError> {
         Err(unsupported::<Self>("start_process"))
     }
 
@@ -116,36 +124,6 @@ pub(crate) fn unsupported<B: Backend>(operation: &'static str) -> SandboxError {
         backend: B::NAME,
         operation,
     }
-}
-
-/// A process to start in a sandbox ([`Backend::start_process`]).
-#[derive(Debug, Clone, Default)]
-#[expect(dead_code, reason = "the process and PTY issue adds the backends that read it")]
-pub struct ProcessSpec {
-    /// Program and arguments.
-    pub(crate) cmd: Vec<String>,
-    /// Working directory (checked like a context's); `None` = the home directory.
-    pub(crate) cwd: Option<String>,
-    /// Environment variables added to the sandbox's.
-    pub(crate) env: BTreeMap<String, String>,
-    /// Run it on a terminal of this size.
-    pub(crate) pty: Option<PtySize>,
-}
-
-/// A terminal's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PtySize {
-    pub(crate) rows: u16,
-    pub(crate) cols: u16,
-}
-
-/// A started process: the same parts a kernel is made of (see [`KernelProcess::from_parts`]).
-#[expect(dead_code, reason = "the process and PTY issue adds the callers")]
-pub struct SandboxProcess {
-    pub(crate) control: Box<dyn ProcessControl>,
-    pub(crate) stdin: KernelWriter,
-    pub(crate) stdout: KernelReader,
-    pub(crate) stderr: StderrTail,
 }
 
 /// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it.

@@ -6,9 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::backend::{Backend, Prepared};
+use crate::command::Pty;
 use crate::config::SandboxConfig;
 use crate::kernel::KernelProcess;
 use crate::local::capabilities::{HostReport, IsolationMode};
@@ -219,6 +220,16 @@ impl Backend for Local {
         self.launcher
             .start_kernel(&shell.mounts.slot(shell.uid, &shell.cgroup))
             .await
+    }
+
+    async fn start_process(
+        &self,
+        shell: &LocalShell,
+        spec: &ProcessSpec,
+        pty: Option<Pty>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        let slot = shell.mounts.slot(shell.uid, &shell.cgroup);
+        crate::command::attach(self.launcher.start_process(&slot, spec, pty).await?)
     }
 
     fn sandbox_id(shell: &LocalShell) -> &str {
