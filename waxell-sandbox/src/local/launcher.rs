@@ -308,7 +308,11 @@ impl Launcher {
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
-        add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        let cwd = match program {
+            Program::Process { spec, .. } => spec.cwd.as_deref().unwrap_or(HOME_DIR),
+            Program::Kernel => HOME_DIR,
+        };
+        add(&mut args, &[HOME_DIR, "--chdir", cwd]);
         if self.tools.rootless {
             add(&mut args, &crate::local::rootless::AFTER_MOUNTS);
         }
@@ -338,10 +342,7 @@ impl Launcher {
             &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
         );
         if let Program::Process { spec, .. } = program {
-            // After the sandbox's own: the last --chdir and --setenv of a name win.
-            if let Some(cwd) = &spec.cwd {
-                add(&mut args, &["--chdir", cwd]);
-            }
+            // After the sandbox's own: the last --setenv of a name wins.
             for (key, value) in &spec.env {
                 add(&mut args, &["--setenv", key, value]);
             }

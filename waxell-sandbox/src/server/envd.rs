@@ -1,6 +1,6 @@
-//! envd plane (sandbox port 49983): health, `/files` download and upload, and the filesystem
+//! envd plane (sandbox port 49983): health, `/files` download and upload, the filesystem
 //! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Move`, `Remove`) over the Connect protocol's JSON
-//! codec.
+//! codec, and the process RPCs (process.rs).
 
 use std::io::Read;
 use std::sync::Arc;
@@ -33,6 +33,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/envs", get(envs))
         .route("/files", get(download).post(upload))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .route("/process.Process/{method}", post(super::process::rpc))
         .fallback(|| async { ApiError::not_found("no such envd route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
@@ -43,7 +44,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
+pub(crate) async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
     state
         .registry
         .for_data_plane(headers, &[(ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref())])

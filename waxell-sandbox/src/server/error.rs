@@ -73,6 +73,11 @@ impl ApiError {
         )
     }
 
+    /// The Connect protocol's code for this error (`not_found`, `unimplemented`, ...).
+    pub(crate) fn connect_code(&self) -> &'static str {
+        connect_code(self.status)
+    }
+
     /// The same error rendered as a Connect-RPC error (`{"code": "not_found", ...}`).
     pub(crate) fn into_connect(mut self) -> Self {
         if matches!(self.style, Style::Rest) {

@@ -31,11 +31,13 @@ mod body;
 mod code;
 mod config;
 mod conn;
+mod connect;
 mod control;
 mod envd;
 mod error;
 mod execute;
 mod guard;
+mod process;
 mod registry;
 mod state;
 

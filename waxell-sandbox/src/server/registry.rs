@@ -32,6 +32,8 @@ pub(crate) struct SandboxEntry {
     pub(crate) envd_token: Option<String>,
     /// Checked by Code Interpreter requests (`E2B-Traffic-Access-Token`), likewise.
     pub(crate) traffic_token: Option<String>,
+    /// Its running processes (envd's process RPCs).
+    pub(crate) processes: Arc<super::process::ProcessTable>,
     deadline: Mutex<Deadline>,
 }
 
@@ -159,6 +161,7 @@ impl Registry {
             started_at: SystemTime::now(),
             envd_token: with_token.then(new_token),
             traffic_token: with_token.then(new_token),
+            processes: Arc::default(),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,
