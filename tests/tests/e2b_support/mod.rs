@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,4 +65,59 @@ pub fn client_config(url: &str) -> E2bConfig {
         .with_api_url(url)
         .with_sandbox_url(url)
         .with_request_timeout(Duration::from_secs(30))
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    waxell_tests::manifest_dir!()
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// The peer venv's python (E2B's official SDKs from PyPI), installing it with
+/// scripts/setup-e2b-peer.sh when missing (idempotent).
+pub fn peer_python() -> PathBuf {
+    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".local/share/waxell/e2b-peer-venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        let status = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
+            .status()
+            .expect("running scripts/setup-e2b-peer.sh");
+        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
+    }
+    assert!(python.exists(), "no python at {}", python.display());
+    python
+}
+
+/// Run a script of tests/ with the peer python against the server at `url`; its output, after
+/// asserting it passed (printed "all checks passed").
+pub async fn run_peer_script(script: &str, args: &[&str], url: &str, limit: Duration) -> String {
+    let mut command = tokio::process::Command::new(peer_python());
+    command
+        .arg(repo_root().join("tests").join(script))
+        .args(args)
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_DOMAIN")
+        .env("E2B_API_URL", url)
+        .env("E2B_SANDBOX_URL", url)
+        .env("E2B_API_KEY", API_KEY)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} took over {limit:?}"))
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(output.status.success(), "{script} failed ({}):\n{stdout}\n{stderr}", output.status);
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    stdout
 }
