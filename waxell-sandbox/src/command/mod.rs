@@ -23,26 +23,40 @@ use waxell::sandbox::{
     ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, PtySize, SandboxError, SandboxProcess,
 };
 
-/// Runs inside the sandbox before a program on a terminal (`python -I -c HELPER program args...`):
-/// makes the terminal (its stdin) the controlling one, so job control works and a resize reaches
-/// the program as SIGWINCH, and restores the signals Python ignores so the program gets them.
-pub(crate) const TERMINAL_HELPER: &str = r#"import os, sys, signal, fcntl, termios
+/// Runs inside the sandbox before a program when the host cannot set everything up itself:
+/// `python -I -c HELPER <nproc> <tty> program args...`. With `nproc` > 0 it caps the processes
+/// (rootless: `RLIMIT_NPROC` counts per user namespace only when set inside it, and the program
+/// must not run before the cap); with `tty` = 1 it makes the terminal (its stdin) the controlling
+/// one, so job control works and a resize reaches the program as SIGWINCH. It restores the
+/// signals Python ignores, so the program gets them, then becomes the program.
+pub(crate) const PROCESS_HELPER: &str = r#"import os, sys, signal
+nproc, tty = int(sys.argv[1]), sys.argv[2] == "1"
+if nproc > 0:
+    import resource
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 for s in (signal.SIGPIPE, signal.SIGXFSZ):
     signal.signal(s, signal.SIG_DFL)
+if tty:
+    import fcntl, termios
+    try:
+        os.setsid()
+    except OSError:
+        pass
+    try:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    except OSError:
+        pass
 try:
-    os.setsid()
-except OSError:
-    pass
-try:
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-except OSError:
-    pass
-try:
-    os.execvp(sys.argv[1], sys.argv[1:])
+    os.execvp(sys.argv[3], sys.argv[3:])
 except OSError as e:
-    sys.stderr.write(f"{sys.argv[1]}: {e.strerror}\n")
+    sys.stderr.write(f"{sys.argv[3]}: {e.strerror}\n")
     os._exit(127 if isinstance(e, FileNotFoundError) else 126)
 "#;
+
+/// The helper's arguments before the program: no process cap, terminal or not.
+pub(crate) fn helper_args(nproc: u64, tty: bool) -> [String; 4] {
+    ["-c".into(), PROCESS_HELPER.into(), nproc.to_string(), if tty { "1" } else { "0" }.into()]
+}
 
 /// Pseudo-terminals one sandbox may hold open at once.
 pub(crate) const MAX_PTYS: usize = 8;

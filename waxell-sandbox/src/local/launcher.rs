@@ -17,7 +17,7 @@ use crate::local::cgroup::Cgroup;
 use crate::config::Limits;
 use crate::local::config::LocalConfig;
 use crate::local::host::{HostTools, PythonMount, PythonRuntime};
-use crate::command::{HostEnds, Launched, Pty, Signaller, TERMINAL_HELPER};
+use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
 use crate::kernel::{KernelProcess, KERNEL_PATH, KERNEL_SOURCE};
 use crate::local::child;
 use crate::paths::HOME_DIR;
@@ -129,14 +129,6 @@ impl Launcher {
             return Err(SandboxError::InvalidArgument(
                 "refusing to run sandboxed code as uid 0".into(),
             ));
-        }
-        if self.tools.rootless {
-            // Rootless, the process cap is set on a process from the host once it runs (see
-            // `rootless::cap_processes`); a command could fork before that.
-            return Err(SandboxError::Unsupported {
-                backend: "local (rootless)",
-                operation: "start_process",
-            });
         }
         let (mut command, options) = self.command(slot, &Program::Process { spec, pty: pty.is_some() });
         let setup = self.child_setup(slot, &options)?;
@@ -372,14 +364,19 @@ impl Launcher {
             Program::Kernel => {
                 command.arg(&self.python.executable).args(["-I", KERNEL_PATH]);
             }
-            Program::Process { spec, pty: true } => {
+            // Root: the rlimits are all set before bwrap runs; the helper only for a terminal.
+            Program::Process { spec, pty: false } if !self.tools.rootless => {
+                command.arg(&spec.cmd).args(&spec.args);
+            }
+            // Rootless: the process cap is set inside (see `PROCESS_HELPER`), as for a kernel.
+            Program::Process { spec, pty } => {
+                let nproc = if self.tools.rootless { limits.max_processes } else { 0 };
                 command
                     .arg(&self.python.executable)
-                    .args(["-I", "-c", TERMINAL_HELPER, &spec.cmd])
+                    .arg("-I")
+                    .args(helper_args(nproc, *pty))
+                    .arg(&spec.cmd)
                     .args(&spec.args);
-            }
-            Program::Process { spec, pty: false } => {
-                command.arg(&spec.cmd).args(&spec.args);
             }
         }
         command

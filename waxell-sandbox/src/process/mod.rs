@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 
 use waxell::sandbox::{EntryInfo, ProcessSignal, ProcessSpec, SandboxError, SandboxProcess};
 
-use crate::command::{HostEnds, Launched, Pty, Signaller, TERMINAL_HELPER};
+use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
 
 use crate::backend::{Backend, Prepared};
 use crate::config::{BackendOptions, SandboxConfig};
@@ -189,7 +189,7 @@ impl Backend for Process {
         let mut command = match &pty {
             Some(_) => {
                 let mut command = std::process::Command::new("python3");
-                command.args(["-I", "-c", TERMINAL_HELPER, &spec.cmd]);
+                command.arg("-I").args(helper_args(0, true)).arg(&spec.cmd);
                 command
             }
             None => {
