@@ -117,7 +117,11 @@ pub async fn run_peer_script(script: &str, args: &[&str], url: &str, limit: Dura
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
-    assert!(output.status.success(), "{script} failed ({}):\n{stdout}\n{stderr}", output.status);
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
     assert!(stdout.contains("all checks passed"), "{stdout}");
     stdout
 }

@@ -58,8 +58,7 @@ pub(crate) fn helper_args(nproc: u64, tty: bool) -> [String; 4] {
     ["-c".into(), PROCESS_HELPER.into(), nproc.to_string(), if tty { "1" } else { "0" }.into()]
 }
 
-/// Pseudo-terminals one sandbox may hold open at once.
-pub(crate) const MAX_PTYS: usize = 8;
+pub(crate) use crate::config::MAX_PTYS;
 /// Bytes read from a process's output at a time (one event at most this large).
 const CHUNK: usize = 32 << 10;
 /// Events buffered before the reader of a process's output pushes back on it.

@@ -33,7 +33,11 @@ pub(crate) fn check_codec(headers: &HeaderMap, streaming: bool) -> Result<(), Ap
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase();
-    let expected = if streaming { STREAM_JSON } else { "application/json" };
+    let expected = if streaming {
+        STREAM_JSON
+    } else {
+        "application/json"
+    };
     if content_type == expected || (!streaming && content_type.is_empty()) {
         return Ok(());
     }
@@ -112,7 +116,9 @@ impl EnvelopeReader {
         loop {
             if self.buffer.len() >= 5 {
                 let flags = self.buffer[0];
-                let length = u32::from_be_bytes([self.buffer[1], self.buffer[2], self.buffer[3], self.buffer[4]]) as usize;
+                let length =
+                    u32::from_be_bytes([self.buffer[1], self.buffer[2], self.buffer[3], self.buffer[4]])
+                        as usize;
                 if length > self.limit {
                     return Err(ApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
@@ -132,10 +138,94 @@ impl EnvelopeReader {
             }
             match self.body.next().await {
                 Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
-                Some(Err(e)) => return Err(ApiError::bad_request(format!("could not read the request stream: {e}"))),
+                Some(Err(e)) => {
+                    return Err(ApiError::bad_request(format!(
+                        "could not read the request stream: {e}"
+                    )))
+                }
                 None if self.buffer.is_empty() => return Ok(None),
                 None => return Err(ApiError::bad_request("the request stream ended inside a message")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunked(parts: Vec<Vec<u8>>) -> Body {
+        let chunks = parts.into_iter().map(|p| Ok::<_, std::io::Error>(Bytes::from(p)));
+        Body::from_stream(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn envelopes_are_read_across_chunk_boundaries_until_the_body_ends() {
+        let first = envelope(0, br#"{"n":1}"#).to_vec();
+        let second = envelope(0, br#"{"n":2}"#).to_vec();
+        // Split inside the first prefix and inside the second payload.
+        let mut all = first.clone();
+        all.extend(&second);
+        let body = chunked(vec![
+            all[..3].to_vec(),
+            all[3..first.len() + 7].to_vec(),
+            all[first.len() + 7..].to_vec(),
+        ]);
+        let mut reader = EnvelopeReader::new(body, 1024);
+        assert_eq!(reader.next::<Value>().await.unwrap(), Some(json!({"n": 1})));
+        assert_eq!(reader.next::<Value>().await.unwrap(), Some(json!({"n": 2})));
+        assert_eq!(reader.next::<Value>().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_truncated_or_compressed_message_is_refused() {
+        let mut reader = EnvelopeReader::new(chunked(vec![envelope(0, &[b' '; 100]).to_vec()]), 10);
+        assert_eq!(
+            reader.next::<Value>().await.unwrap_err().status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let cut = envelope(0, br#"{"n":1}"#)[..6].to_vec();
+        let mut reader = EnvelopeReader::new(chunked(vec![cut]), 1024);
+        assert!(reader
+            .next::<Value>()
+            .await
+            .unwrap_err()
+            .message()
+            .contains("ended inside a message"));
+        let mut reader = EnvelopeReader::new(chunked(vec![envelope(FLAG_COMPRESSED, b"{}").to_vec()]), 1024);
+        assert_eq!(
+            reader.next::<Value>().await.unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn only_the_json_codec_is_served() {
+        let headers = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            headers
+        };
+        assert!(check_codec(&headers("application/connect+json"), true).is_ok());
+        assert!(check_codec(&headers("application/json; charset=utf-8"), false).is_ok());
+        let refused = check_codec(&headers("application/connect+proto"), true).unwrap_err();
+        assert_eq!(refused.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert!(
+            refused.message().contains("application/connect+json"),
+            "{}",
+            refused.message()
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_stream_carries_a_connect_error() {
+        let error = ApiError::new(StatusCode::NOT_IMPLEMENTED, "no processes here");
+        let end = end(Some(&error));
+        assert_eq!(end[0], FLAG_END_STREAM);
+        let body: Value = serde_json::from_slice(&end[5..]).unwrap();
+        assert_eq!(
+            body,
+            json!({"error": {"code": "unimplemented", "message": "no processes here"}})
+        );
     }
 }

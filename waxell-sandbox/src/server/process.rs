@@ -130,12 +130,23 @@ impl ProcessTable {
         let inner = self.lock();
         let found = match (selector.pid, selector.tag.as_deref()) {
             (Some(pid), _) => inner.running.get(&pid).cloned(),
-            (None, Some(tag)) => inner.running.values().find(|p| p.tag.as_deref() == Some(tag)).cloned(),
-            (None, None) => return Err(ApiError::bad_request("the process selector names neither a pid nor a tag")),
+            (None, Some(tag)) => inner
+                .running
+                .values()
+                .find(|p| p.tag.as_deref() == Some(tag))
+                .cloned(),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "the process selector names neither a pid nor a tag",
+                ))
+            }
         };
         found.ok_or_else(|| match (selector.pid, &selector.tag) {
             (Some(pid), _) => ApiError::not_found(format!("process with pid {pid} not found")),
-            (None, tag) => ApiError::not_found(format!("process with tag {:?} not found", tag.as_deref().unwrap_or_default())),
+            (None, tag) => ApiError::not_found(format!(
+                "process with tag {:?} not found",
+                tag.as_deref().unwrap_or_default()
+            )),
         })
     }
 
@@ -145,7 +156,11 @@ impl ProcessTable {
 }
 
 /// Read a process's events until it ends, handing each to every attached stream.
-async fn pump(table: std::sync::Weak<ProcessTable>, tracked: Arc<Tracked>, mut output: Box<dyn ProcessOutput>) {
+async fn pump(
+    table: std::sync::Weak<ProcessTable>,
+    tracked: Arc<Tracked>,
+    mut output: Box<dyn ProcessOutput>,
+) {
     while let Some(event) = output.next_event().await {
         let (value, last) = match event {
             ProcessEvent::Stdout(bytes) => (json!({"data": {"stdout": BASE64.encode(bytes)}}), false),
@@ -227,12 +242,14 @@ struct Size {
 
 impl Pty {
     fn size(&self) -> Result<PtySize, ApiError> {
-        let size = self.size.as_ref().ok_or_else(|| ApiError::bad_request("pty.size is required"))?;
+        let size = self
+            .size
+            .as_ref()
+            .ok_or_else(|| ApiError::bad_request("pty.size is required"))?;
         let fits = |n: u32, what: &str| {
-            u16::try_from(n)
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| ApiError::bad_request(format!("pty.size.{what} must be between 1 and 65535, not {n}")))
+            u16::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+                ApiError::bad_request(format!("pty.size.{what} must be between 1 and 65535, not {n}"))
+            })
         };
         Ok(PtySize {
             rows: fits(size.rows, "rows")?,
@@ -265,7 +282,9 @@ struct SelectRequest {
 
 impl SelectRequest {
     fn selector(&self) -> Result<&Selector, ApiError> {
-        self.process.as_ref().ok_or_else(|| ApiError::bad_request("the request names no process"))
+        self.process
+            .as_ref()
+            .ok_or_else(|| ApiError::bad_request("the request names no process"))
     }
 }
 
@@ -352,9 +371,11 @@ pub(crate) async fn rpc(
             }
             let stream = async {
                 let request = EnvelopeReader::new(request, limit).next::<Value>().await?;
-                let request = request.ok_or_else(|| ApiError::bad_request("the request stream has no message"))?;
+                let request =
+                    request.ok_or_else(|| ApiError::bad_request("the request stream has no message"))?;
                 fn parse<T: serde::de::DeserializeOwned>(method: &str, value: Value) -> Result<T, ApiError> {
-                    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid {method}Request: {e}")))
+                    serde_json::from_value(value)
+                        .map_err(|e| ApiError::bad_request(format!("invalid {method}Request: {e}")))
                 }
                 if method == "Start" {
                     start(&entry, parse(&method, request)?).await
@@ -420,28 +441,57 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
         }
         "SendInput" => {
             let request: SendInputRequest = super::body::json(bytes)?;
-            let tracked = table.find(request.process.as_ref().ok_or_else(|| ApiError::bad_request("the request names no process"))?)?;
+            let tracked = table.find(
+                request
+                    .process
+                    .as_ref()
+                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
+            )?;
             let data = request.input.unwrap_or_default().bytes()?;
-            tracked.control.write_stdin(&data).await.map_err(ApiError::from_sandbox)?;
+            tracked
+                .control
+                .write_stdin(&data)
+                .await
+                .map_err(ApiError::from_sandbox)?;
             Ok(json!({}))
         }
         "CloseStdin" => {
             let request: SelectRequest = super::body::json(bytes)?;
             let tracked = table.find(request.selector()?)?;
-            tracked.control.close_stdin().await.map_err(ApiError::from_sandbox)?;
+            tracked
+                .control
+                .close_stdin()
+                .await
+                .map_err(ApiError::from_sandbox)?;
             Ok(json!({}))
         }
         "SendSignal" => {
             let request: SendSignalRequest = super::body::json(bytes)?;
-            let tracked = table.find(request.process.as_ref().ok_or_else(|| ApiError::bad_request("the request names no process"))?)?;
-            tracked.control.signal(signal_of(&request.signal)?).map_err(ApiError::from_sandbox)?;
+            let tracked = table.find(
+                request
+                    .process
+                    .as_ref()
+                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
+            )?;
+            tracked
+                .control
+                .signal(signal_of(&request.signal)?)
+                .map_err(ApiError::from_sandbox)?;
             Ok(json!({}))
         }
         "Update" => {
             let request: UpdateRequest = super::body::json(bytes)?;
-            let tracked = table.find(request.process.as_ref().ok_or_else(|| ApiError::bad_request("the request names no process"))?)?;
+            let tracked = table.find(
+                request
+                    .process
+                    .as_ref()
+                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
+            )?;
             if let Some(pty) = &request.pty {
-                tracked.control.resize(pty.size()?).map_err(ApiError::from_sandbox)?;
+                tracked
+                    .control
+                    .resize(pty.size()?)
+                    .map_err(ApiError::from_sandbox)?;
             }
             Ok(json!({}))
         }
@@ -450,8 +500,13 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
 }
 
 /// `Start`: the process started in the sandbox and tracked, with the first stream attached.
-async fn start(entry: &SandboxEntry, request: StartRequest) -> Result<(u32, mpsc::Receiver<Value>), ApiError> {
-    let config = request.process.ok_or_else(|| ApiError::bad_request("StartRequest.process is required"))?;
+async fn start(
+    entry: &SandboxEntry,
+    request: StartRequest,
+) -> Result<(u32, mpsc::Receiver<Value>), ApiError> {
+    let config = request
+        .process
+        .ok_or_else(|| ApiError::bad_request("StartRequest.process is required"))?;
     let mut spec = ProcessSpec::new(config.cmd.clone()).with_args(config.args.clone());
     spec.env = config.envs.clone();
     spec.cwd = config.cwd.clone().filter(|cwd| !cwd.is_empty());
@@ -460,7 +515,11 @@ async fn start(entry: &SandboxEntry, request: StartRequest) -> Result<(u32, mpsc
     if let Some(pty) = &request.pty {
         spec.pty = Some(pty.size()?);
     }
-    let process = entry.session.start_process(&spec).await.map_err(ApiError::from_sandbox)?;
+    let process = entry
+        .session
+        .start_process(&spec)
+        .await
+        .map_err(ApiError::from_sandbox)?;
     let config = serde_json::to_value(&config).unwrap_or_default();
     Ok(entry
         .processes
@@ -478,8 +537,17 @@ async fn stream_input(entry: &SandboxEntry, mut reader: EnvelopeReader) -> Resul
             let tracked = target
                 .as_ref()
                 .ok_or_else(|| ApiError::bad_request("StreamInput sent data before a start message"))?;
-            let bytes = data.input.as_ref().map(Input::bytes).transpose()?.unwrap_or_default();
-            tracked.control.write_stdin(&bytes).await.map_err(ApiError::from_sandbox)?;
+            let bytes = data
+                .input
+                .as_ref()
+                .map(Input::bytes)
+                .transpose()?
+                .unwrap_or_default();
+            tracked
+                .control
+                .write_stdin(&bytes)
+                .await
+                .map_err(ApiError::from_sandbox)?;
         }
     }
     Ok(())
@@ -496,7 +564,12 @@ fn event_stream(
     mut events: mpsc::Receiver<Value>,
     headers: &HeaderMap,
 ) -> Response {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
     let keepalive = header(KEEPALIVE_HEADER)
         .map(|s| Duration::from_secs(s.max(1)))
         .unwrap_or(DEFAULT_KEEPALIVE);
@@ -504,7 +577,11 @@ fn event_stream(
     let (out, mut envelopes) = mpsc::channel(16);
     tokio::spawn(async move {
         let message = |event: Value| connect::message(&json!({"event": event}));
-        if out.send(Ok(message(json!({"start": {"pid": pid}})))).await.is_err() {
+        if out
+            .send(Ok(message(json!({"start": {"pid": pid}}))))
+            .await
+            .is_err()
+        {
             return;
         }
         let mut ticker = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
