@@ -13,7 +13,7 @@
 use async_trait::async_trait;
 use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
-use crate::command::Pty;
+use crate::command::PtyPermit;
 
 use crate::config::{BackendOptions, SandboxConfig};
 use crate::kernel::KernelProcess;
@@ -94,14 +94,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Start a process in the sandbox under the same isolation and limits as a kernel. The core
     /// has checked `spec` (cwd, no NUL bytes) and merged the sandbox's environment into it; when
-    /// `spec.pty` is set it opened `pty` on the host (counted against the sandbox's terminals), and
-    /// the process gets its terminal end ([`crate::command`]). Not supported by this backend
-    /// unless it overrides this.
+    /// `spec.pty` is set it took one of the sandbox's terminals (`pty`, held as long as the
+    /// process runs; [`crate::command`] opens a host terminal from it). Not supported by this
+    /// backend unless it overrides this.
     async fn start_process(
         &self,
         _shell: &Self::Shell,
         _spec: &ProcessSpec,
-        _pty: Option<Pty>,
+        _pty: Option<PtyPermit>,
     ) -> Result<SandboxProcess, SandboxError> {
         Err(unsupported::<Self>("start_process"))
     }

@@ -4,9 +4,9 @@
 //! backend (how it is launched, how a signal reaches it) comes in a [`Launched`].
 //!
 //! A PTY is opened here, on the host, and only its terminal end is handed to the process: the
-//! sandbox itself has no `/dev/ptmx` (pseudo-terminals come from a host-wide pool), so the number
-//! of terminals is what the server hands out ([`MAX_PTYS`] per sandbox), never what sandboxed code
-//! opens.
+//! local sandbox has no `/dev/ptmx` (pseudo-terminals come from a host-wide pool), so the number
+//! of terminals is what the host hands out ([`MAX_PTYS`] per sandbox, [`PtyPermit`]), never what
+//! sandboxed code opens.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,13 +24,15 @@ use waxell::sandbox::{
 };
 
 /// Runs inside the sandbox before a program when the host cannot set everything up itself:
-/// `python -I -c HELPER <nproc> <tty> program args...`. With `nproc` > 0 it caps the processes
+/// `python -I -c HELPER <nproc> <tty> <report pid> program args...`. With `nproc` > 0 it caps the processes
 /// (rootless: `RLIMIT_NPROC` counts per user namespace only when set inside it, and the program
 /// must not run before the cap); with `tty` = 1 it makes the terminal (its stdin) the controlling
-/// one, so job control works and a resize reaches the program as SIGWINCH. It restores the
-/// signals Python ignores, so the program gets them, then becomes the program.
+/// one, so job control works and a resize reaches the program as SIGWINCH; with `report pid` = 1
+/// its first line of output is its pid (the program's, after exec), for a host that cannot learn
+/// it otherwise (a container's exec). It restores the signals Python ignores, so the program gets
+/// them, then becomes the program.
 pub(crate) const PROCESS_HELPER: &str = r#"import os, sys, signal
-nproc, tty = int(sys.argv[1]), sys.argv[2] == "1"
+nproc, tty, report = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
 if nproc > 0:
     import resource
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -46,16 +48,19 @@ if tty:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     except OSError:
         pass
+if report:
+    os.write(1, b"%d\n" % os.getpid())
 try:
-    os.execvp(sys.argv[3], sys.argv[3:])
+    os.execvp(sys.argv[4], sys.argv[4:])
 except OSError as e:
-    sys.stderr.write(f"{sys.argv[3]}: {e.strerror}\n")
+    sys.stderr.write(f"{sys.argv[4]}: {e.strerror}\n")
     os._exit(127 if isinstance(e, FileNotFoundError) else 126)
 "#;
 
-/// The helper's arguments before the program: no process cap, terminal or not.
-pub(crate) fn helper_args(nproc: u64, tty: bool) -> [String; 4] {
-    ["-c".into(), PROCESS_HELPER.into(), nproc.to_string(), if tty { "1" } else { "0" }.into()]
+/// The helper's arguments before the program (`nproc` 0: no cap).
+pub(crate) fn helper_args(nproc: u64, tty: bool, report_pid: bool) -> [String; 5] {
+    let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
+    ["-c".into(), PROCESS_HELPER.into(), nproc.to_string(), flag(tty), flag(report_pid)]
 }
 
 pub(crate) use crate::config::MAX_PTYS;
@@ -89,26 +94,19 @@ pub(crate) struct Launched {
     pub(crate) signaller: Box<dyn Signaller>,
 }
 
-/// A pseudo-terminal opened on the host: the master stays here, the terminal end goes to the
-/// process as its stdin, stdout and stderr. Counted against its sandbox's [`MAX_PTYS`].
-pub struct Pty {
-    master: OwnedFd,
-    terminal: Option<OwnedFd>,
-    _slot: PtySlot,
+/// One of a sandbox's [`MAX_PTYS`] terminals, held while the process that has it runs. A backend
+/// whose terminals come from the host opens one with [`Pty::open`]; one whose engine makes them
+/// (a container's exec) just keeps the permit.
+pub struct PtyPermit {
+    open: Arc<AtomicUsize>,
+    /// The size asked for.
+    pub(crate) size: PtySize,
 }
 
-/// One of a sandbox's terminals; given back when dropped.
-struct PtySlot(Arc<AtomicUsize>);
-
-impl Drop for PtySlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Pty {
-    /// A new terminal of `size`, if the sandbox (whose open terminals `open` counts) has one left.
-    pub(crate) fn open(size: PtySize, open: &Arc<AtomicUsize>) -> Result<Self, SandboxError> {
+impl PtyPermit {
+    /// A permit for a terminal of `size`, if the sandbox (whose open terminals `open` counts) has
+    /// one left.
+    pub(crate) fn take(size: PtySize, open: &Arc<AtomicUsize>) -> Result<Self, SandboxError> {
         if open.fetch_add(1, Ordering::AcqRel) >= MAX_PTYS {
             open.fetch_sub(1, Ordering::AcqRel);
             return Err(SandboxError::LimitExceeded {
@@ -116,7 +114,27 @@ impl Pty {
                 message: format!("the sandbox already has {MAX_PTYS} terminals open; kill one first"),
             });
         }
-        let slot = PtySlot(open.clone());
+        Ok(Self { open: open.clone(), size })
+    }
+}
+
+impl Drop for PtyPermit {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A pseudo-terminal opened on the host: the master stays here, the terminal end goes to the
+/// process as its stdin, stdout and stderr.
+pub(crate) struct Pty {
+    master: OwnedFd,
+    terminal: Option<OwnedFd>,
+    _permit: PtyPermit,
+}
+
+impl Pty {
+    /// Open the terminal `permit` allows.
+    pub(crate) fn open(permit: PtyPermit) -> Result<Self, SandboxError> {
         use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).map_err(io::Error::from)?;
         grantpt(&master).map_err(io::Error::from)?;
@@ -128,11 +146,11 @@ impl Pty {
             rustix::fs::Mode::empty(),
         )
         .map_err(io::Error::from)?;
-        set_size(&master, size)?;
+        set_size(&master, permit.size)?;
         Ok(Self {
             master,
             terminal: Some(terminal),
-            _slot: slot,
+            _permit: permit,
         })
     }
 
@@ -265,7 +283,12 @@ fn exit_of(status: std::process::ExitStatus, sent: i32) -> ProcessExit {
     if let Some(signal) = status.signal() {
         return ProcessExit::signaled(signal);
     }
-    match status.code() {
+    exit_of_code(status.code(), sent)
+}
+
+/// How a process ended, from the exit code its launcher or engine reports (`None`: unknown).
+pub(crate) fn exit_of_code(code: Option<i32>, sent: i32) -> ProcessExit {
+    match code {
         Some(code) if sent != 0 && code == 128 + sent => ProcessExit::signaled(sent),
         Some(code) => ProcessExit::code(code),
         None => ProcessExit::code(-1),

@@ -18,15 +18,17 @@ mod config;
 mod engine;
 mod files;
 mod guard;
+mod process;
 mod spec;
 
 use async_trait::async_trait;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use bollard::Docker;
 use tokio::time::Instant;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::backend::{Backend, Prepared};
+use crate::command::PtyPermit;
 use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
@@ -211,6 +213,18 @@ impl Backend for Container {
         }
         let text = error.to_string();
         text.contains("state improper") || text.contains("in state stopped") || !self.container_running(container).await
+    }
+
+    async fn start_process(
+        &self,
+        container: &ContainerGuard,
+        spec: &ProcessSpec,
+        pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        if container.control.has_stopped() {
+            return Err(SandboxError::NotFound("the sandbox's container has stopped".into()));
+        }
+        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty).await
     }
 
     fn sandbox_id(container: &ContainerGuard) -> &str {

@@ -374,7 +374,7 @@ impl Launcher {
                 command
                     .arg(&self.python.executable)
                     .arg("-I")
-                    .args(helper_args(nproc, *pty))
+                    .args(helper_args(nproc, *pty, false))
                     .arg(&spec.cmd)
                     .args(&spec.args);
             }

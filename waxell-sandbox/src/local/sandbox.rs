@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::backend::{Backend, Prepared};
-use crate::command::Pty;
+use crate::command::PtyPermit;
 use crate::config::SandboxConfig;
 use crate::kernel::KernelProcess;
 use crate::local::capabilities::{HostReport, IsolationMode};
@@ -226,9 +226,10 @@ impl Backend for Local {
         &self,
         shell: &LocalShell,
         spec: &ProcessSpec,
-        pty: Option<Pty>,
+        pty: Option<PtyPermit>,
     ) -> Result<SandboxProcess, SandboxError> {
         let slot = shell.mounts.slot(shell.uid, &shell.cgroup);
+        let pty = pty.map(crate::command::Pty::open).transpose()?;
         crate::command::attach(self.launcher.start_process(&slot, spec, pty).await?)
     }
 

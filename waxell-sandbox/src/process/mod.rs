@@ -16,7 +16,7 @@ use std::os::unix::process::CommandExt;
 
 use waxell::sandbox::{EntryInfo, ProcessSignal, ProcessSpec, SandboxError, SandboxProcess};
 
-use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
+use crate::command::{helper_args, HostEnds, Launched, Pty, PtyPermit, Signaller};
 
 use crate::backend::{Backend, Prepared};
 use crate::config::{BackendOptions, SandboxConfig};
@@ -180,7 +180,8 @@ impl Backend for Process {
     }
 
     /// A plain child process, its home directory standing in for /home/user (nothing isolated).
-    async fn start_process(&self, home: &Home, spec: &ProcessSpec, pty: Option<Pty>) -> Result<SandboxProcess, SandboxError> {
+    async fn start_process(&self, home: &Home, spec: &ProcessSpec, pty: Option<PtyPermit>) -> Result<SandboxProcess, SandboxError> {
+        let pty = pty.map(Pty::open).transpose()?;
         let cwd = match spec.cwd.as_deref() {
             None => home.dir.clone(),
             Some(cwd) if cwd == HOME_DIR || cwd.starts_with("/home/user/") => Self::host_path(home, cwd)?,
@@ -189,7 +190,7 @@ impl Backend for Process {
         let mut command = match &pty {
             Some(_) => {
                 let mut command = std::process::Command::new("python3");
-                command.arg("-I").args(helper_args(0, true)).arg(&spec.cmd);
+                command.arg("-I").args(helper_args(0, true, false)).arg(&spec.cmd);
                 command
             }
             None => {

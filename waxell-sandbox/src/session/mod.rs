@@ -145,7 +145,7 @@ impl<B: Backend> Session<B> {
         spec.env = env;
         let pty = spec
             .pty
-            .map(|size| crate::command::Pty::open(size, &self.inner.open_ptys))
+            .map(|size| crate::command::PtyPermit::take(size, &self.inner.open_ptys))
             .transpose()?;
         self.inner.backend.start_process(&self.inner.shell, &spec, pty).await
     }
