@@ -55,3 +55,93 @@ async fn commands_are_held_by_the_container_limits() {
     };
     e2b_support::run_peer_script("e2b_commands.py", &["abuse"], &url, Duration::from_secs(300)).await;
 }
+
+fn attribute(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+/// waxell's own E2B client runs commands through the same RPCs: foreground (a traced
+/// `run_command` span with the exit code, the bytes written and the scrubbed command and output),
+/// stdin, and a background process killed with SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_runs_commands_and_traces_them() {
+    use waxell::sandbox::{ProcessSignal, ProcessSpec, Sandbox, SandboxOptions};
+
+    let capture = waxell::testing::capture();
+    let url = e2b_support::start_server(e2b_support::server_config()).await;
+    let backend = waxell::e2b::E2bBackend::new(e2b_support::client_config(&url)).unwrap();
+    let sandbox = Sandbox::create(&backend, &SandboxOptions::default())
+        .await
+        .unwrap();
+
+    let secret = "sk-proj-abcdefghijklmnopqrstuvwxyz0123";
+    let spec = ProcessSpec::shell(format!("echo hi; echo key={secret} >&2; exit 3"));
+    let output = sandbox.run_command(&spec).await.unwrap();
+    assert_eq!(
+        (output.stdout_text().as_str(), output.exit.exit_code),
+        ("hi\n", 3)
+    );
+    assert_eq!(
+        output.stderr_text(),
+        format!("key={secret}\n"),
+        "the caller gets the real output"
+    );
+    assert_eq!(output.exit.status(), "exit status 3");
+
+    let cat = sandbox
+        .start_process(&ProcessSpec::new("cat").with_stdin(true))
+        .await
+        .unwrap();
+    cat.control.write_stdin(b"through stdin").await.unwrap();
+    cat.control.close_stdin().await.unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(20), cat.wait())
+        .await
+        .unwrap();
+    assert_eq!(
+        (echoed.stdout_text().as_str(), echoed.exit.exit_code),
+        ("through stdin", 0)
+    );
+
+    let sleeper = sandbox
+        .start_process(&ProcessSpec::shell("sleep 30"))
+        .await
+        .unwrap();
+    sleeper.control.signal(ProcessSignal::Kill).await.unwrap();
+    let killed = tokio::time::timeout(Duration::from_secs(20), sleeper.wait())
+        .await
+        .unwrap();
+    assert_eq!(
+        (killed.exit.exit_code, killed.exit.signal),
+        (-1, Some(9)),
+        "{killed:?}"
+    );
+    assert_eq!(killed.exit.status(), "signal: killed");
+    sandbox.kill().await.unwrap();
+
+    let spans: Vec<_> = capture
+        .spans_named("execute_tool e2b.run_command")
+        .iter()
+        .map(|s| s.data().clone())
+        .collect();
+    assert_eq!(spans.len(), 1, "one span per run_command");
+    let span = &spans[0];
+    assert_eq!(attribute(span, "waxell.sandbox.exit_code").as_deref(), Some("3"));
+    assert_eq!(
+        attribute(span, "waxell.sandbox.output_bytes").as_deref(),
+        Some(&*(3 + 5 + secret.len()).to_string())
+    );
+    assert_eq!(attribute(span, "error.type").as_deref(), Some("exit_status"));
+    let command = attribute(span, "waxell.sandbox.command").unwrap();
+    assert!(command.starts_with("/bin/bash -l -c echo hi;"), "{command}");
+    let stderr = attribute(span, "waxell.sandbox.stderr").unwrap();
+    for text in [&command, &stderr] {
+        assert!(
+            !text.contains(secret),
+            "the secret is scrubbed from the span: {text}"
+        );
+    }
+    assert_eq!(capture.spans_named("execute_tool sandbox.start_process").len(), 2);
+}

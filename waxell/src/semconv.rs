@@ -178,6 +178,12 @@ pub const WAXELL_SANDBOX_RESULT_PREFIX: &str = "waxell.sandbox.result.";
 /// The largest image (base64 characters) recorded on a sandbox cell's span.
 pub const SANDBOX_IMAGE_MAX_BASE64: usize = 256 * 1024;
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
+/// A command run in the sandbox (content: only with content capture, scrubbed and truncated).
+pub const WAXELL_SANDBOX_COMMAND: &str = "waxell.sandbox.command";
+/// A command's exit code (-1 when a signal ended it).
+pub const WAXELL_SANDBOX_EXIT_CODE: &str = "waxell.sandbox.exit_code";
+/// Bytes a command wrote to stdout and stderr together.
+pub const WAXELL_SANDBOX_OUTPUT_BYTES: &str = "waxell.sandbox.output_bytes";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 /// `sandbox.make_dir`: whether the directory was new.

@@ -354,14 +354,14 @@ impl ProcessControl for Control {
         }
     }
 
-    fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError> {
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError> {
         self.last_signal.store(signal.number(), Ordering::Release);
         self.signaller
             .signal(signal)
             .map_err(|e| io_error("signalling the process", e))
     }
 
-    fn resize(&self, size: PtySize) -> Result<(), SandboxError> {
+    async fn resize(&self, size: PtySize) -> Result<(), SandboxError> {
         match &self.input {
             // The kernel sends SIGWINCH to the terminal's foreground process group.
             Input::Pty { pty, .. } => set_size(&pty.master, size).map_err(|e| io_error("resizing the terminal", e)),

@@ -258,7 +258,7 @@ impl ProcessControl for ExecControl {
         Ok(())
     }
 
-    fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError> {
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError> {
         let pid = self.pid.load(Ordering::Acquire);
         if pid <= 1 {
             return Err(SandboxError::Other("the process has not started yet".into()));
@@ -271,13 +271,19 @@ impl ProcessControl for ExecControl {
         }
     }
 
-    fn resize(&self, size: PtySize) -> Result<(), SandboxError> {
+    async fn resize(&self, size: PtySize) -> Result<(), SandboxError> {
         if self.tty.is_none() {
             return Err(SandboxError::InvalidArgument(
                 "the process has no terminal to resize (start it with a PTY)".into(),
             ));
         }
-        resize(&self.docker, &self.exec_id, size);
-        Ok(())
+        let options = ResizeExecOptions {
+            height: size.rows,
+            width: size.cols,
+        };
+        self.docker
+            .resize_exec(&self.exec_id, options)
+            .await
+            .map_err(|e| api_error("resizing the terminal", e))
     }
 }

@@ -134,8 +134,8 @@ async fn a_sandbox_ends_when_killed_or_its_lifetime_passes() {
 
 /// Everything a process produced until it ended (terminal output as stdout).
 async fn collect(process: waxell::sandbox::SandboxProcess) -> (String, String, waxell::sandbox::ProcessExit) {
-    let (out, err, exit) = tokio::time::timeout(Duration::from_secs(20), process.wait()).await.expect("the process ends");
-    (String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned(), exit)
+    let output = tokio::time::timeout(Duration::from_secs(20), process.wait()).await.expect("the process ends");
+    (output.stdout_text(), output.stderr_text(), output.exit)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +167,7 @@ async fn a_killed_process_ends_with_the_signal() {
     let backend = backend(SandboxConfig::default());
     let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
     let process = SandboxSession::start_process(&sandbox, &ProcessSpec::shell("sleep 30")).await.unwrap();
-    process.control.signal(ProcessSignal::Kill).unwrap();
+    process.control.signal(ProcessSignal::Kill).await.unwrap();
     let (_, _, exit) = collect(process).await;
     assert_eq!((exit.exit_code, exit.status()), (-1, "signal: killed".to_owned()));
 }
@@ -188,7 +188,7 @@ async fn a_terminal_is_a_tty_of_the_asked_size_and_resizes() {
         }
     }
     assert!(seen.contains("tty"), "{seen:?}");
-    process.control.resize(PtySize { rows: 30, cols: 100 }).unwrap();
+    process.control.resize(PtySize { rows: 30, cols: 100 }).await.unwrap();
     process.control.write_stdin(b"go\n").await.unwrap();
     let (out, _, exit) = collect(process).await;
     assert!(out.contains("30 100"), "{out:?}");

@@ -476,6 +476,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
             tracked
                 .control
                 .signal(signal_of(&request.signal)?)
+                .await
                 .map_err(ApiError::from_sandbox)?;
             Ok(json!({}))
         }
@@ -491,6 +492,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
                 tracked
                     .control
                     .resize(pty.size()?)
+                    .await
                     .map_err(ApiError::from_sandbox)?;
             }
             Ok(json!({}))

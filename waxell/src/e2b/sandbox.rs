@@ -19,8 +19,8 @@ use super::wire::{
     ENVD_PORT,
 };
 use crate::sandbox::{
-    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
-    SandboxSession,
+    CodeContext, EntryInfo, Execution, ProcessSpec, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxProcess, SandboxSession,
 };
 
 /// Default template of E2B Code Interpreter.
@@ -200,6 +200,7 @@ impl SandboxBackend for E2bBackend {
 }
 
 /// One E2B sandbox. Tokens are kept out of `Debug` output.
+#[derive(Clone)]
 pub struct E2bSandbox {
     shared: Arc<Shared>,
     id: String,
@@ -249,8 +250,22 @@ impl E2bSandbox {
         &self.envd_version
     }
 
-    fn config(&self) -> &E2bConfig {
+    pub(super) fn config(&self) -> &E2bConfig {
         &self.shared.config
+    }
+
+    pub(super) fn shared_clients(&self) -> (&Client, &Client) {
+        (&self.shared.client, &self.shared.execute_client)
+    }
+
+    /// An envd URL of this sandbox.
+    pub(super) fn envd_url(&self, path: &str) -> Result<Url, SandboxError> {
+        self.url(ENVD_PORT, path, &[])
+    }
+
+    /// An envd request with the routing headers and the access token.
+    pub(super) fn envd(&self, client: &Client, method: Method, url: Url) -> RequestBuilder {
+        self.data(client, method, ENVD_PORT, url, true)
     }
 
     /// A data-plane request to `port` with E2B's routing headers and the tokens that port takes.
@@ -515,6 +530,10 @@ impl SandboxSession for E2bSandbox {
         self.filesystem_rpc("Remove", &PathRequest::new(path), path)
             .await?;
         Ok(())
+    }
+
+    async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        self.start_process_rpc(spec).await
     }
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {

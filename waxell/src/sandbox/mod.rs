@@ -10,8 +10,8 @@ mod types;
 
 pub use instrumented::Sandbox;
 pub use process::{
-    ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec, PtySize,
-    SandboxProcess,
+    CommandOutput, ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec,
+    PtySize, SandboxProcess,
 };
 pub use types::{
     CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, LimitKind, Logs, OutputCallback,

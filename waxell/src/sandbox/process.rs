@@ -197,9 +197,9 @@ pub trait ProcessControl: Send + Sync {
     /// Close its stdin (end-of-file). Not for a terminal: type Ctrl-D there.
     async fn close_stdin(&self) -> Result<(), SandboxError>;
     /// Send it a signal.
-    fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError>;
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError>;
     /// Resize its terminal (it gets `SIGWINCH`).
-    fn resize(&self, size: PtySize) -> Result<(), SandboxError>;
+    async fn resize(&self, size: PtySize) -> Result<(), SandboxError>;
 }
 
 /// A started process.
@@ -217,15 +217,15 @@ impl fmt::Debug for SandboxProcess {
 }
 
 impl SandboxProcess {
-    /// Read every event until the exit: `(stdout, stderr, exit)` (terminal output counts as
-    /// stdout). For a process that ends on its own.
-    pub async fn wait(mut self) -> (Vec<u8>, Vec<u8>, ProcessExit) {
+    /// Read every event until the exit (terminal output counts as stdout). For a process that ends
+    /// on its own.
+    pub async fn wait(mut self) -> CommandOutput {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         while let Some(event) = self.output.next_event().await {
             match event {
                 ProcessEvent::Stdout(bytes) | ProcessEvent::Pty(bytes) => stdout.extend(bytes),
                 ProcessEvent::Stderr(bytes) => stderr.extend(bytes),
-                ProcessEvent::Exit(exit) => return (stdout, stderr, exit),
+                ProcessEvent::Exit(exit) => return CommandOutput { stdout, stderr, exit },
             }
         }
         let exit = ProcessExit {
@@ -233,6 +233,34 @@ impl SandboxProcess {
             signal: None,
             error: Some("the process's output ended without an exit status".into()),
         };
-        (stdout, stderr, exit)
+        CommandOutput { stdout, stderr, exit }
+    }
+}
+
+/// What a command wrote and how it ended ([`SandboxProcess::wait`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Its stdout (and terminal output).
+    pub stdout: Vec<u8>,
+    /// Its stderr.
+    pub stderr: Vec<u8>,
+    /// How it ended.
+    pub exit: ProcessExit,
+}
+
+impl CommandOutput {
+    /// Stdout as text (invalid UTF-8 replaced).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Stderr as text (invalid UTF-8 replaced).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    /// Whether it exited with code 0.
+    pub fn success(&self) -> bool {
+        self.exit.exit_code == 0 && self.exit.signal.is_none() && self.exit.error.is_none()
     }
 }
