@@ -119,6 +119,16 @@ async fn the_rust_client_runs_commands_and_traces_them() {
         "{killed:?}"
     );
     assert_eq!(killed.exit.status(), "signal: killed");
+
+    let sleeper = sandbox
+        .start_process(&ProcessSpec::shell("sleep 30"))
+        .await
+        .unwrap();
+    sleeper.control.signal(ProcessSignal::Terminate).await.unwrap();
+    let terminated = tokio::time::timeout(Duration::from_secs(20), sleeper.wait())
+        .await
+        .unwrap();
+    assert_eq!(terminated.exit.status(), "signal: terminated", "{terminated:?}");
     sandbox.kill().await.unwrap();
 
     let spans: Vec<_> = capture
@@ -143,5 +153,5 @@ async fn the_rust_client_runs_commands_and_traces_them() {
             "the secret is scrubbed from the span: {text}"
         );
     }
-    assert_eq!(capture.spans_named("execute_tool sandbox.start_process").len(), 2);
+    assert_eq!(capture.spans_named("execute_tool sandbox.start_process").len(), 3);
 }

@@ -72,8 +72,9 @@ const EVENTS_BUFFERED: usize = 64;
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// How a backend delivers a signal to a process it launched.
+#[async_trait]
 pub(crate) trait Signaller: Send + Sync {
-    fn signal(&self, signal: ProcessSignal) -> io::Result<()>;
+    async fn signal(&self, signal: ProcessSignal) -> io::Result<()>;
 }
 
 /// The host ends of a started process's standard streams.
@@ -358,6 +359,7 @@ impl ProcessControl for Control {
         self.last_signal.store(signal.number(), Ordering::Release);
         self.signaller
             .signal(signal)
+            .await
             .map_err(|e| io_error("signalling the process", e))
     }
 

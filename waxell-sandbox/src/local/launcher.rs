@@ -432,20 +432,27 @@ struct LaunchedSignaller {
     launcher: u32,
 }
 
+#[async_trait::async_trait]
 impl Signaller for LaunchedSignaller {
-    fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
+    async fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
         use rustix::process::{kill_process, kill_process_group, Pid, Signal};
         let pid = |pid: u32| Pid::from_raw(pid as i32).ok_or_else(|| std::io::Error::other("invalid pid"));
-        match signal {
+        if signal == ProcessSignal::Kill {
             // bwrap and its init lead one process group: killing the init ends the namespace,
             // so the program and everything it started.
-            ProcessSignal::Kill => kill_process_group(pid(self.launcher)?, Signal::KILL).map_err(Into::into),
-            _ => {
-                let program = child_of(self.launcher)
-                    .and_then(child_of)
-                    .ok_or_else(|| std::io::Error::other("the process has exited"))?;
-                kill_process(pid(program)?, Signal::TERM).map_err(Into::into)
+            return kill_process_group(pid(self.launcher)?, Signal::KILL).map_err(Into::into);
+        }
+        // Just started, bwrap may not have forked the program yet: wait for it while bwrap lives.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if let Some(program) = child_of(self.launcher).and_then(child_of) {
+                return kill_process(pid(program)?, Signal::TERM).map_err(Into::into);
             }
+            let launcher_alive = std::path::Path::new(&format!("/proc/{}", self.launcher)).exists();
+            if !launcher_alive || tokio::time::Instant::now() > deadline {
+                return Err(std::io::Error::other("the process has exited"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 }

@@ -95,8 +95,9 @@ impl ProcessControl for Child {
 /// Signals a process group (the helper of a terminal and a piped program each lead one).
 struct GroupSignaller(u32);
 
+#[async_trait]
 impl Signaller for GroupSignaller {
-    fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
+    async fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
         use rustix::process::{kill_process_group, Pid, Signal};
         let group = Pid::from_raw(self.0 as i32).ok_or_else(|| std::io::Error::other("invalid pid"))?;
         let signal = if signal == ProcessSignal::Kill { Signal::KILL } else { Signal::TERM };
