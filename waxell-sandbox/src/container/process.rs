@@ -54,6 +54,8 @@ pub(crate) async fn start(
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 tty: Some(tty),
+                // Docker takes the first size here; Podman ignores it (the resize below sets it).
+                console_size: pty.as_ref().map(|p| vec![usize::from(p.size.rows), usize::from(p.size.cols)]),
                 cmd: Some(cmd),
                 env: Some(env),
                 user: Some(user.to_owned()),
@@ -97,7 +99,14 @@ pub(crate) async fn start(
         last_signal.clone(),
     ));
     if let Some(permit) = &pty {
-        resize(docker, &exec.id, permit.size);
+        // Podman takes the first size only this way, and (under gVisor) only once the exec runs.
+        for attempt in 0..20 {
+            match resize(docker, &exec.id, permit.size).await {
+                Ok(()) => break,
+                Err(e) if attempt == 19 => tracing::debug!("sizing the terminal of exec {}: {e}", exec.id),
+                Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+            }
+        }
     }
     Ok(SandboxProcess {
         output: Box::new(Events(receiver)),
@@ -197,17 +206,15 @@ async fn pump(
     let _ = events.send(ProcessEvent::Exit(exit)).await;
 }
 
-fn resize(docker: &Docker, exec_id: &str, size: PtySize) {
-    let (docker, exec_id) = (docker.clone(), exec_id.to_owned());
-    tokio::spawn(async move {
-        let options = ResizeExecOptions {
-            height: size.rows,
-            width: size.cols,
-        };
-        if let Err(e) = docker.resize_exec(&exec_id, options).await {
-            tracing::debug!("resizing exec {exec_id}: {e}");
-        }
-    });
+async fn resize(docker: &Docker, exec_id: &str, size: PtySize) -> Result<(), SandboxError> {
+    let options = ResizeExecOptions {
+        height: size.rows,
+        width: size.cols,
+    };
+    docker
+        .resize_exec(exec_id, options)
+        .await
+        .map_err(|e| api_error("resizing the terminal", e))
 }
 
 struct Events(mpsc::Receiver<ProcessEvent>);
@@ -277,13 +284,6 @@ impl ProcessControl for ExecControl {
                 "the process has no terminal to resize (start it with a PTY)".into(),
             ));
         }
-        let options = ResizeExecOptions {
-            height: size.rows,
-            width: size.cols,
-        };
-        self.docker
-            .resize_exec(&self.exec_id, options)
-            .await
-            .map_err(|e| api_error("resizing the terminal", e))
+        resize(&self.docker, &self.exec_id, size).await
     }
 }
