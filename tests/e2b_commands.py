@@ -117,6 +117,19 @@ def terminal(sbx):
     check("a killed terminal ends with signal: killed", e.exit_code == -1, e.exit_code)
 
 
+def killed_under_a_command():
+    """A sandbox killed under a running command: the wait fails as for a dead E2B sandbox (the
+    connection breaks, the SDK checks the sandbox's health and says it is gone)."""
+    sbx = Sandbox.create(timeout=60)
+    handle = sbx.commands.run("sleep 60", background=True)
+    sbx.kill()
+    try:
+        handle.wait()
+        raise AssertionError("wait() returned after the sandbox was killed")
+    except TimeoutException as e:
+        check("a sandbox killed under a command ends the wait as killed", "killed" in str(e), str(e))
+
+
 def abuse(sbx):
     # A fork bomb is held by the sandbox's process cap; killing its command ends all of it.
     bomb = sbx.commands.run("bomb() { bomb | bomb & }; bomb; sleep 30", background=True)
@@ -186,6 +199,7 @@ def main():
             stdin(sbx)
             timeout(sbx)
             terminal(sbx)
+            killed_under_a_command()
     finally:
         sbx.kill()
     print("all checks passed")

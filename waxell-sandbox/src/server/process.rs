@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -27,6 +27,7 @@ use waxell::sandbox::{
     ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec, PtySize,
 };
 
+use super::conn::BreakOff;
 use super::connect::{self, EnvelopeReader};
 use super::error::ApiError;
 use super::registry::SandboxEntry;
@@ -356,9 +357,11 @@ fn signal_of(value: &Value) -> Result<ProcessSignal, ApiError> {
 pub(crate) async fn rpc(
     State(state): State<Arc<AppState>>,
     Path(method): Path<String>,
+    break_off: Option<Extension<BreakOff>>,
     headers: HeaderMap,
     request: Body,
 ) -> Response {
+    let break_off = break_off.map(|Extension(b)| b);
     let entry = match super::envd::sandbox(&state, &headers).await {
         Ok(entry) => entry,
         Err(e) => return e.into_response(),
@@ -389,7 +392,9 @@ pub(crate) async fn rpc(
                 }
             };
             match tokio::time::timeout(state.config.body_timeout, stream).await {
-                Ok(Ok((pid, events))) => event_stream(state.clone(), entry.id.clone(), pid, events, &headers),
+                Ok(Ok((pid, events))) => {
+                    event_stream(state.clone(), entry.id.clone(), pid, events, &headers, break_off)
+                }
                 Ok(Err(e)) => connect::stream_error(&e.into_connect()),
                 Err(_) => connect::stream_error(&super::body::too_slow(state.config.body_timeout)),
             }
@@ -557,14 +562,15 @@ async fn stream_input(entry: &SandboxEntry, mut reader: EnvelopeReader) -> Resul
 
 /// A `Start`/`Connect` response: the start event, the process's events, keepalives as asked, and
 /// an end within the client's deadline. A process that ended because its sandbox was killed
-/// breaks the connection off, as a dead E2B sandbox does (the SDKs then check the sandbox's
-/// health and report it killed).
+/// breaks the connection off with a reset, as a dead E2B sandbox's does (the SDKs then check the
+/// sandbox's health and report it killed).
 fn event_stream(
     state: Arc<AppState>,
     sandbox_id: String,
     pid: u32,
     mut events: mpsc::Receiver<Value>,
     headers: &HeaderMap,
+    break_off: Option<BreakOff>,
 ) -> Response {
     let header = |name: &str| {
         headers
@@ -594,6 +600,9 @@ fn event_stream(
                     Some(event) => {
                         let last = event.get("end").is_some();
                         if last && state.registry.get(&sandbox_id).is_none() {
+                            if let Some(break_off) = &break_off {
+                                break_off.arm();
+                            }
                             let killed = std::io::Error::other(format!("sandbox {sandbox_id} was killed"));
                             let _ = out.send(Err(killed)).await;
                             return;
