@@ -14,7 +14,6 @@ use async_trait::async_trait;
 use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::command::PtyPermit;
-
 use crate::config::{BackendOptions, SandboxConfig};
 use crate::kernel::KernelProcess;
 

@@ -134,8 +134,8 @@ impl<B: Backend> Session<B> {
         started
     }
 
-    /// Start a process: `spec` checked, the sandbox's environment under its own, a terminal
-    /// opened if it asks for one (within the sandbox's [`MAX_PTYS`](crate::command::MAX_PTYS)).
+    /// Start a process: `spec` checked, the sandbox's environment under its own, one of the
+    /// sandbox's terminals taken if it asks for one (at most [`MAX_PTYS`](crate::config::MAX_PTYS)).
     async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
         self.check_alive()?;
         let mut spec = spec.clone();
