@@ -13,10 +13,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
+use waxell::sandbox::{DirWatch, EntryInfo, ProcessSpec, SandboxError, SandboxProcess, WatchOptions};
 
+use crate::command::PtyPermit;
 use crate::config::{BackendOptions, SandboxConfig};
-use crate::kernel::{KernelProcess, KernelReader, KernelWriter, ProcessControl, StderrTail};
+use crate::kernel::KernelProcess;
 
 /// A sandbox a backend made, with its default kernel ready: what the warm pool holds. Field
 /// order = drop order: the kernel goes before the sandbox's resources.
@@ -113,9 +114,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Err(unsupported::<Self>("watch_dir"))
     }
 
-    /// Start a process (with a PTY if `spec.pty` is set) in the sandbox. Not supported by this
+    /// Start a process in the sandbox under the same isolation and limits as a kernel. The core
+    /// has checked `spec` (cwd, no NUL bytes) and merged the sandbox's environment into it; when
+    /// `spec.pty` is set it took one of the sandbox's terminals (`pty`, held as long as the
+    /// process runs; [`crate::command`] opens a host terminal from it). Not supported by this
     /// backend unless it overrides this.
-    async fn start_process(&self, _shell: &Self::Shell, _spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+    async fn start_process(
+        &self,
+        _shell: &Self::Shell,
+        _spec: &ProcessSpec,
+        _pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
         Err(unsupported::<Self>("start_process"))
     }
 
@@ -144,36 +153,6 @@ pub(crate) fn unsupported<B: Backend>(operation: &'static str) -> SandboxError {
         backend: B::NAME,
         operation,
     }
-}
-
-/// A process to start in a sandbox ([`Backend::start_process`]).
-#[derive(Debug, Clone, Default)]
-#[expect(dead_code, reason = "the process and PTY issue adds the backends that read it")]
-pub struct ProcessSpec {
-    /// Program and arguments.
-    pub(crate) cmd: Vec<String>,
-    /// Working directory (checked like a context's); `None` = the home directory.
-    pub(crate) cwd: Option<String>,
-    /// Environment variables added to the sandbox's.
-    pub(crate) env: BTreeMap<String, String>,
-    /// Run it on a terminal of this size.
-    pub(crate) pty: Option<PtySize>,
-}
-
-/// A terminal's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PtySize {
-    pub(crate) rows: u16,
-    pub(crate) cols: u16,
-}
-
-/// A started process: the same parts a kernel is made of (see [`KernelProcess::from_parts`]).
-#[expect(dead_code, reason = "the process and PTY issue adds the callers")]
-pub struct SandboxProcess {
-    pub(crate) control: Box<dyn ProcessControl>,
-    pub(crate) stdin: KernelWriter,
-    pub(crate) stdout: KernelReader,
-    pub(crate) stderr: StderrTail,
 }
 
 /// A sandbox's use of its resources at one moment ([`Backend::usage`]); the core turns it into

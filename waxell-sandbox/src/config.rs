@@ -5,6 +5,10 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
+/// Pseudo-terminals (E2B's `pty`) one sandbox may hold open at once: they come from a host-wide
+/// pool (`kernel.pty.max`), so the host hands them out, never sandboxed code.
+pub(crate) const MAX_PTYS: usize = 8;
+
 /// Resource limits of one sandbox (all its contexts share the memory, process and CPU caps).
 #[derive(Debug, Clone)]
 #[non_exhaustive]

@@ -47,7 +47,8 @@
 //! A shared core that every backend uses, and one folder per backend implementing the core's
 //! one trait (`backend.rs`, see docs/sandbox.md "Adding a backend"):
 //! * core: `backend.rs` (the trait), `session/` (a live sandbox: contexts, runs, files, lifetime),
-//!   `pool.rs` (the warm pool), `kernel/` (the JSON-lines kernel protocol), `config.rs` (limits,
+//!   `pool.rs` (the warm pool), `kernel/` (the JSON-lines kernel protocol), `command/` (a
+//!   process's output, input, signals and terminal on the host), `config.rs` (limits,
 //!   timeouts, pool size), `paths.rs`, `naming.rs`;
 //! * backends: `local/` (bubblewrap, seccomp, cgroups, rootless, watchdog, uid leases, host
 //!   report), `container/` (Docker/Podman, gVisor);
@@ -69,6 +70,7 @@ mod local;
 
 linux_only! {
     mod backend;
+    mod command;
     mod kernel;
     mod metadata;
     mod naming;

@@ -182,6 +182,12 @@ pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
 pub const WAXELL_SANDBOX_CPU_USED_PCT: &str = "waxell.sandbox.cpu_used_pct";
 pub const WAXELL_SANDBOX_MEM_USED: &str = "waxell.sandbox.mem_used";
 pub const WAXELL_SANDBOX_DISK_USED: &str = "waxell.sandbox.disk_used";
+/// A command run in the sandbox (content: only with content capture, scrubbed and truncated).
+pub const WAXELL_SANDBOX_COMMAND: &str = "waxell.sandbox.command";
+/// A command's exit code (-1 when a signal ended it).
+pub const WAXELL_SANDBOX_EXIT_CODE: &str = "waxell.sandbox.exit_code";
+/// Bytes a command wrote to stdout and stderr together.
+pub const WAXELL_SANDBOX_OUTPUT_BYTES: &str = "waxell.sandbox.output_bytes";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 /// `sandbox.make_dir`: whether the directory was new.

@@ -94,3 +94,33 @@ pub fn peer_python() -> PathBuf {
     assert!(python.exists(), "no python at {}", python.display());
     python
 }
+
+/// Run a script of tests/ with the peer python against the server at `url`; its output, after
+/// asserting it passed (printed "all checks passed").
+pub async fn run_peer_script(script: &str, args: &[&str], url: &str, limit: Duration) -> String {
+    let mut command = tokio::process::Command::new(peer_python());
+    command
+        .arg(repo_root().join("tests").join(script))
+        .args(args)
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_DOMAIN")
+        .env("E2B_API_URL", url)
+        .env("E2B_SANDBOX_URL", url)
+        .env("E2B_API_KEY", API_KEY)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} took over {limit:?}"))
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    stdout
+}

@@ -364,7 +364,7 @@ impl Control {
     }
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
-    fn send(&self, signal: i32, pid: u32) -> bool {
+    pub(crate) fn send(&self, signal: i32, pid: u32) -> bool {
         self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
     }
 

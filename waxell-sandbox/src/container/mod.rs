@@ -19,6 +19,7 @@ mod engine;
 mod files;
 mod guard;
 mod seccomp;
+mod process;
 mod spec;
 mod watch;
 
@@ -26,9 +27,10 @@ use async_trait::async_trait;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use bollard::Docker;
 use tokio::time::Instant;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::backend::{Backend, Prepared, Usage};
+use crate::command::PtyPermit;
 use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
@@ -230,6 +232,26 @@ impl Backend for Container {
         }
         let text = error.to_string();
         text.contains("state improper") || text.contains("in state stopped") || !self.container_running(container).await
+    }
+
+    async fn start_process(
+        &self,
+        container: &ContainerGuard,
+        spec: &ProcessSpec,
+        pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        if container.control.has_stopped() {
+            return Err(SandboxError::NotFound("the sandbox's container has stopped".into()));
+        }
+        // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage);
+        // Docker Engine with runsc has terminals.
+        if pty.is_some() && self.podman && self.runtime_name.contains("runsc") {
+            return Err(SandboxError::Unsupported {
+                backend: "docker (Podman with runsc)",
+                operation: "a terminal (pty)",
+            });
+        }
+        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty).await
     }
 
     fn sandbox_id(container: &ContainerGuard) -> &str {

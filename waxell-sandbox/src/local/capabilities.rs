@@ -78,6 +78,8 @@ pub enum Feature {
     CpuTime,
     /// The largest-file cap (RLIMIT_FSIZE).
     FileSize,
+    /// Commands and terminals (E2B's process RPCs) under the same isolation as code.
+    Processes,
 }
 
 impl Feature {
@@ -97,6 +99,7 @@ impl Feature {
             Feature::CpuQuota => "cpu quota",
             Feature::CpuTime => "cpu time",
             Feature::FileSize => "file size",
+            Feature::Processes => "commands and terminals",
         }
     }
 }
@@ -263,6 +266,20 @@ impl HostReport {
             Feature::FileSize,
             Status::Enforced,
             format!("RLIMIT_FSIZE {} MiB per file", mib(limits.max_file_bytes)),
+            None,
+        );
+        push(
+            Feature::Processes,
+            Status::Enforced,
+            format!(
+                "commands and PTYs start like kernels (same namespaces, seccomp, uid, cgroups and rlimits, {}); \
+                 terminals are opened by the host, at most {} per sandbox",
+                match mode {
+                    IsolationMode::Rootful => "RLIMIT_NPROC set before bwrap",
+                    IsolationMode::Rootless => "RLIMIT_NPROC set inside the user namespace before the program runs",
+                },
+                crate::config::MAX_PTYS
+            ),
             None,
         );
         Self {

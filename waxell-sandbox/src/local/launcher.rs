@@ -11,12 +11,13 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use waxell::sandbox::SandboxError;
+use waxell::sandbox::{ProcessSignal, ProcessSpec, SandboxError};
 
 use crate::local::cgroup::Cgroup;
 use crate::config::Limits;
 use crate::local::config::LocalConfig;
 use crate::local::host::{HostTools, PythonMount, PythonRuntime};
+use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
 use crate::kernel::{KernelProcess, KERNEL_PATH, KERNEL_SOURCE};
 use crate::local::child;
 use crate::paths::HOME_DIR;
@@ -79,7 +80,7 @@ impl Launcher {
                 "refusing to run sandboxed code as uid 0".into(),
             ));
         }
-        let (mut command, options) = self.command(slot);
+        let (mut command, options) = self.command(slot, &Program::Kernel);
         let setup = self.child_setup(slot, &options)?;
         command
             .stdin(Stdio::piped())
@@ -114,8 +115,62 @@ impl Launcher {
         Ok(kernel)
     }
 
+    /// Start a process (E2B's commands and PTYs) in `slot`: the same bwrap, namespaces, seccomp
+    /// filters, cgroups, rlimits and uid as a kernel, running `spec`'s program instead of the
+    /// interpreter. With `pty`, its terminal end is the process's stdin, stdout and stderr, and
+    /// the in-sandbox helper makes it the controlling terminal.
+    pub(crate) async fn start_process(
+        &self,
+        slot: &Slot<'_>,
+        spec: &ProcessSpec,
+        pty: Option<Pty>,
+    ) -> Result<Launched, SandboxError> {
+        if slot.uid == 0 {
+            return Err(SandboxError::InvalidArgument(
+                "refusing to run sandboxed code as uid 0".into(),
+            ));
+        }
+        let (mut command, options) = self.command(slot, &Program::Process { spec, pty: pty.is_some() });
+        let setup = self.child_setup(slot, &options)?;
+        let ends = match pty {
+            Some(pty) => {
+                let [stdin, stdout, stderr] = pty.terminal()?;
+                command
+                    .stdin(Stdio::from(stdin))
+                    .stdout(Stdio::from(stdout))
+                    .stderr(Stdio::from(stderr));
+                Some(HostEnds::Pty(pty))
+            }
+            None => {
+                command
+                    .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                None
+            }
+        };
+        let mut child = spawn::spawn(command, setup).await.map_err(|e| {
+            SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
+        })?;
+        slot.cgroup.add_launcher(child.id());
+        let ends = match ends {
+            Some(ends) => ends,
+            None => HostEnds::Pipes {
+                stdin: child.stdin.take().map(OwnedFd::from),
+                stdout: child.stdout.take().expect("stdout piped").into(),
+                stderr: child.stderr.take().expect("stderr piped").into(),
+            },
+        };
+        let launcher = child.id();
+        Ok(Launched {
+            child,
+            ends,
+            signaller: Box::new(LaunchedSignaller { launcher }),
+        })
+    }
+
     /// The bwrap command and its options (see docs/sandbox.md for why each flag is there).
-    fn command(&self, slot: &Slot<'_>) -> (Command, Vec<u8>) {
+    fn command(&self, slot: &Slot<'_>, program: &Program<'_>) -> (Command, Vec<u8>) {
         let limits = self.limits();
         let mut args: Vec<OsString> = Vec::new();
         if self.tools.rootless {
@@ -245,7 +300,11 @@ impl Launcher {
         add(&mut args, &["--perms", "0755", "--dir", "/home"]);
         args.push("--bind".into());
         args.push(slot.scratch.into());
-        add(&mut args, &[HOME_DIR, "--chdir", HOME_DIR]);
+        let cwd = match program {
+            Program::Process { spec, .. } => spec.cwd.as_deref().unwrap_or(HOME_DIR),
+            Program::Kernel => HOME_DIR,
+        };
+        add(&mut args, &[HOME_DIR, "--chdir", cwd]);
         if self.tools.rootless {
             add(&mut args, &crate::local::rootless::AFTER_MOUNTS);
         }
@@ -274,6 +333,12 @@ impl Launcher {
             &mut args,
             &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
         );
+        if let Program::Process { spec, .. } = program {
+            // After the sandbox's own: the last --setenv of a name wins.
+            for (key, value) in &spec.env {
+                add(&mut args, &["--setenv", key, value]);
+            }
+        }
         // The options reach bwrap through a memfd (`--args`), not its argv: /proc/1/cmdline inside
         // the sandbox is bwrap's argv and would show the host's scratch path and layout.
         let mut options = Vec::new();
@@ -295,12 +360,41 @@ impl Launcher {
                 "--no-new-privs",
             ]);
         }
+        match program {
+            Program::Kernel => {
+                command.arg(&self.python.executable).args(["-I", KERNEL_PATH]);
+            }
+            // Root: the rlimits are all set before bwrap runs; the helper only for a terminal.
+            Program::Process { spec, pty: false } if !self.tools.rootless => {
+                command.arg(&spec.cmd).args(&spec.args);
+            }
+            // A terminal, root: util-linux's setsid (beside setpriv) makes it the controlling one,
+            // faster than starting Python. It forks (the program leads a session of its own) and
+            // waits, passing on the exit status.
+            Program::Process { spec, pty: true } if !self.tools.rootless && self.setsid().is_some() => {
+                let setsid = self.setsid().unwrap_or_default();
+                command.arg(setsid).args(["--wait", "--ctty", &spec.cmd]).args(&spec.args);
+            }
+            // Rootless: the process cap is set inside (see `PROCESS_HELPER`), as for a kernel.
+            Program::Process { spec, pty } => {
+                let nproc = if self.tools.rootless { limits.max_processes } else { 0 };
+                command
+                    .arg(&self.python.executable)
+                    .arg("-I")
+                    .args(helper_args(nproc, *pty, false))
+                    .arg(&spec.cmd)
+                    .args(&spec.args);
+            }
+        }
         command
-            .arg(&self.python.executable)
-            .args(["-I", KERNEL_PATH])
             .env_clear()
             .env("PATH", "/usr/bin:/bin");
         (command, options)
+    }
+
+    /// util-linux's `setsid`, from the package that gives `setpriv`, if the host has it.
+    fn setsid(&self) -> Option<PathBuf> {
+        Some(self.tools.setpriv.with_file_name("setsid")).filter(|p| p.is_file())
     }
 
     fn child_setup(&self, slot: &Slot<'_>, options: &[u8]) -> Result<ChildSetup, SandboxError> {
@@ -336,6 +430,51 @@ impl Launcher {
             rlimits,
         })
     }
+}
+
+/// What a bwrap instance runs: the kernel, or a process.
+enum Program<'a> {
+    Kernel,
+    Process { spec: &'a ProcessSpec, pty: bool },
+}
+
+/// Signals for a process started by [`Launcher::start_process`]: bwrap (`launcher`) -> bwrap's
+/// init (pid 1 of the process's pid namespace) -> the program.
+struct LaunchedSignaller {
+    launcher: u32,
+}
+
+#[async_trait::async_trait]
+impl Signaller for LaunchedSignaller {
+    async fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
+        use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+        let pid = |pid: u32| Pid::from_raw(pid as i32).ok_or_else(|| std::io::Error::other("invalid pid"));
+        if signal == ProcessSignal::Kill {
+            // bwrap and its init lead one process group: killing the init ends the namespace,
+            // so the program and everything it started.
+            return kill_process_group(pid(self.launcher)?, Signal::KILL).map_err(Into::into);
+        }
+        // Just started, bwrap may not have forked the program yet: wait for it while bwrap lives.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            if let Some(program) = child_of(self.launcher).and_then(child_of) {
+                return kill_process(pid(program)?, Signal::TERM).map_err(Into::into);
+            }
+            let launcher_alive = std::path::Path::new(&format!("/proc/{}", self.launcher)).exists();
+            if !launcher_alive || tokio::time::Instant::now() > deadline {
+                return Err(std::io::Error::other("the process has exited"));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A child of host process `parent` (bwrap and its init each have one).
+fn child_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        (proc_status(pid)?.parent == parent).then_some(pid)
+    })
 }
 
 /// Every rlimit, set explicitly: nothing is inherited from the host process (a server started with

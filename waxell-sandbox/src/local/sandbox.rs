@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
+use waxell::sandbox::{DirWatch, EntryInfo, ProcessSpec, SandboxError, SandboxProcess, WatchOptions};
 
 use crate::backend::{Backend, Prepared, Usage};
+use crate::command::PtyPermit;
 use crate::config::SandboxConfig;
 use crate::kernel::KernelProcess;
 use crate::local::capabilities::{HostReport, IsolationMode};
@@ -222,6 +223,17 @@ impl Backend for Local {
         self.launcher
             .start_kernel(&shell.mounts.slot(shell.uid, &shell.cgroup))
             .await
+    }
+
+    async fn start_process(
+        &self,
+        shell: &LocalShell,
+        spec: &ProcessSpec,
+        pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        let slot = shell.mounts.slot(shell.uid, &shell.cgroup);
+        let pty = pty.map(crate::command::Pty::open).transpose()?;
+        crate::command::attach(self.launcher.start_process(&slot, spec, pty).await?)
     }
 
     fn sandbox_id(shell: &LocalShell) -> &str {

@@ -12,7 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::io::AsyncReadExt;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use std::os::unix::process::CommandExt;
+
+use waxell::sandbox::{EntryInfo, ProcessSignal, ProcessSpec, SandboxError, SandboxProcess};
+
+use crate::command::{helper_args, HostEnds, Launched, Pty, PtyPermit, Signaller};
 
 use crate::backend::{Backend, Prepared};
 use crate::config::{BackendOptions, SandboxConfig};
@@ -85,6 +89,19 @@ impl ProcessControl for Child {
 
     fn kill(&mut self) {
         let _ = self.0.start_kill();
+    }
+}
+
+/// Signals a process group (the helper of a terminal and a piped program each lead one).
+struct GroupSignaller(u32);
+
+#[async_trait]
+impl Signaller for GroupSignaller {
+    async fn signal(&self, signal: ProcessSignal) -> std::io::Result<()> {
+        use rustix::process::{kill_process_group, Pid, Signal};
+        let group = Pid::from_raw(self.0 as i32).ok_or_else(|| std::io::Error::other("invalid pid"))?;
+        let signal = if signal == ProcessSignal::Kill { Signal::KILL } else { Signal::TERM };
+        kill_process_group(group, signal).map_err(Into::into)
     }
 }
 
@@ -163,6 +180,61 @@ impl Backend for Process {
         let mut kernel = KernelProcess::from_parts(Box::new(Child(child)), Box::pin(stdin), Box::pin(stdout), tail);
         kernel.wait_ready(self.config.ready_timeout).await?;
         Ok(kernel)
+    }
+
+    /// A plain child process, its home directory standing in for /home/user (nothing isolated).
+    async fn start_process(&self, home: &Home, spec: &ProcessSpec, pty: Option<PtyPermit>) -> Result<SandboxProcess, SandboxError> {
+        let pty = pty.map(Pty::open).transpose()?;
+        let cwd = match spec.cwd.as_deref() {
+            None => home.dir.clone(),
+            Some(cwd) if cwd == HOME_DIR || cwd.starts_with("/home/user/") => Self::host_path(home, cwd)?,
+            Some(cwd) => PathBuf::from(cwd),
+        };
+        let mut command = match &pty {
+            Some(_) => {
+                let mut command = std::process::Command::new("python3");
+                command.arg("-I").args(helper_args(0, true, false)).arg(&spec.cmd);
+                command
+            }
+            None => {
+                let mut command = std::process::Command::new(&spec.cmd);
+                // Its own process group, so a signal reaches what it started too.
+                command.process_group(0);
+                command
+            }
+        };
+        command.args(&spec.args).envs(&spec.env).env("HOME", &home.dir).current_dir(cwd);
+        let ends = match pty {
+            Some(pty) => {
+                let [stdin, stdout, stderr] = pty.terminal()?;
+                command.stdin(stdin).stdout(stdout).stderr(stderr);
+                Some(HostEnds::Pty(pty))
+            }
+            None => {
+                command
+                    .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                None
+            }
+        };
+        let mut child = command
+            .spawn()
+            .map_err(|e| SandboxError::InvalidArgument(format!("cannot start {}: {e}", spec.cmd)))?;
+        let ends = match ends {
+            Some(ends) => ends,
+            None => HostEnds::Pipes {
+                stdin: child.stdin.take().map(Into::into),
+                stdout: child.stdout.take().expect("piped").into(),
+                stderr: child.stderr.take().expect("piped").into(),
+            },
+        };
+        let group = child.id();
+        crate::command::attach(Launched {
+            child,
+            ends,
+            signaller: Box::new(GroupSignaller(group)),
+        })
     }
 
     fn sandbox_id(home: &Home) -> &str {

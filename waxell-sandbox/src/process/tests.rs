@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use waxell::sandbox::{RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
+use waxell::sandbox::{
+    ProcessEvent, ProcessSignal, ProcessSpec, PtySize, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
+    SandboxSession,
+};
 
 use super::{Process, ProcessOptions};
-use crate::backend::{Checkpoint, ProcessSpec};
+use crate::backend::Checkpoint;
 use crate::config::SandboxConfig;
 use crate::pool::Pooled;
 
@@ -86,25 +89,17 @@ async fn what_a_backend_lacks_is_unsupported_not_a_string() {
         }
         other => panic!("{operation}: {other:?}"),
     };
-    let spec = ProcessSpec {
-        cmd: vec!["ls".into()],
-        ..ProcessSpec::default()
-    };
-    unsupported(sandbox.start_process(&spec).await.map(drop), "start_process");
     unsupported(sandbox.checkpoint().await.map(drop), "checkpoint");
     let checkpoint = Checkpoint {
         backend: "process",
         id: "none".into(),
     };
     unsupported(backend.restore(&checkpoint).await.map(drop), "restore");
-    // A cwd outside the writable places is refused before the backend is asked.
-    let outside = ProcessSpec {
-        cwd: Some("/etc".into()),
-        ..ProcessSpec::default()
-    };
+    // A process spec that cannot reach a program is refused before the backend is asked.
+    let nul = ProcessSpec::shell("echo hi").with_env("A", "b\0c");
     assert!(matches!(
-        sandbox.start_process(&outside).await,
-        Err(SandboxError::InvalidArgument(_))
+        SandboxSession::start_process(&sandbox, &nul).await,
+        Err(SandboxError::InvalidArgument(message)) if message.contains("NUL")
     ));
 }
 
@@ -135,4 +130,69 @@ async fn a_sandbox_ends_when_killed_or_its_lifetime_passes() {
         expiring.list_contexts().await,
         Err(SandboxError::NotFound(_))
     ));
+}
+
+/// Everything a process produced until it ended (terminal output as stdout).
+async fn collect(process: waxell::sandbox::SandboxProcess) -> (String, String, waxell::sandbox::ProcessExit) {
+    let output = tokio::time::timeout(Duration::from_secs(20), process.wait()).await.expect("the process ends");
+    (output.stdout_text(), output.stderr_text(), output.exit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_reports_its_output_exit_code_env_and_cwd() {
+    let backend = backend(SandboxConfig::default());
+    let sandbox = backend.create_sandbox(&SandboxOptions::default().with_env("FROM_SANDBOX", "s")).await.unwrap();
+    let spec = ProcessSpec::shell("echo out $FROM_SANDBOX $FOO; echo err >&2; basename $PWD; exit 3")
+        .with_env("FOO", "bar")
+        .with_cwd("/tmp");
+    let (out, err, exit) = collect(SandboxSession::start_process(&sandbox, &spec).await.unwrap()).await;
+    assert_eq!(out, "out s bar\ntmp\n");
+    assert_eq!(err, "err\n");
+    assert_eq!((exit.exit_code, exit.status()), (3, "exit status 3".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_reaches_a_process_and_closing_it_ends_cat() {
+    let backend = backend(SandboxConfig::default());
+    let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    let process = SandboxSession::start_process(&sandbox, &ProcessSpec::new("cat").with_stdin(true)).await.unwrap();
+    process.control.write_stdin(b"hello").await.unwrap();
+    process.control.close_stdin().await.unwrap();
+    let (out, _, exit) = collect(process).await;
+    assert_eq!((out.as_str(), exit.exit_code), ("hello", 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_ends_with_the_signal() {
+    let backend = backend(SandboxConfig::default());
+    let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    let process = SandboxSession::start_process(&sandbox, &ProcessSpec::shell("sleep 30")).await.unwrap();
+    process.control.signal(ProcessSignal::Kill).await.unwrap();
+    let (_, _, exit) = collect(process).await;
+    assert_eq!((exit.exit_code, exit.status()), (-1, "signal: killed".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_is_a_tty_of_the_asked_size_and_resizes() {
+    let backend = backend(SandboxConfig::default());
+    let sandbox = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    let spec = ProcessSpec::new("/bin/bash")
+        .with_args(["-c", "test -t 0 && test -t 1 && echo tty; stty size; read line; stty size"])
+        .with_pty(PtySize { rows: 24, cols: 80 });
+    let mut process = SandboxSession::start_process(&sandbox, &spec).await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("24 80") {
+        match process.output.next_event().await {
+            Some(ProcessEvent::Pty(bytes)) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            other => panic!("{other:?} after {seen:?}"),
+        }
+    }
+    assert!(seen.contains("tty"), "{seen:?}");
+    process.control.resize(PtySize { rows: 30, cols: 100 }).await.unwrap();
+    process.control.write_stdin(b"go\n").await.unwrap();
+    let (out, _, exit) = collect(process).await;
+    assert!(out.contains("30 100"), "{out:?}");
+    assert_eq!(exit.exit_code, 0);
+    // Its terminal was given back.
+    assert_eq!(sandbox.inner_open_ptys(), 0);
 }

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -75,12 +76,14 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteTimeout::new(stream, config.write_timeout));
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|request: Request<Incoming>| request.map(Body::new)),
-        );
+        let break_off = BreakOff::default();
+        let io = TokioIo::new(WriteTimeout::new(stream, config.write_timeout, break_off.clone()));
+        let service =
+            TowerToHyperService::new(router.clone().map_request(move |request: Request<Incoming>| {
+                let mut request = request.map(Body::new);
+                request.extensions_mut().insert(break_off.clone());
+                request
+            }));
         let header_timeout = config.header_timeout;
         let mut closing = closing_rx.clone();
         connections.spawn(async move {
@@ -120,6 +123,19 @@ pub async fn serve(
     Ok(())
 }
 
+/// Set by a handler (from the request's extensions) that breaks its response off because the
+/// peer it stands for died (a killed sandbox under a process stream): the connection then ends
+/// with a reset, as a dead host's does, not a clean close. Clients tell the two apart (E2B's
+/// Python SDK reads a reset as the sandbox being gone and checks its health).
+#[derive(Clone, Default)]
+pub(crate) struct BreakOff(Arc<AtomicBool>);
+
+impl BreakOff {
+    pub(crate) fn arm(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// A TCP stream whose writes fail once they have been blocked for `timeout`: a client that stops
 /// reading (its receive window full) is dropped instead of holding the response, and its buffers,
 /// forever.
@@ -127,14 +143,16 @@ struct WriteTimeout {
     stream: TcpStream,
     timeout: Duration,
     blocked_since: Option<Pin<Box<Sleep>>>,
+    break_off: BreakOff,
 }
 
 impl WriteTimeout {
-    fn new(stream: TcpStream, timeout: Duration) -> Self {
+    fn new(stream: TcpStream, timeout: Duration, break_off: BreakOff) -> Self {
         Self {
             stream,
             timeout,
             blocked_since: None,
+            break_off,
         }
     }
 
@@ -196,5 +214,14 @@ impl AsyncWrite for WriteTimeout {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.stream).poll_shutdown(cx);
         this.watch(cx, poll)
+    }
+}
+
+impl Drop for WriteTimeout {
+    fn drop(&mut self) {
+        if self.break_off.0.load(Ordering::Acquire) {
+            // Closing with SO_LINGER 0 sends a reset and never blocks.
+            let _ = self.stream.set_zero_linger();
+        }
     }
 }

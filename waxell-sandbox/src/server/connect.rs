@@ -1,86 +1,231 @@
-//! The Connect protocol's streaming framing (`application/connect+json`), as envd's streaming
-//! RPCs use it: every message is an envelope of one flags byte and a big-endian u32 length; the
-//! last one has flag [`END_STREAM`] and carries `{}` or `{"error": {...}}`. Errors of a streaming
-//! RPC travel in that last envelope with HTTP 200.
+//! The Connect protocol's streaming framing with the JSON codec, as E2B's SDKs speak it (Python's
+//! `connectrpc` with its JSON codec, JS's `createConnectTransport({useBinaryFormat: false})`):
+//! `application/connect+json` bodies of envelopes `[flags u8][length u32 BE][JSON]`; a response
+//! stream ends with an envelope flagged end-of-stream carrying `{}` or `{"error": {...}}`.
+//! Neither SDK sends the binary codec (`+proto`); it is refused with 415 naming the one we speak.
 
 use axum::body::{Body, Bytes};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::body;
 use super::error::ApiError;
 
-/// The content type of Connect streams with the JSON codec.
+/// Flag of a compressed envelope (no SDK compresses; refused).
+const FLAG_COMPRESSED: u8 = 0x01;
+/// Flag of the envelope that ends a response stream.
+const FLAG_END_STREAM: u8 = 0x02;
+/// The streaming content type of the JSON codec.
 pub(crate) const STREAM_JSON: &str = "application/connect+json";
-/// Envelope flag of a compressed message (refused: the SDKs send none).
-const COMPRESSED: u8 = 0x01;
-/// Envelope flag of the end-of-stream message.
-const END_STREAM: u8 = 0x02;
 
-/// One framed message.
-pub(crate) fn envelope(flags: u8, message: &Value) -> Bytes {
-    let payload = serde_json::to_vec(message).unwrap_or_else(|_| b"{}".to_vec());
-    let mut out = Vec::with_capacity(5 + payload.len());
+/// 415 unless the request uses the JSON codec (`streaming`: the enveloped kind).
+pub(crate) fn check_codec(headers: &HeaderMap, streaming: bool) -> Result<(), ApiError> {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let expected = if streaming {
+        STREAM_JSON
+    } else {
+        "application/json"
+    };
+    if content_type == expected || (!streaming && content_type.is_empty()) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!("content type {content_type:?} is not served: this RPC speaks the Connect JSON codec ({expected})"),
+    ))
+}
+
+/// One envelope.
+pub(crate) fn envelope(flags: u8, payload: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(payload.len() + 5);
     out.push(flags);
     out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(payload);
     out.into()
 }
 
-/// A data message.
-pub(crate) fn message(message: &Value) -> Bytes {
-    envelope(0, message)
+/// A message envelope.
+pub(crate) fn message(value: &Value) -> Bytes {
+    envelope(0, value.to_string().as_bytes())
 }
 
-/// The end-of-stream message: success, or the error in Connect's shape.
+/// The end-of-stream envelope: success, or `error`.
 pub(crate) fn end(error: Option<&ApiError>) -> Bytes {
-    match error {
-        None => envelope(END_STREAM, &json!({})),
-        Some(error) => envelope(
-            END_STREAM,
-            &json!({ "error": { "code": error.connect_code(), "message": error.message() } }),
-        ),
-    }
+    let body = match error {
+        None => json!({}),
+        Some(error) => json!({"error": {"code": error.connect_code(), "message": error.message()}}),
+    };
+    envelope(FLAG_END_STREAM, body.to_string().as_bytes())
 }
 
-/// The single request message of a server-streaming call.
-pub(crate) fn request_message(body: &[u8]) -> Result<&[u8], ApiError> {
-    let (header, rest) = body
-        .split_first_chunk::<5>()
-        .ok_or_else(|| ApiError::bad_request("a Connect stream request must start with a 5-byte envelope"))?;
-    if header[0] & COMPRESSED != 0 {
-        return Err(ApiError::bad_request(
-            "compressed Connect messages are not accepted",
-        ));
-    }
-    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    rest.get(..len)
-        .ok_or_else(|| ApiError::bad_request("the Connect envelope is longer than the request body"))
+/// A 200 streaming response of these envelopes.
+pub(crate) fn stream_response(envelopes: impl Stream<Item = Bytes> + Send + 'static) -> Response {
+    broken_stream_response(envelopes.map(Ok))
 }
 
-/// A streaming response of already framed messages.
-pub(crate) fn stream_response(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
-    use futures_util::StreamExt;
-    let body = Body::from_stream(frames.map(Ok::<_, std::convert::Infallible>));
-    ([(CONTENT_TYPE, STREAM_JSON)], body).into_response()
+/// A 200 streaming response of these envelopes; an `Err` breaks the connection off mid-body (the
+/// client sees the transport fail, as when an E2B sandbox dies under a stream).
+pub(crate) fn broken_stream_response(
+    envelopes: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+) -> Response {
+    let body = Body::from_stream(envelopes);
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(STREAM_JSON));
+    response
+}
+
+/// A stream that failed before its first message: 200 and only the end-of-stream error (how a
+/// Connect server reports errors of streaming calls).
+pub(crate) fn stream_error(error: &ApiError) -> Response {
+    stream_response(futures_util::stream::iter([end(Some(error))]))
+}
+
+/// Reads envelopes from a request body as they arrive (a client stream), each at most `limit`
+/// bytes.
+pub(crate) struct EnvelopeReader {
+    body: axum::body::BodyDataStream,
+    buffer: Vec<u8>,
+    limit: usize,
+}
+
+impl EnvelopeReader {
+    pub(crate) fn new(body: Body, limit: usize) -> Self {
+        Self {
+            body: body.into_data_stream(),
+            buffer: Vec::new(),
+            limit,
+        }
+    }
+
+    /// The next message parsed as `T`; `None` at the end of the body.
+    pub(crate) async fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ApiError> {
+        loop {
+            if self.buffer.len() >= 5 {
+                let flags = self.buffer[0];
+                let length =
+                    u32::from_be_bytes([self.buffer[1], self.buffer[2], self.buffer[3], self.buffer[4]])
+                        as usize;
+                if length > self.limit {
+                    return Err(ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("a message of {length} bytes is larger than {} bytes", self.limit),
+                    ));
+                }
+                if flags & FLAG_COMPRESSED != 0 {
+                    return Err(ApiError::bad_request("compressed messages are not served"));
+                }
+                if self.buffer.len() >= 5 + length {
+                    let payload: Vec<u8> = self.buffer.drain(..5 + length).skip(5).collect();
+                    if flags & FLAG_END_STREAM != 0 {
+                        return Ok(None);
+                    }
+                    return body::json(&payload).map(Some);
+                }
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    return Err(ApiError::bad_request(format!(
+                        "could not read the request stream: {e}"
+                    )))
+                }
+                None if self.buffer.is_empty() => return Ok(None),
+                None => return Err(ApiError::bad_request("the request stream ended inside a message")),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn chunked(parts: Vec<Vec<u8>>) -> Body {
+        let chunks = parts.into_iter().map(|p| Ok::<_, std::io::Error>(Bytes::from(p)));
+        Body::from_stream(futures_util::stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn envelopes_are_read_across_chunk_boundaries_until_the_body_ends() {
+        let first = envelope(0, br#"{"n":1}"#).to_vec();
+        let second = envelope(0, br#"{"n":2}"#).to_vec();
+        // Split inside the first prefix and inside the second payload.
+        let mut all = first.clone();
+        all.extend(&second);
+        let body = chunked(vec![
+            all[..3].to_vec(),
+            all[3..first.len() + 7].to_vec(),
+            all[first.len() + 7..].to_vec(),
+        ]);
+        let mut reader = EnvelopeReader::new(body, 1024);
+        assert_eq!(reader.next::<Value>().await.unwrap(), Some(json!({"n": 1})));
+        assert_eq!(reader.next::<Value>().await.unwrap(), Some(json!({"n": 2})));
+        assert_eq!(reader.next::<Value>().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_truncated_or_compressed_message_is_refused() {
+        let mut reader = EnvelopeReader::new(chunked(vec![envelope(0, &[b' '; 100]).to_vec()]), 10);
+        assert_eq!(
+            reader.next::<Value>().await.unwrap_err().status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let cut = envelope(0, br#"{"n":1}"#)[..6].to_vec();
+        let mut reader = EnvelopeReader::new(chunked(vec![cut]), 1024);
+        assert!(reader
+            .next::<Value>()
+            .await
+            .unwrap_err()
+            .message()
+            .contains("ended inside a message"));
+        let mut reader = EnvelopeReader::new(chunked(vec![envelope(FLAG_COMPRESSED, b"{}").to_vec()]), 1024);
+        assert_eq!(
+            reader.next::<Value>().await.unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
     #[test]
-    fn an_envelope_round_trips_and_bad_ones_are_refused() {
-        let framed = message(&json!({"path": "/home/user"}));
-        assert_eq!(framed[0], 0);
-        assert_eq!(request_message(&framed).unwrap(), br#"{"path":"/home/user"}"#);
-        assert!(request_message(b"\x00\x00").is_err());
-        assert!(request_message(b"\x00\x00\x00\x00\x09{}").is_err());
-        assert!(request_message(b"\x01\x00\x00\x00\x02{}").is_err());
-        let ended = end(Some(&ApiError::not_found("gone")));
-        assert_eq!(ended[0], END_STREAM);
-        let value: Value = serde_json::from_slice(&ended[5..]).unwrap();
-        assert_eq!(value, json!({"error": {"code": "not_found", "message": "gone"}}));
+    fn only_the_json_codec_is_served() {
+        let headers = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            headers
+        };
+        assert!(check_codec(&headers("application/connect+json"), true).is_ok());
+        assert!(check_codec(&headers("application/json; charset=utf-8"), false).is_ok());
+        let refused = check_codec(&headers("application/connect+proto"), true).unwrap_err();
+        assert_eq!(refused.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert!(
+            refused.message().contains("application/connect+json"),
+            "{}",
+            refused.message()
+        );
+    }
+
+    #[test]
+    fn the_end_of_a_stream_carries_a_connect_error() {
+        let error = ApiError::new(StatusCode::NOT_IMPLEMENTED, "no processes here");
+        let end = end(Some(&error));
+        assert_eq!(end[0], FLAG_END_STREAM);
+        let body: Value = serde_json::from_slice(&end[5..]).unwrap();
+        assert_eq!(
+            body,
+            json!({"error": {"code": "unimplemented", "message": "no processes here"}})
+        );
     }
 }

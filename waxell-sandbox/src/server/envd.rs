@@ -1,6 +1,6 @@
-//! envd plane (sandbox port 49983): health, `/files` download and upload, and the filesystem
+//! envd plane (sandbox port 49983): health, `/files` download and upload, the filesystem
 //! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Move`, `Remove`) over the Connect protocol's JSON
-//! codec.
+//! codec, and the process RPCs (process.rs).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -42,6 +42,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/files", get(download).post(upload))
         .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
+        .route("/process.Process/{method}", post(super::process::rpc))
         .fallback(|| async { ApiError::not_found("no such envd route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
@@ -52,7 +53,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
+pub(crate) async fn sandbox(state: &AppState, headers: &HeaderMap) -> Result<Arc<SandboxEntry>, ApiError> {
     state
         .registry
         .for_data_plane(headers, &[(ACCESS_TOKEN_HEADER, |e| e.envd_token.as_ref())])
@@ -390,25 +391,15 @@ async fn filesystem_rpc(
 /// keepalive message at the interval the SDK asks for (`Keepalive-Ping-Interval`, seconds) so
 /// idle proxies keep the stream open. Ends when the client goes away or the sandbox does.
 async fn watch_dir(State(state): State<Arc<AppState>>, headers: HeaderMap, request: Body) -> Response {
-    let content_type = headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if !content_type.starts_with(connect::STREAM_JSON) {
-        return ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!(
-                "filesystem.Filesystem/WatchDir is server-streaming: send it as {} (got {content_type:?})",
-                connect::STREAM_JSON
-            ),
-        )
-        .into_connect()
-        .into_response();
+    if let Err(e) = connect::check_codec(&headers, true) {
+        return e.into_connect().into_response();
     }
     let started = async {
         let entry = sandbox(&state, &headers).await?;
-        let bytes = body::read(request, state.config.json_limit(), state.config.body_timeout).await?;
-        let request: WatchRequest = body::json(connect::request_message(&bytes)?)?;
+        let request: WatchRequest = connect::EnvelopeReader::new(request, state.config.json_limit())
+            .next()
+            .await?
+            .ok_or_else(|| ApiError::bad_request("the WatchDir stream carries no request message"))?;
         check_path(&request.path)?;
         let watch = entry
             .session

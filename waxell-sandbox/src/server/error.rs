@@ -42,11 +42,6 @@ impl ApiError {
         &self.message
     }
 
-    /// Connect's code for this error (`not_found`, `invalid_argument`, ...).
-    pub(crate) fn connect_code(&self) -> &'static str {
-        connect_code(self.status)
-    }
-
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
@@ -76,6 +71,11 @@ impl ApiError {
             StatusCode::BAD_GATEWAY,
             format!("The sandbox is running but port is not open (port {port})"),
         )
+    }
+
+    /// The Connect protocol's code for this error (`not_found`, `unimplemented`, ...).
+    pub(crate) fn connect_code(&self) -> &'static str {
+        connect_code(self.status)
     }
 
     /// The same error rendered as a Connect-RPC error (`{"code": "not_found", ...}`).

@@ -44,6 +44,8 @@ pub(crate) struct SandboxEntry {
     pub(crate) lifecycle: Lifecycle,
     /// Being paused: its files are being saved, so requests no longer reach it.
     pub(crate) pausing: std::sync::atomic::AtomicBool,
+    /// Its running processes (envd's process RPCs).
+    pub(crate) processes: Arc<super::process::ProcessTable>,
     deadline: Mutex<Deadline>,
 }
 
@@ -231,6 +233,7 @@ impl Registry {
             traffic_token,
             lifecycle: request.lifecycle,
             pausing: std::sync::atomic::AtomicBool::new(false),
+            processes: Arc::default(),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,

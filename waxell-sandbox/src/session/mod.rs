@@ -6,17 +6,18 @@ mod contexts;
 mod lifetime;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 use waxell::sandbox::{
-    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxError, SandboxMetrics, SandboxOptions,
-    SandboxSession, WatchOptions,
+    CodeContext, DirWatch, EntryInfo, Execution, ProcessSpec, RunOptions, SandboxError, SandboxMetrics,
+    SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
 };
 
-use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess, Usage};
+use crate::backend::{Backend, Checkpoint, Prepared, Usage};
 use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
 use crate::paths::check_cwd;
 use crate::watch::{Counted, WatchSlots};
@@ -41,6 +42,8 @@ pub(crate) struct Inner<B: Backend> {
     /// The previous CPU reading (when, CPU seconds), so metrics report use since then; `None`
     /// before the first.
     last_cpu: std::sync::Mutex<Option<(Instant, f64)>>,
+    /// Terminals of its processes open now.
+    open_ptys: Arc<AtomicUsize>,
 }
 
 impl<B: Backend> Session<B> {
@@ -63,9 +66,16 @@ impl<B: Backend> Session<B> {
             lifetime: Lifetime::new(lifetime),
             watches: WatchSlots::default(),
             last_cpu: std::sync::Mutex::new(None),
+            open_ptys: Arc::default(),
         });
         watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
+    }
+
+    /// Terminals of its processes open now.
+    #[cfg(test)]
+    pub(crate) fn inner_open_ptys(&self) -> usize {
+        self.inner.open_ptys.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// What the backend holds for this sandbox.
@@ -131,14 +141,20 @@ impl<B: Backend> Session<B> {
         started
     }
 
-    /// Start a process in the sandbox (not supported by any backend yet).
-    #[cfg_attr(not(test), expect(dead_code, reason = "the process and PTY issue adds the callers"))]
-    pub(crate) async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+    /// Start a process: `spec` checked, the sandbox's environment under its own, one of the
+    /// sandbox's terminals taken if it asks for one (at most [`MAX_PTYS`](crate::config::MAX_PTYS)).
+    async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
         self.check_alive()?;
-        if let Some(cwd) = &spec.cwd {
-            check_cwd(cwd)?;
-        }
-        self.inner.backend.start_process(&self.inner.shell, spec).await
+        let mut spec = spec.clone();
+        check_process_spec(&mut spec)?;
+        let mut env = self.inner.env.clone();
+        env.append(&mut spec.env);
+        spec.env = env;
+        let pty = spec
+            .pty
+            .map(|size| crate::command::PtyPermit::take(size, &self.inner.open_ptys))
+            .transpose()?;
+        self.inner.backend.start_process(&self.inner.shell, &spec, pty).await
     }
 
     /// Save the sandbox's state (not supported by any backend yet).
@@ -173,6 +189,37 @@ impl<B: Backend> Inner<B> {
 
 /// The interval of a sandbox's first CPU measurement.
 const FIRST_CPU_INTERVAL: Duration = Duration::from_millis(200);
+/// A process's program, arguments, environment and cwd: no NUL bytes (they cannot reach a
+/// program), a name for every variable, an absolute cwd (a relative one is in the home directory;
+/// any directory the sandbox can see may be a process's cwd, the read-only ones too).
+fn check_process_spec(spec: &mut ProcessSpec) -> Result<(), SandboxError> {
+    let invalid = |what: String| Err(SandboxError::InvalidArgument(what));
+    if spec.cmd.is_empty() {
+        return invalid("the process's command is empty".into());
+    }
+    let strings = std::iter::once(&spec.cmd)
+        .chain(&spec.args)
+        .chain(spec.env.iter().flat_map(|(k, v)| [k, v]))
+        .chain(&spec.cwd);
+    for value in strings {
+        if value.contains('\0') {
+            return invalid(format!("{value:?} contains a NUL byte"));
+        }
+    }
+    if let Some(key) = spec.env.keys().find(|k| k.is_empty() || k.contains('=')) {
+        return invalid(format!("environment variable name {key:?} is empty or contains '='"));
+    }
+    if let Some(cwd) = &spec.cwd {
+        if cwd.is_empty() {
+            spec.cwd = None;
+        } else if cwd.split('/').any(|part| part == "..") {
+            return invalid(format!("cwd {cwd:?}: `..` is not allowed"));
+        } else if !cwd.starts_with('/') {
+            spec.cwd = Some(format!("{}/{cwd}", crate::paths::HOME_DIR));
+        }
+    }
+    Ok(())
+}
 
 /// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
 /// dropping the sandbox cleans up at once.
@@ -346,6 +393,10 @@ impl<B: Backend> SandboxSession for Session<B> {
         let slot = self.inner.watches.take()?;
         let watch = self.inner.backend.watch_dir(&self.inner.shell, path, options).await?;
         Ok(Box::new(Counted { watch, _slot: slot }))
+    }
+
+    async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        Session::start_process(self, spec).await
     }
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {

@@ -22,6 +22,8 @@ pub(crate) enum Endpoint {
     Code,
     /// envd files: 404 / 400 = the path.
     Files,
+    /// envd processes: 404 = no such process.
+    Process,
 }
 
 pub(crate) use crate::http::trace_headers;
@@ -118,7 +120,7 @@ pub(crate) fn status_error(endpoint: Endpoint, what: &str, status: StatusCode, b
             path: what.to_owned(),
             reason: format!("{status}: {}", error_message(body)),
         },
-        (400 | 409 | 413 | 422, _) => SandboxError::InvalidArgument(message),
+        (400 | 404 | 409 | 413 | 422, _) => SandboxError::InvalidArgument(message),
         (504, _) => SandboxError::Timeout(message),
         (502 | 503, _) => SandboxError::Transport(message),
         _ => SandboxError::Other(message),

@@ -4,7 +4,8 @@
 //! - Control plane (`X-API-KEY`): create (`POST /v2/sandboxes`), connect, set-timeout, kill.
 //! - Code Interpreter (port 49999): `run_code` over the streamed NDJSON `/execute`, one fresh
 //!   HTTP/1.1 connection per run, callbacks called as lines arrive; contexts.
-//! - envd (port 49983): files (`/files`) and listings (Connect `ListDir`).
+//! - envd (port 49983): files (`/files`) and listings (Connect `ListDir`); commands and terminals
+//!   (`process.Process`: `start_process`, a stream of events, with stdin, signals and resizes).
 //!
 //! Configuration follows E2B's SDKs ([`E2bConfig::from_env`]): `E2B_API_KEY`, `E2B_DOMAIN`,
 //! `E2B_API_URL`, `E2B_SANDBOX_URL`, `E2B_DEBUG`. Requests carry the current OpenTelemetry context
@@ -18,6 +19,8 @@
 mod config;
 #[cfg(feature = "e2b")]
 mod http;
+#[cfg(feature = "e2b")]
+mod process;
 #[cfg(feature = "e2b")]
 mod sandbox;
 #[cfg(feature = "e2b")]

@@ -20,8 +20,8 @@ use super::wire::{
     ENVD_PORT, METADATA_HEADER_PREFIX,
 };
 use crate::sandbox::{
-    CodeContext, DirWatch, EntryInfo, Execution, FsEvent, RunOptions, SandboxBackend, SandboxError,
-    SandboxMetrics, SandboxOptions, SandboxSession, WatchOptions,
+    CodeContext, DirWatch, EntryInfo, Execution, FsEvent, ProcessSpec, RunOptions, SandboxBackend,
+    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
 };
 
 /// Default template of E2B Code Interpreter.
@@ -259,8 +259,22 @@ impl E2bSandbox {
         &self.envd_version
     }
 
-    fn config(&self) -> &E2bConfig {
+    pub(super) fn config(&self) -> &E2bConfig {
         &self.shared.config
+    }
+
+    pub(super) fn shared_clients(&self) -> (&Client, &Client) {
+        (&self.shared.client, &self.shared.execute_client)
+    }
+
+    /// An envd URL of this sandbox.
+    pub(super) fn envd_url(&self, path: &str) -> Result<Url, SandboxError> {
+        self.url(ENVD_PORT, path, &[])
+    }
+
+    /// An envd request with the routing headers and the access token.
+    pub(super) fn envd(&self, client: &Client, method: Method, url: Url) -> RequestBuilder {
+        self.data(client, method, ENVD_PORT, url, true)
     }
 
     /// A data-plane request to `port` with E2B's routing headers and the tokens that port takes.
@@ -564,6 +578,10 @@ impl SandboxSession for E2bSandbox {
             path: path.to_owned(),
             watcher_id,
         }))
+    }
+
+    async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        self.start_process_rpc(spec).await
     }
 
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {

@@ -9,8 +9,8 @@ use opentelemetry::trace::{FutureExt, SpanBuilder, SpanKind, Status, TraceContex
 use opentelemetry::KeyValue;
 
 use super::{
-    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxMetrics,
-    SandboxOptions, SandboxSession, WatchOptions,
+    CodeContext, CommandOutput, DirWatch, EntryInfo, Execution, ProcessSpec, RunOptions, SandboxBackend,
+    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
 };
 use crate::semconv::*;
 use crate::telemetry;
@@ -211,6 +211,91 @@ impl Sandbox {
         }
         span.end();
         result
+    }
+
+    /// Run a command to its end (span `execute_tool {backend}.run_command`, a TOOL span): its
+    /// output and exit. With content capture on, the span carries the command line and what it
+    /// wrote (scrubbed and truncated); always its exit code and how many bytes it wrote. A nonzero
+    /// exit marks the span failed (`error.type` = `exit_status`) but is not an `Err`.
+    pub async fn run_command(&self, spec: &ProcessSpec) -> Result<CommandOutput, SandboxError> {
+        let tool = format!("{}.run_command", self.backend);
+        let mut attributes = self.base_attributes();
+        attributes.extend([
+            KeyValue::new(GEN_AI_OPERATION_NAME, OP_EXECUTE_TOOL),
+            KeyValue::new(GEN_AI_TOOL_NAME, tool.clone()),
+            KeyValue::new(GEN_AI_TOOL_TYPE, "extension"),
+            KeyValue::new(OI_SPAN_KIND, "TOOL"),
+            KeyValue::new(OI_TOOL_NAME, tool.clone()),
+        ]);
+        let capture = telemetry::capture_content();
+        if capture {
+            let preview = telemetry::content_preview(&spec.command_line(), PREVIEW_CHARS);
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_COMMAND, preview.clone()));
+            attributes.push(KeyValue::new(OI_INPUT_VALUE, preview));
+        }
+        let cx = telemetry::start_current(
+            SpanBuilder::from_name(format!("{OP_EXECUTE_TOOL} {tool}"))
+                .with_kind(SpanKind::Internal)
+                .with_attributes(attributes),
+        );
+        let result = async {
+            let process = self.session.start_process(spec).await?;
+            Ok::<_, SandboxError>(process.wait().await)
+        }
+        .with_context(cx.clone())
+        .await;
+        let span = cx.span();
+        match &result {
+            Ok(output) => {
+                span.set_attribute(KeyValue::new(
+                    WAXELL_SANDBOX_EXIT_CODE,
+                    i64::from(output.exit.exit_code),
+                ));
+                let bytes = output.stdout.len() + output.stderr.len();
+                span.set_attribute(KeyValue::new(WAXELL_SANDBOX_OUTPUT_BYTES, bytes as i64));
+                if capture {
+                    let stdout = telemetry::content_preview(&output.stdout_text(), PREVIEW_CHARS);
+                    span.set_attribute(KeyValue::new(OI_OUTPUT_VALUE, stdout.clone()));
+                    span.set_attribute(KeyValue::new(WAXELL_SANDBOX_STDOUT, stdout));
+                    let stderr = output.stderr_text();
+                    if !stderr.is_empty() {
+                        span.set_attribute(KeyValue::new(
+                            WAXELL_SANDBOX_STDERR,
+                            telemetry::content_preview(&stderr, PREVIEW_CHARS),
+                        ));
+                    }
+                }
+                if !output.success() {
+                    span.set_attribute(KeyValue::new(ERROR_TYPE, "exit_status"));
+                    span.set_status(Status::error(
+                        output.exit.error.clone().unwrap_or_else(|| output.exit.status()),
+                    ));
+                }
+            }
+            Err(e) => {
+                span.set_attribute(KeyValue::new(ERROR_TYPE, e.kind()));
+                span.set_status(Status::error(e.to_string()));
+            }
+        }
+        span.end();
+        result
+    }
+
+    /// Start a process and return at once (span `sandbox.start_process`, the start only): a
+    /// background command or a terminal, read and steered through the [`SandboxProcess`].
+    pub async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        let mut attributes = self.base_attributes();
+        if telemetry::capture_content() {
+            let preview = telemetry::content_preview(&spec.command_line(), PREVIEW_CHARS);
+            attributes.push(KeyValue::new(WAXELL_SANDBOX_COMMAND, preview));
+        }
+        traced(
+            "sandbox.start_process".into(),
+            attributes,
+            self.session.start_process(spec),
+            |_| Vec::new(),
+        )
+        .await
     }
 
     /// Span `sandbox.write_file`.

@@ -5,9 +5,14 @@
 //! emit spans (`execute_tool {backend}.run_code`, ...) that nest under the caller's `#[tool]` span.
 
 mod instrumented;
+mod process;
 mod types;
 
 pub use instrumented::Sandbox;
+pub use process::{
+    CommandOutput, ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec,
+    PtySize, SandboxProcess,
+};
 pub use types::{
     CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, FsEvent, FsEventKind, LimitKind,
     Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxMetrics,
@@ -117,6 +122,16 @@ pub trait SandboxSession: Send + Sync {
         Err(SandboxError::Other(format!(
             "watch_dir {path}: not supported by this sandbox backend"
         )))
+    }
+
+    /// Start a process (a command, or a shell on a pseudo-terminal) in the sandbox, under the same
+    /// isolation and limits as its code. The default says the backend cannot.
+    async fn start_process(&self, spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
+        let _ = spec;
+        Err(SandboxError::Unsupported {
+            backend: "current",
+            operation: "start_process",
+        })
     }
 
     /// Reset the sandbox's lifetime to `timeout` from now.

@@ -1,0 +1,289 @@
+//! Commands and terminals in a container: each an attached exec as the sandbox user, so it runs
+//! under the container's limits (cgroup, pids, seccomp, no network, read-only root) like a kernel.
+//! The Engine API cannot signal an exec and reports only a host pid, so the exec starts through
+//! the in-sandbox helper, which first prints its pid (then the program's); signals go through the
+//! container's pid 1 as the kernel's do. A terminal is the engine's own (`Tty`), resized through
+//! the API, and holds one of the sandbox's terminal permits while it runs.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::exec::{ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::container::LogOutput;
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, Mutex};
+use waxell::sandbox::{
+    ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec, PtySize, SandboxError,
+    SandboxProcess,
+};
+
+use super::engine::{api_error, Control};
+use crate::command::{exit_of_code, helper_args, PtyPermit};
+use crate::paths::HOME_DIR;
+
+/// Events buffered before reading the exec's output waits for the reader.
+const EVENTS_BUFFERED: usize = 64;
+
+/// Start `spec` in `container` as `user`.
+pub(crate) async fn start(
+    docker: &Docker,
+    container: &str,
+    control: Control,
+    user: &str,
+    spec: &ProcessSpec,
+    pty: Option<PtyPermit>,
+) -> Result<SandboxProcess, SandboxError> {
+    let tty = pty.is_some();
+    let mut cmd = vec!["python3".to_owned(), "-I".to_owned()];
+    cmd.extend(helper_args(0, tty, true));
+    cmd.push(spec.cmd.clone());
+    cmd.extend(spec.args.iter().cloned());
+    let env = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let with_stdin = tty || spec.stdin;
+    let exec = docker
+        .create_exec(
+            container,
+            ExecConfig {
+                attach_stdin: Some(with_stdin),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                tty: Some(tty),
+                // Docker takes the first size here; Podman ignores it (the resize below sets it).
+                console_size: pty.as_ref().map(|p| vec![usize::from(p.size.rows), usize::from(p.size.cols)]),
+                cmd: Some(cmd),
+                env: Some(env),
+                user: Some(user.to_owned()),
+                working_dir: Some(spec.cwd.clone().unwrap_or_else(|| HOME_DIR.to_owned())),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| api_error("starting the process (exec create)", e))?;
+    let started = docker
+        .start_exec(
+            &exec.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty,
+                output_capacity: None,
+            }),
+        )
+        .await
+        .map_err(|e| api_error("starting the process (exec start)", e))?;
+    let StartExecResults::Attached { output, input } = started else {
+        return Err(SandboxError::Protocol {
+            message: "the engine started the process detached".into(),
+            received: String::new(),
+        });
+    };
+    let mut output: Output = Box::pin(output.take_until(control.gone()));
+    // Known before anyone can signal it: the helper prints it before the program starts.
+    let (pid, early) = tokio::time::timeout(PID_TIMEOUT, read_pid(&mut output))
+        .await
+        .map_err(|_| SandboxError::Timeout(format!("the process did not start within {PID_TIMEOUT:?}")))?;
+    let pid = Arc::new(AtomicU32::new(pid));
+    let last_signal = Arc::new(AtomicI32::new(0));
+    let (events, receiver) = mpsc::channel(EVENTS_BUFFERED);
+    tokio::spawn(pump(
+        docker.clone(),
+        exec.id.clone(),
+        early,
+        output,
+        events,
+        last_signal.clone(),
+    ));
+    if let Some(permit) = &pty {
+        // Podman takes the first size only this way, and (under gVisor) only once the exec runs.
+        for attempt in 0..20 {
+            match resize(docker, &exec.id, permit.size).await {
+                Ok(()) => break,
+                Err(e) if attempt == 19 => tracing::debug!("sizing the terminal of exec {}: {e}", exec.id),
+                Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+            }
+        }
+    }
+    Ok(SandboxProcess {
+        output: Box::new(Events(receiver)),
+        control: Arc::new(ExecControl {
+            docker: docker.clone(),
+            exec_id: exec.id,
+            control,
+            pid,
+            last_signal,
+            input: Mutex::new(Some(input).filter(|_| with_stdin)),
+            tty: pty,
+        }),
+    })
+}
+
+type Output = Pin<Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// How long the in-sandbox helper may take to report the program's pid.
+const PID_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn event_of(item: LogOutput) -> Option<ProcessEvent> {
+    match item {
+        LogOutput::StdOut { message } => Some(ProcessEvent::Stdout(message.to_vec())),
+        LogOutput::StdErr { message } => Some(ProcessEvent::Stderr(message.to_vec())),
+        LogOutput::Console { message } => Some(ProcessEvent::Pty(message.to_vec())),
+        LogOutput::StdIn { .. } => None,
+    }
+}
+
+/// The helper's first line of output, its pid (0 when the output ended first), and the events
+/// that came with or before it (the helper's own errors, the program's first bytes).
+async fn read_pid(output: &mut Output) -> (u32, Vec<ProcessEvent>) {
+    let mut line = Vec::new();
+    let mut early = Vec::new();
+    while let Some(Ok(item)) = output.next().await {
+        match event_of(item) {
+            Some(event @ (ProcessEvent::Stdout(_) | ProcessEvent::Pty(_))) => {
+                let (ProcessEvent::Stdout(bytes) | ProcessEvent::Pty(bytes)) = &event else { unreachable!() };
+                line.extend_from_slice(bytes);
+                if let Some(end) = line.iter().position(|b| *b == b'\n') {
+                    let pid = String::from_utf8_lossy(&line[..end]).trim().parse().unwrap_or(0);
+                    let rest = line[end + 1..].to_vec();
+                    if !rest.is_empty() {
+                        early.push(match event {
+                            ProcessEvent::Pty(_) => ProcessEvent::Pty(rest),
+                            _ => ProcessEvent::Stdout(rest),
+                        });
+                    }
+                    return (pid, early);
+                }
+            }
+            Some(other) => early.push(other),
+            None => {}
+        }
+    }
+    (0, early)
+}
+
+/// The exec's events, then its exit.
+async fn pump(
+    docker: Docker,
+    exec_id: String,
+    early: Vec<ProcessEvent>,
+    mut output: Output,
+    events: mpsc::Sender<ProcessEvent>,
+    last_signal: Arc<AtomicI32>,
+) {
+    let mut open = true;
+    for event in early {
+        open &= events.send(event).await.is_ok();
+    }
+    while open {
+        let Some(Ok(item)) = output.next().await else { break };
+        if let Some(event) = event_of(item) {
+            open = events.send(event).await.is_ok();
+        }
+    }
+    let mut code = None;
+    for _ in 0..100 {
+        match docker.inspect_exec(&exec_id).await {
+            Ok(inspect) if inspect.running != Some(true) => {
+                code = inspect.exit_code.map(|c| c as i32);
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(_) => break,
+        }
+    }
+    let exit = match code {
+        Some(code) => exit_of_code(Some(code), last_signal.load(Ordering::Acquire)),
+        None => ProcessExit {
+            exit_code: -1,
+            signal: None,
+            error: Some("the sandbox's container ended the process".into()),
+        },
+    };
+    let _ = events.send(ProcessEvent::Exit(exit)).await;
+}
+
+async fn resize(docker: &Docker, exec_id: &str, size: PtySize) -> Result<(), SandboxError> {
+    let options = ResizeExecOptions {
+        height: size.rows,
+        width: size.cols,
+    };
+    docker
+        .resize_exec(exec_id, options)
+        .await
+        .map_err(|e| api_error("resizing the terminal", e))
+}
+
+struct Events(mpsc::Receiver<ProcessEvent>);
+
+#[async_trait]
+impl ProcessOutput for Events {
+    async fn next_event(&mut self) -> Option<ProcessEvent> {
+        self.0.recv().await
+    }
+}
+
+struct ExecControl {
+    docker: Docker,
+    exec_id: String,
+    control: Control,
+    /// The program's pid inside the container, once the helper reported it (0 before).
+    pid: Arc<AtomicU32>,
+    last_signal: Arc<AtomicI32>,
+    input: Mutex<Option<Pin<Box<dyn AsyncWrite + Send>>>>,
+    /// Held while the process runs.
+    tty: Option<PtyPermit>,
+}
+
+#[async_trait]
+impl ProcessControl for ExecControl {
+    async fn write_stdin(&self, data: &[u8]) -> Result<(), SandboxError> {
+        let mut input = self.input.lock().await;
+        let Some(input) = input.as_mut() else {
+            return Err(SandboxError::InvalidArgument(
+                "the process's stdin is closed (start it with stdin enabled to send input)".into(),
+            ));
+        };
+        input.write_all(data).await?;
+        input.flush().await?;
+        Ok(())
+    }
+
+    async fn close_stdin(&self) -> Result<(), SandboxError> {
+        if self.tty.is_some() {
+            return Err(SandboxError::InvalidArgument(
+                "a terminal's input cannot be closed: send Ctrl-D (0x04) instead".into(),
+            ));
+        }
+        if let Some(mut input) = self.input.lock().await.take() {
+            // The engine passes the half-close on as the program's end of input.
+            let _ = input.shutdown().await;
+        }
+        Ok(())
+    }
+
+    async fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError> {
+        let pid = self.pid.load(Ordering::Acquire);
+        if pid <= 1 {
+            return Err(SandboxError::Other("the process has not started yet".into()));
+        }
+        self.last_signal.store(signal.number(), Ordering::Release);
+        if self.control.send(signal.number(), pid) {
+            Ok(())
+        } else {
+            Err(SandboxError::NotFound("the sandbox's container has stopped".into()))
+        }
+    }
+
+    async fn resize(&self, size: PtySize) -> Result<(), SandboxError> {
+        if self.tty.is_none() {
+            return Err(SandboxError::InvalidArgument(
+                "the process has no terminal to resize (start it with a PTY)".into(),
+            ));
+        }
+        resize(&self.docker, &self.exec_id, size).await
+    }
+}
