@@ -67,7 +67,7 @@ def entry(path):
     st = os.lstat(path)
     is_dir, is_link = stat.S_ISDIR(st.st_mode), stat.S_ISLNK(st.st_mode)
     return {
-        "name": os.path.basename(path), "path": path, "is_dir": is_dir, "size": 0 if is_dir else st.st_size,
+        "name": os.path.basename(path), "path": path, "is_dir": is_dir, "size": st.st_size,
         "mode": stat.S_IMODE(st.st_mode),
         "modified": {"secs_since_epoch": st.st_mtime_ns // 10**9, "nanos_since_epoch": st.st_mtime_ns % 10**9},
         "symlink_target": absolute(path, os.readlink(path)) if is_link else None,

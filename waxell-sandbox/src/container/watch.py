@@ -47,7 +47,7 @@ def entry(path):
     if is_link:
         text = os.readlink(path)
         target = os.path.normpath(text if text.startswith("/") else os.path.join(os.path.dirname(path), text))
-    return {"name": os.path.basename(path), "path": path, "is_dir": is_dir, "size": 0 if is_dir else st.st_size,
+    return {"name": os.path.basename(path), "path": path, "is_dir": is_dir, "size": st.st_size,
             "mode": stat.S_IMODE(st.st_mode),
             "modified": {"secs_since_epoch": st.st_mtime_ns // 10**9, "nanos_since_epoch": st.st_mtime_ns % 10**9},
             "symlink_target": target, "metadata": meta}

@@ -363,7 +363,7 @@ pub(crate) fn entry_at(dir: &OwnedFd, name: &std::ffi::OsStr, path: String) -> R
         name: name.to_string_lossy().into_owned(),
         path,
         is_dir,
-        size: if is_dir { 0 } else { stat.st_size as u64 },
+        size: stat.st_size as u64,
         mode: Some(stat.st_mode & 0o7777),
         modified: Some(modified),
         symlink_target,

@@ -251,7 +251,7 @@ pub struct EntryInfo {
     pub path: String,
     /// Whether the entry is a directory.
     pub is_dir: bool,
-    /// Size in bytes (0 for directories).
+    /// Size in bytes (for a directory, what its file system reports, as envd does).
     pub size: u64,
     /// Permission bits (`0o644`); `None` when the backend does not report them.
     #[serde(default)]
