@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use waxell::sandbox::{EntryInfo, SandboxError};
 
 use crate::config::{BackendOptions, SandboxConfig};
-use crate::kernel::{KernelProcess, KernelReader, KernelWriter, ProcessControl, StderrTail};
+use crate::kernel::{KernelProcess, KernelReader, KernelWriter, Languages, ProcessControl, StderrTail};
 
 /// A sandbox a backend made, with its default kernel ready: what the warm pool holds. Field
 /// order = drop order: the kernel goes before the sandbox's resources.
@@ -45,6 +45,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Limits, pool size, timeouts and lifetime (and the backend's own options).
     fn config(&self) -> &SandboxConfig<Self::Options>;
+
+    /// The languages its sandboxes run. The default: Python alone.
+    fn languages(&self) -> &Languages {
+        static PYTHON_ONLY: std::sync::OnceLock<Languages> = std::sync::OnceLock::new();
+        PYTHON_ONLY.get_or_init(|| Languages::python_only())
+    }
 
     /// Make a sandbox and start its default kernel (the cold path; the warm pool calls it ahead).
     async fn prepare(&self) -> Result<Prepared<Self::Shell>, SandboxError>;

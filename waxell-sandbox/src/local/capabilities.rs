@@ -78,6 +78,8 @@ pub enum Feature {
     CpuTime,
     /// The largest-file cap (RLIMIT_FSIZE).
     FileSize,
+    /// The languages contexts run (their runtimes found on the host).
+    Languages,
 }
 
 impl Feature {
@@ -97,6 +99,7 @@ impl Feature {
             Feature::CpuQuota => "cpu quota",
             Feature::CpuTime => "cpu time",
             Feature::FileSize => "file size",
+            Feature::Languages => "languages",
         }
     }
 }
@@ -272,6 +275,28 @@ impl HostReport {
         }
     }
 
+    /// The report with a line saying which languages contexts run (`available`) and why not the
+    /// others (`missing`: each language with the reason and how to get it).
+    pub(crate) fn with_languages(mut self, available: &[&str], missing: &[(&str, String)]) -> Self {
+        if self.mode.is_none() {
+            return self;
+        }
+        let detail = if missing.is_empty() {
+            available.join(", ")
+        } else {
+            let names: Vec<&str> = missing.iter().map(|(name, _)| *name).collect();
+            format!("{}; not {}", available.join(", "), names.join(", "))
+        };
+        let fix = missing.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>();
+        self.checks.push(Check {
+            feature: Feature::Languages,
+            status: if missing.is_empty() { Status::Enforced } else { Status::Partial },
+            detail,
+            fix: (!fix.is_empty()).then(|| fix.join("; ")),
+        });
+        self
+    }
+
     /// The line for `feature`, if the report has one.
     pub fn check(&self, feature: Feature) -> Option<&Check> {
         self.checks.iter().find(|c| c.feature == feature)
@@ -304,7 +329,7 @@ impl HostReport {
         let weak = self
             .checks
             .iter()
-            .filter(|c| c.status != Status::Enforced)
+            .filter(|c| c.status != Status::Enforced && c.feature != Feature::Languages)
             .count();
         format!(
             "local sandbox, {} mode; memory: {}; processes: {}; cpu quota: {}{}",

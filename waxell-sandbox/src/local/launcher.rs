@@ -149,6 +149,10 @@ impl Launcher {
         // shared by its contexts: on the host, or rootless in the sandbox's own mount namespace.
         add(&mut args, &["--bind"]);
         args.extend([slot.tmp.into(), "/tmp".into()]);
+        // /root exists, empty and read-only (remounted below, after the Python installation, which may
+        // live under it, is bound on top): E2B's code runs as root there, and contexts may name it as
+        // their directory (paths::check_cwd).
+        add(&mut args, &["--perms", "0755", "--size", "4096", "--tmpfs", "/root"]);
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
@@ -184,6 +188,7 @@ impl Launcher {
                 }
             }
         }
+        add(&mut args, &["--remount-ro", "/root"]);
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
         add(
             &mut args,
@@ -216,10 +221,14 @@ impl Launcher {
                 "/etc/group",
             ],
         );
+        // Made 0755 first: bwrap would make the parent of /etc/ssl/certs 0700, and Node.js fails
+        // to start when it cannot read /etc/ssl/openssl.cnf.
+        add(&mut args, &["--perms", "0755", "--dir", "/etc/ssl"]);
         for shared in [
             "/etc/fonts",
             "/etc/localtime",
             "/etc/ssl/certs",
+            "/etc/ssl/openssl.cnf",
             "/etc/mime.types",
         ] {
             add(&mut args, &["--ro-bind-try", shared, shared]);
