@@ -191,7 +191,7 @@ class Kernel:
         )
         # Started after `ready`: a second thread wanting the GIL would delay it by up to a switch
         # interval.
-        self.imports = threading.Thread(target=deferred_imports, daemon=True)
+        self.imports = threading.Thread(target=self.prepare_python, daemon=True)
         self.imports.start()
         pending_id = None
         while True:
@@ -298,11 +298,25 @@ class Kernel:
         with self.state_lock:
             self.current_id = None
 
+    def prepare_python(self):
+        """The deferred imports, then the IPython shell (unless the kernel runs another language):
+        a warm-pool kernel has both ready before its first cell."""
+        for name in DEFERRED_IMPORTS:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+        if self.runner is None:
+            try:
+                self.shell = make_shell(self)
+            except Exception:
+                pass  # made again by the first cell, which then reports why it failed
+
     def run_cell(self, code):
+        # IPython's modules import each other in cycles: importing them from two threads at once
+        # can fail (KeyError 'IPython'), so the main thread waits for the thread preparing them.
+        self.imports.join()
         if self.shell is None:
-            # IPython's modules import each other in cycles: importing them from two threads at
-            # once can fail (KeyError 'IPython'), so the main thread waits for the deferred ones.
-            self.imports.join()
             self.shell = make_shell(self)
         self.shell.run_cell(code, store_history=True)
 
@@ -369,12 +383,6 @@ class Kernel:
     emit_figures = display_figures
 
 
-def deferred_imports():
-    for name in DEFERRED_IMPORTS:
-        try:
-            __import__(name)
-        except Exception:
-            pass
 
 
 # ---- IPython ------------------------------------------------------------------------------------
