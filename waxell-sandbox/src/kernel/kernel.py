@@ -201,7 +201,7 @@ class Kernel:
                 if kind == "setenv":
                     self.configure(dict(msg.get("env") or {}), msg.get("cwd"))
                 elif kind == "language":
-                    self.set_language(str(msg.get("language") or "python"))
+                    self.set_language(str(msg.get("language") or "python"), msg.get("runtime"))
                 elif kind == "execute":
                     pending_id = msg.get("id")
                     self.execute(pending_id, str(msg.get("code", "")), dict(msg.get("env") or {}))
@@ -226,11 +226,11 @@ class Kernel:
                 error = "cannot use %s as the working directory: %s" % (cwd, e.strerror or e)
         self.send({"type": "configured", "error": error})
 
-    def set_language(self, language):
+    def set_language(self, language, runtime):
         runner = RUNNERS.get(language)
         error = None
         if runner is not None:
-            self.runner = runner(self)
+            self.runner = runner(self, runtime)
             try:
                 self.runner.start()
             except OSError as e:
@@ -590,9 +590,12 @@ class Runner:
     (`fds[1]`). Interrupted, it is killed and restarted (its state is lost)."""
 
     name = ""
+    default_runtime = ""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, runtime=None):
         self.kernel = kernel
+        # The runtime's executable as the host found it (a path that needs no /etc/alternatives).
+        self.runtime = str(runtime or self.default_runtime)
         self.process = None
         self.requests = None
         self.answers = None
@@ -654,6 +657,9 @@ class Runner:
                 continue
             if not isinstance(answer, dict) or answer.get("nonce") != nonce:
                 continue
+            if "stream" in answer:
+                self.kernel.emit_stream("stderr" if answer["stream"] == "stderr" else "stdout", str(answer.get("text", "")))
+                continue
             if answer.get("result") is not None:
                 self.kernel.send_result(answer["result"], True)
             if answer.get("status"):
@@ -697,10 +703,11 @@ class Runner:
 
 class NodeRunner(Runner):
     name = "javascript"
+    default_runtime = NODE
     typescript = False
 
     def argv(self):
-        return [NODE, "-e", NODE_DRIVER, str(self.fds[0]), str(self.fds[1])]
+        return [self.runtime, "-e", NODE_DRIVER, str(self.fds[0]), str(self.fds[1])]
 
     def env(self):
         env = dict(os.environ)
@@ -722,9 +729,10 @@ class BashRunner(Runner):
     functions persist), with the cell's own env vars set around it, then its status is answered."""
 
     name = "bash"
+    default_runtime = BASH
 
     def argv(self):
-        return [BASH, "--noprofile", "--norc", "/dev/fd/%d" % self.fds[0]]
+        return [self.runtime, "--noprofile", "--norc", "/dev/fd/%d" % self.fds[0]]
 
     def start(self):
         import tempfile
@@ -755,6 +763,33 @@ class BashRunner(Runner):
 
 
 
+class JavaRunner(Runner):
+    """JShell's API in one JVM per context (`JAVA_DRIVER`); its System.out and System.err answer
+    as stream frames, one per write."""
+
+    name = "java"
+
+    def start(self):
+        import tempfile
+
+        self.source = os.path.join(tempfile.mkdtemp(prefix=".waxell-java-"), "WaxellJava.java")
+        with open(self.source, "w") as f:
+            f.write(JAVA_DRIVER)
+        super().start()
+
+    def argv(self):
+        # The serial collector and the client compiler: fewer threads and a faster start.
+        flags = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+        return [self.runtime] + flags + [self.source, str(self.fds[0]), str(self.fds[1])]
+
+    def request(self, code, env, nonce):
+        import base64
+
+        b64 = lambda text: base64.b64encode(str(text).encode("utf-8")).decode("ascii")
+        fields = [nonce, b64(code)] + ["%s:%s" % (b64(k), b64(v)) for k, v in env.items()]
+        return ("\t".join(fields) + "\n").encode()
+
+
 def is_shell_name(name):
     return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
 
@@ -763,7 +798,7 @@ def shell_quote(text):
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-RUNNERS = {"javascript": NodeRunner, "typescript": TypeScriptRunner, "bash": BashRunner}
+RUNNERS = {"javascript": NodeRunner, "typescript": TypeScriptRunner, "bash": BashRunner, "java": JavaRunner}
 
 # The Node.js side: a REPL server's evaluator (top-level await, persistent declarations) on a
 # context of its own, static imports rewritten to dynamic ones, TypeScript transpiled by the
@@ -844,6 +879,133 @@ function run(req) {
       });
     } catch (e) { done({ error: describe(e) }); }
   });
+}
+"""
+
+# The Java side, compiled by `java` from source at start: one request per line (nonce, code and
+# the run's env vars, base64, tab-separated), one JSON answer per line.
+JAVA_DRIVER = r"""
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.util.*;
+import jdk.jshell.*;
+
+/** waxell's Java runner: JShell in this JVM, one request per line, answers as JSON lines. */
+public class WaxellJava {
+    static volatile String nonce = "";
+    static OutputStream answers;
+
+    static synchronized void answer(String json) {
+        try {
+            answers.write((json + "\n").getBytes(StandardCharsets.UTF_8));
+            answers.flush();
+        } catch (IOException e) {
+            System.exit(1);
+        }
+    }
+
+    static String q(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '"': b.append("\\\""); break;
+                case '\\': b.append("\\\\"); break;
+                case '\n': b.append("\\n"); break;
+                case '\r': b.append("\\r"); break;
+                case '\t': b.append("\\t"); break;
+                default:
+                    if (c < 0x20) b.append(String.format("\\u%04x", (int) c)); else b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    /** System.out and System.err: each write is one stream frame. */
+    static class Frames extends OutputStream {
+        final String name;
+        Frames(String name) { this.name = name; }
+        @Override public void write(int b) { write(new byte[] {(byte) b}, 0, 1); }
+        @Override public void write(byte[] b, int off, int len) {
+            String text = new String(b, off, len, StandardCharsets.UTF_8);
+            // A line's end is a frame of its own, as E2B's Java kernel sends `println`.
+            if (text.length() > 1 && text.endsWith("\n")) {
+                frame(text.substring(0, text.length() - 1));
+                frame("\n");
+            } else if (!text.isEmpty()) {
+                frame(text);
+            }
+        }
+        void frame(String text) {
+            answer("{\"nonce\":" + q(nonce) + ",\"stream\":" + q(name) + ",\"text\":" + q(text) + "}");
+        }
+    }
+
+    static String decode(String b64) { return new String(Base64.getDecoder().decode(b64), StandardCharsets.UTF_8); }
+
+    static String error(String name, String value, String traceback) {
+        return "\"error\":{\"name\":" + q(name) + ",\"value\":" + q(value) + ",\"traceback\":" + q(traceback) + "}";
+    }
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader requests = new BufferedReader(new InputStreamReader(new FileInputStream("/dev/fd/" + args[0]), StandardCharsets.UTF_8));
+        answers = new FileOutputStream("/dev/fd/" + args[1]);
+        PrintStream out = new PrintStream(new Frames("stdout"), true, "UTF-8");
+        PrintStream err = new PrintStream(new Frames("stderr"), true, "UTF-8");
+        System.setOut(out);
+        System.setErr(err);
+        // E2B's Java kernel shows the environment as system properties.
+        System.getenv().forEach(System::setProperty);
+        JShell shell = JShell.builder().executionEngine("local").out(out).err(err).build();
+        SourceCodeAnalysis analysis = shell.sourceCodeAnalysis();
+        String line;
+        while ((line = requests.readLine()) != null) {
+            String[] parts = line.split("\t", -1);
+            nonce = parts[0];
+            String code = decode(parts[1]);
+            Map<String, String> saved = new HashMap<>();
+            for (int i = 2; i < parts.length; i++) {
+                String[] kv = parts[i].split(":", 2);
+                if (kv.length != 2) continue;
+                String key = decode(kv[0]);
+                saved.put(key, System.getProperty(key));
+                System.setProperty(key, decode(kv[1]));
+            }
+            String result = null, failure = null;
+            String remaining = code;
+            cell:
+            while (!remaining.isBlank()) {
+                SourceCodeAnalysis.CompletionInfo info = analysis.analyzeCompletion(remaining);
+                String source = info.completeness().isComplete() ? info.source() : remaining;
+                remaining = info.completeness().isComplete() ? info.remaining() : "";
+                for (SnippetEvent event : shell.eval(source)) {
+                    if (event.causeSnippet() != null) continue;
+                    if (event.exception() != null) {
+                        JShellException e = event.exception();
+                        String name = e instanceof EvalException ? ((EvalException) e).getExceptionClassName() : e.getClass().getName();
+                        StringWriter trace = new StringWriter();
+                        e.printStackTrace(new PrintWriter(trace));
+                        failure = error(name, String.valueOf(e.getMessage()), trace.toString());
+                        break cell;
+                    }
+                    if (event.status() == Snippet.Status.REJECTED) {
+                        StringBuilder why = new StringBuilder();
+                        shell.diagnostics(event.snippet()).forEach(d -> why.append(d.getMessage(Locale.ROOT)).append('\n'));
+                        failure = error("CompilationException", why.toString().trim(), source);
+                        break cell;
+                    }
+                    Snippet.SubKind kind = event.snippet().subKind();
+                    boolean expression = kind == Snippet.SubKind.TEMP_VAR_EXPRESSION_SUBKIND
+                        || kind == Snippet.SubKind.VAR_VALUE_SUBKIND
+                        || kind == Snippet.SubKind.OTHER_EXPRESSION_SUBKIND;
+                    result = expression && event.value() != null && !event.value().isEmpty() ? event.value() : null;
+                }
+            }
+            saved.forEach((k, v) -> { if (v == null) System.clearProperty(k); else System.setProperty(k, v); });
+            String done = failure != null ? failure : result != null ? "\"result\":{\"text/plain\":" + q(result) + "}" : null;
+            answer("{\"nonce\":" + q(nonce) + (done != null ? "," + done : "") + "}");
+        }
+        System.exit(0);
+    }
 }
 """
 

@@ -4,7 +4,7 @@
 //! on the local backend).
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use waxell::sandbox::SandboxError;
 
@@ -21,7 +21,7 @@ pub enum Language {
     Bash,
     /// R: not run by this kernel yet.
     R,
-    /// Java: not run by this kernel yet.
+    /// Java: JShell's API in one JVM per context.
     Java,
 }
 
@@ -71,7 +71,8 @@ impl Language {
             Language::TypeScript => &["/usr/bin/node", "/usr/share/nodejs/typescript/package.json"],
             Language::Bash => &["/bin/bash"],
             Language::R => &["/usr/bin/R"],
-            Language::Java => &["/usr/bin/jshell"],
+            // jshell stands for the jdk.jshell module (a JDK, not only a JRE).
+            Language::Java => &["/usr/bin/java", "/usr/bin/jshell"],
         }
     }
 
@@ -91,7 +92,7 @@ impl Language {
 
     /// Whether `kernel.py` has a runner for it.
     fn has_runner(self) -> bool {
-        !matches!(self, Language::R | Language::Java)
+        self != Language::R
     }
 }
 
@@ -106,6 +107,9 @@ impl fmt::Display for Language {
 pub struct Languages {
     available: Vec<Language>,
     missing: Vec<(Language, String)>,
+    /// Each available language's executable, symlinks resolved (inside the sandbox there is no
+    /// /etc/alternatives to resolve them through).
+    runtimes: Vec<(Language, PathBuf)>,
 }
 
 impl Languages {
@@ -115,6 +119,7 @@ impl Languages {
         let mut languages = Self {
             available: Vec::new(),
             missing: Vec::new(),
+            runtimes: Vec::new(),
         };
         for language in Language::ALL {
             let absent: Vec<&str> = language
@@ -135,6 +140,14 @@ impl Languages {
                 ));
             } else {
                 languages.available.push(language);
+                if let Some(first) = language.runtime_files().first() {
+                    // Relative to `root` for the check, as the sandbox sees it for the kernel.
+                    let resolved = std::fs::canonicalize(root.join(first.trim_start_matches('/')))
+                        .ok()
+                        .and_then(|path| path.strip_prefix(root).ok().map(|p| Path::new("/").join(p)))
+                        .unwrap_or_else(|| PathBuf::from(first));
+                    languages.runtimes.push((language, resolved));
+                }
             }
         }
         languages
@@ -148,6 +161,7 @@ impl Languages {
                 .iter()
                 .map(|&l| (l, "this backend's sandboxes run only Python".to_owned()))
                 .collect(),
+            runtimes: Vec::new(),
         }
     }
 
@@ -164,6 +178,11 @@ impl Languages {
     /// Whether sandboxes run `language`.
     pub fn has(&self, language: Language) -> bool {
         self.available.contains(&language)
+    }
+
+    /// The executable the kernel starts for `language` (`None`: Python, or its default path).
+    pub(crate) fn runtime(&self, language: Language) -> Option<&Path> {
+        self.runtimes.iter().find(|(l, _)| *l == language).map(|(_, path)| path.as_path())
     }
 
     /// `Ok` if sandboxes run `language`, else an error naming what is missing.

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -102,12 +103,12 @@ impl KernelProcess {
         self.configured("setting the environment").await
     }
 
-    /// Make the kernel run `language` (it starts the runtime). Before the first cell, as `configure`.
-    pub(crate) async fn set_language(&mut self, language: Language) -> Result<(), SandboxError> {
+    /// Make the kernel run `language` (it starts the runtime, `runtime` if given). Before the first cell, as `configure`.
+    pub(crate) async fn set_language(&mut self, language: Language, runtime: Option<&Path>) -> Result<(), SandboxError> {
         if language == Language::Python {
             return Ok(());
         }
-        self.send(serde_json::json!({"type": "language", "language": language.name()}))
+        self.send(serde_json::json!({"type": "language", "language": language.name(), "runtime": runtime}))
             .await?;
         self.configured("starting the language runtime").await
     }

@@ -233,6 +233,10 @@ impl Launcher {
         ] {
             add(&mut args, &["--ro-bind-try", shared, shared]);
         }
+        // Debian's JDKs keep their configuration (jvm.cfg, security) in /etc/java-<version>.
+        for java in java_config_dirs() {
+            args.extend(["--ro-bind".into(), java.clone().into(), java.into()]);
+        }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
         // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
         // pool (kernel.pty.max): hide it under an empty read-only tmpfs, so /dev/ptmx is ENOENT.
@@ -442,4 +446,19 @@ fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Res
     Err(SandboxError::IsolationCheck(format!(
         "the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
     )))
+}
+
+/// The host's `/etc/java-*` directories (Debian's JDK configuration, which Java needs to start).
+fn java_config_dirs() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/etc") else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("java-"))
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
 }

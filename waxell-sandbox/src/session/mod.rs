@@ -100,7 +100,10 @@ impl<B: Backend> Session<B> {
                     Ok(())
                 };
                 match configured {
-                    Ok(()) => kernel.set_language(language).await.map(|()| kernel),
+                    Ok(()) => {
+                        let runtime = inner.backend.languages().runtime(language);
+                        kernel.set_language(language, runtime).await.map(|()| kernel)
+                    }
                     Err(e) => Err(e),
                 }
             }
