@@ -308,7 +308,7 @@ class Kernel:
                 pass
         if self.runner is None:
             try:
-                self.shell = make_shell(self)
+                self.shell = new_shell(self)
             except Exception:
                 pass  # made again by the first cell, which then reports why it failed
 
@@ -317,7 +317,7 @@ class Kernel:
         # can fail (KeyError 'IPython'), so the main thread waits for the thread preparing them.
         self.imports.join()
         if self.shell is None:
-            self.shell = make_shell(self)
+            self.shell = new_shell(self)
         self.shell.run_cell(code, store_history=True)
 
     def error_message(self, exec_id, exc):
@@ -371,7 +371,7 @@ class Kernel:
             return
         try:
             for num in plt.get_fignums():
-                self.shell.display_pub.publish(self.shell.display_formatter.format(plt.figure(num))[0])
+                self.shell.show(plt.figure(num))
         except Exception as e:
             self.emit_stream("stderr", "[figure export failed: %s]\n" % safe_str(e))
         finally:
@@ -386,6 +386,15 @@ class Kernel:
 
 
 # ---- IPython ------------------------------------------------------------------------------------
+def new_shell(kernel):
+    """IPython's shell, or the plain one when the sandbox's Python has no IPython."""
+    try:
+        import IPython  # noqa: F401
+    except ImportError:
+        return PlainShell(kernel)
+    return make_shell(kernel)
+
+
 def make_shell(kernel):
     """An IPython shell whose results, displays and errors become protocol frames."""
     import subprocess
@@ -440,6 +449,10 @@ def make_shell(kernel):
 
         system = system_piped
 
+        def show(self, obj):
+            """Display `obj` as display() does."""
+            self.display_pub.publish(self.display_formatter.format(obj)[0])
+
         def getoutput(self, cmd, split=True, depth=0):
             from IPython.utils.text import SList
 
@@ -460,6 +473,80 @@ def make_shell(kernel):
     add_formatters(shell)
     watch_imports(kernel)
     return shell
+
+
+class PlainShell:
+    """Cells without IPython (an interpreter without it, e.g. a custom image): the code is exec'd
+    and its last expression is the result, with the MIME bundle of its `_repr_*_` methods."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def run_cell(self, code, store_history=True):
+        import ast
+        import linecache
+        import textwrap
+
+        kernel = self.kernel
+        # Indented cells run, as IPython's do.
+        code = textwrap.dedent(code)
+        filename = "<cell-%d>" % kernel.execution_count
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        namespace = kernel.main.__dict__
+        try:
+            tree = ast.parse(code, filename, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, filename, "exec"), namespace)
+            value = eval(compile(last, filename, "eval"), namespace) if last is not None else None
+        except BaseException as e:  # noqa: B902 - exit() and KeyboardInterrupt end only the cell
+            error = kernel.error_message(None, e)
+            kernel.cell_error = {k: error[k] for k in ("name", "value", "traceback")}
+            return
+        if value is not None:
+            namespace["_"] = value
+            kernel.send_result(mime_bundle(value), True)
+
+    def show(self, obj):
+        self.kernel.send_result(mime_bundle(obj), False)
+
+
+MIME_METHODS = [
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+]
+
+
+def mime_bundle(obj):
+    """The plain shell's result: repr and the object's `_repr_*_` methods (a figure as PNG)."""
+    try:
+        data = {"text/plain": repr(obj)}
+    except Exception as e:
+        data = {"text/plain": "<repr failed: %s>" % safe_str(e)}
+    if is_figure(obj):
+        data["image/png"] = figure_png(obj)
+        return data
+    for mime, method in MIME_METHODS:
+        fn = getattr(type(obj), method, None)
+        if not callable(fn):
+            continue
+        try:
+            value = fn(obj)
+        except Exception:
+            continue
+        if isinstance(value, tuple):
+            value = value[0]
+        if value is not None:
+            data[mime] = value
+    return data
 
 
 def raise_exit(code=None):
@@ -496,10 +583,12 @@ def add_formatters(shell):
             if is_figure(obj):
                 try:
                     from e2b_charts import chart_figure_to_dict
-
+                except ImportError:
+                    return None  # no extractor in this sandbox: the figure comes without a chart
+                try:
                     return chart_figure_to_dict(obj)
                 except Exception:
-                    return {}
+                    return {}  # as E2B's: a figure the extractor cannot read has an empty chart
             return super().__call__(obj)
 
     formatter = shell.display_formatter
