@@ -45,6 +45,7 @@ SYNC_MARKER = b"\x00\x1bwaxell-sync\x1b\x00"
 # A write without a newline is held this long for the rest of its line (one message per line, as
 # IPython's kernel frames a `print`).
 STREAM_FLUSH_DELAY = 0.05
+STREAM_HOLD_LIMIT = 64 << 10
 # Where the language runtimes are (the host's /usr inside the local sandbox, the image's otherwise).
 NODE = "/usr/bin/node"
 TYPESCRIPT = "/usr/share/nodejs/typescript"
@@ -1108,7 +1109,8 @@ class StreamWriter(io.TextIOBase):
         self._name = name
         self._fd = fd
         self._buffer = []
-        self._lock = threading.Lock()
+        self._buffered = 0
+        self._lock = threading.RLock()
         self._timer = None
 
     @property
@@ -1131,7 +1133,9 @@ class StreamWriter(io.TextIOBase):
             return 0
         with self._lock:
             self._buffer.append(text)
-            whole_line = text.endswith("\n")
+            self._buffered += len(text)
+            # A long partial line is not held back (nor kept in memory) either.
+            whole_line = text.endswith("\n") or self._buffered >= STREAM_HOLD_LIMIT
             if not whole_line and self._timer is None:
                 self._timer = threading.Timer(STREAM_FLUSH_DELAY, self.flush)
                 self._timer.daemon = True
@@ -1141,13 +1145,15 @@ class StreamWriter(io.TextIOBase):
         return len(text)
 
     def flush(self):
+        # Sent under the lock: a timer's flush and the next line's cannot swap places.
         with self._lock:
             text = "".join(self._buffer)
             self._buffer = []
+            self._buffered = 0
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-        self._kernel.emit_stream(self._name, text)
+            self._kernel.emit_stream(self._name, text)
 
     @property
     def buffer(self):
