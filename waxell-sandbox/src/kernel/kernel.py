@@ -249,6 +249,11 @@ class Kernel:
         saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update({str(k): str(v) for k, v in env.items()})
         error = None
+        if self.runner is None:
+            # IPython's modules import each other in cycles: importing them from two threads at
+            # once can fail (KeyError 'IPython'), so the first cell waits for the thread preparing
+            # them. Before `started`: the host's timeout counts from there.
+            self.imports.join()
         try:
             with self.state_lock:
                 self.executing = True
@@ -314,9 +319,6 @@ class Kernel:
                 pass  # made again by the first cell, which then reports why it failed
 
     def run_cell(self, code):
-        # IPython's modules import each other in cycles: importing them from two threads at once
-        # can fail (KeyError 'IPython'), so the main thread waits for the thread preparing them.
-        self.imports.join()
         if self.shell is None:
             self.shell = new_shell(self)
         self.shell.run_cell(code, store_history=True)
@@ -468,7 +470,11 @@ def make_shell(kernel):
     config.InteractiveShell.autocall = 0
     config.HistoryManager.enabled = False
     config.PlainTextFormatter.max_seq_length = 0
-    shell = Shell.instance(config=config, user_module=kernel.main)
+    if InteractiveShell.initialized():
+        # Made before by a call that failed after it (interrupted): IPython allows one shell.
+        shell = InteractiveShell.instance()
+    else:
+        shell = Shell.instance(config=config, user_module=kernel.main)
     # A cell's exit() ends the cell with SystemExit (IPython's would ask the shell to quit).
     shell.user_ns["exit"] = shell.user_ns["quit"] = raise_exit
     add_formatters(shell)
@@ -642,8 +648,10 @@ def watch_imports(kernel):
         image_module.Image.save = save
 
     patches = {"matplotlib.pyplot": patch_pyplot, "PIL.Image": patch_pil}
+    if any(type(finder).__name__ == "WaxellPatches" for finder in sys.meta_path):
+        return
 
-    class Finder(importlib.abc.MetaPathFinder):
+    class WaxellPatches(importlib.abc.MetaPathFinder):
         def find_spec(self, fullname, path, target=None):
             patch = patches.get(fullname)
             if patch is None:
@@ -670,7 +678,7 @@ def watch_imports(kernel):
     for name, patch in patches.items():
         if name in sys.modules:
             patch(sys.modules[name])
-    sys.meta_path.insert(0, Finder())
+    sys.meta_path.insert(0, WaxellPatches())
 
 
 # ---- other languages: a runtime child answering on a private pipe --------------------------------
@@ -1210,8 +1218,6 @@ def json_safe(value, depth=0):
 def main():
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
     warnings.filterwarnings("ignore", message="To exit: use")
-    # IPython's profile and history stay out of the user's home (E2B's list the home as it is).
-    os.environ.setdefault("IPYTHONDIR", "/tmp/.ipython")
     kernel = Kernel()
     signal.signal(signal.SIGINT, kernel.on_interrupt)
     kernel.serve()

@@ -18,6 +18,9 @@ use super::{Abort, ExecLimits, KernelProcess, Language, OomCounter, ReadyInfo};
 const READY_LINE_LIMIT: usize = 64 << 10;
 /// Largest line read while draining an abandoned execution.
 const ABANDONED_LINE_LIMIT: usize = 64 << 20;
+/// How long a run may wait for its kernel to start it (a fresh kernel finishing its imports)
+/// beyond its own timeout. Bounded, so a kernel that never starts the cell still times out.
+const START_ALLOWANCE: Duration = Duration::from_secs(10);
 /// How long the kernel may take to set its environment or start a language runtime.
 const CONFIGURE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the main thread may take to go idle after a real `done`.
@@ -211,7 +214,9 @@ impl KernelProcess {
         self.unfinished_started = false;
         // The timeout passed before the kernel started the cell: interrupt when it does.
         let mut interrupt_on_start = false;
-        let mut deadline = Instant::now() + limits.timeout;
+        // Until the kernel's `started` the run may also wait for the kernel to get ready (IPython
+        // still importing in a fresh kernel); from `started` on, the run's own timeout counts.
+        let mut deadline = Instant::now() + limits.timeout + START_ALLOWANCE;
         let finished = loop {
             let line = tokio::select! {
                 line = self.from_kernel.next_line(limits.hard_cap_bytes) => line,
@@ -253,6 +258,9 @@ impl KernelProcess {
             match message {
                 KernelMessage::Started { id: Some(mid) } if mid == id && !self.unfinished_started => {
                     self.unfinished_started = true;
+                    if !interrupted {
+                        deadline = Instant::now() + limits.timeout;
+                    }
                     if interrupt_on_start {
                         let _ = self.interrupt();
                     }

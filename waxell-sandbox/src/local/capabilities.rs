@@ -287,10 +287,17 @@ impl HostReport {
             let names: Vec<&str> = missing.iter().map(|(name, _)| *name).collect();
             format!("{}; not {}", available.join(", "), names.join(", "))
         };
-        let fix = missing.iter().map(|(name, why)| format!("{name}: {why}")).collect::<Vec<_>>();
+        let fix = missing
+            .iter()
+            .map(|(name, why)| format!("{name}: {why}"))
+            .collect::<Vec<_>>();
         self.checks.push(Check {
             feature: Feature::Languages,
-            status: if missing.is_empty() { Status::Enforced } else { Status::Partial },
+            status: if missing.is_empty() {
+                Status::Enforced
+            } else {
+                Status::Partial
+            },
             detail,
             fix: (!fix.is_empty()).then(|| fix.join("; ")),
         });

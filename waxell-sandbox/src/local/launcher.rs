@@ -265,7 +265,7 @@ impl Launcher {
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
         let path = format!("{}:/usr/bin:/bin", venv_bin.display());
-        let env: [(&str, &str); 13] = [
+        let env: [(&str, &str); 14] = [
             ("PATH", &path),
             ("HOME", HOME_DIR),
             ("USER", "user"),
@@ -273,6 +273,8 @@ impl Launcher {
             ("LANG", "C.UTF-8"),
             ("MPLBACKEND", "Agg"),
             ("MPLCONFIGDIR", "/tmp/matplotlib"),
+            // IPython's profile stays out of the user's home (E2B's lists the home as it is).
+            ("IPYTHONDIR", "/tmp/.ipython"),
             ("OPENBLAS_NUM_THREADS", "1"),
             ("OMP_NUM_THREADS", "1"),
             ("PYTHONUNBUFFERED", "1"),

@@ -15,7 +15,7 @@ use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions, SandboxErro
 
 use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess};
 use crate::kernel::{ExecLimits, KernelProcess, Language, OomCounter};
-use crate::paths::check_cwd;
+use crate::paths::{check_context_cwd, check_cwd};
 use contexts::Contexts;
 pub use contexts::DEFAULT_CONTEXT_ID;
 use lifetime::Lifetime;
@@ -77,9 +77,13 @@ impl<B: Backend> Session<B> {
 
     /// The language named, if this sandbox runs it (else an error naming what is missing).
     fn language(&self, name: &str) -> Result<Language, SandboxError> {
-        let language = Language::parse(name)?;
-        self.inner.backend.languages().check(language)?;
-        Ok(language)
+        let checked = Language::parse(name).and_then(|l| self.inner.backend.languages().check(l).map(|()| l));
+        checked.map_err(|e| match e {
+            SandboxError::InvalidArgument(message) => {
+                SandboxError::InvalidArgument(format!("{message} ({} backend)", B::NAME))
+            }
+            other => other,
+        })
     }
 
     /// The limits of one run with these options.
@@ -254,7 +258,7 @@ impl<B: Backend> SandboxSession for Session<B> {
             None => Language::Python,
         };
         if let Some(cwd) = cwd {
-            check_cwd(cwd)?;
+            check_context_cwd(cwd)?;
         }
         let kernel = self.start_kernel(cwd, language).await?;
         Ok(self.inner.contexts.add(kernel, language, cwd))
