@@ -49,7 +49,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The languages its sandboxes run. The default: Python alone.
     fn languages(&self) -> &Languages {
         static PYTHON_ONLY: std::sync::OnceLock<Languages> = std::sync::OnceLock::new();
-        PYTHON_ONLY.get_or_init(|| Languages::python_only())
+        PYTHON_ONLY.get_or_init(Languages::python_only)
     }
 
     /// Make a sandbox and start its default kernel (the cold path; the warm pool calls it ahead).
