@@ -355,7 +355,8 @@ impl KernelProcess {
                 ),
                 traceback,
             ));
-        } else if oom && execution.error.is_none() {
+        } else if oom && execution.error.as_ref().is_none_or(|e| e.name == "KernelDied") {
+            // Also a language runtime the OOM killer ended (the kernel reports it died).
             execution.error = Some(report(
                 "OutOfMemory",
                 format!(

@@ -532,4 +532,24 @@ mod tests {
         assert!(report.summary().contains("apt-get install bubblewrap"));
         assert!(report.to_string().contains("UNAVAILABLE"));
     }
+
+    #[test]
+    fn the_report_names_the_languages_and_how_to_get_the_missing_ones() {
+        let report = HostReport::build(
+            IsolationMode::Rootful,
+            0,
+            &LimitEnforcement::default(),
+            &Limits::default(),
+        )
+        .with_languages(
+            &["python", "javascript"],
+            &[("r", "/usr/bin/R not found: install R".into())],
+        );
+        let line = report.check(Feature::Languages).expect("a languages line");
+        assert_eq!(line.status, Status::Partial);
+        assert_eq!(line.detail, "python, javascript; not r");
+        assert_eq!(line.fix.as_deref(), Some("r: /usr/bin/R not found: install R"));
+        // A missing language is no weaker isolation: the summary's count leaves it out.
+        assert_eq!(report.summary(), build().summary());
+    }
 }
