@@ -535,13 +535,15 @@ mod tests {
 
     #[test]
     fn the_report_names_the_languages_and_how_to_get_the_missing_ones() {
-        let report = HostReport::build(
-            IsolationMode::Rootful,
-            0,
-            &LimitEnforcement::default(),
-            &Limits::default(),
-        )
-        .with_languages(
+        let build = || {
+            HostReport::build(
+                IsolationMode::Rootful,
+                0,
+                &LimitEnforcement::default(),
+                &Limits::default(),
+            )
+        };
+        let report = build().with_languages(
             &["python", "javascript"],
             &[("r", "/usr/bin/R not found: install R".into())],
         );
