@@ -21,6 +21,11 @@ JS_PACKAGE="${WAXELL_E2B_PEER_JS_PACKAGE:-@e2b/code-interpreter}"
 
 log() { printf '[setup-e2b-peer] %s\n' "$*" >&2; }
 
+# Tests running in parallel processes may call this at once: one installs, the others then find it done.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$(dirname "$VENV")/.setup-e2b-peer.lock"
+flock 9
+
 # The JS SDK: a package.json-less directory with node_modules, loaded by path from the test script.
 setup_js() {
     if [ -f "$JS_DIR/node_modules/@e2b/code-interpreter/package.json" ]; then
