@@ -34,7 +34,7 @@ import warnings
 
 # Needed only once code runs: imported by a thread after `ready` so start-up is not delayed (a
 # module import in the main thread waits for the thread's import to finish, never duplicates it).
-DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64", "subprocess", "IPython.core.interactiveshell")
+DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64", "subprocess")
 
 KERNEL_FILE = __file__
 OUTPUT_LIMIT = int(os.environ.pop("SBX_OUTPUT_LIMIT", str(1 << 20)))
@@ -312,6 +312,8 @@ class Kernel:
                 __import__(name)
             except Exception:
                 pass
+        # A kernel told to run another language by now (the host says so right after `ready`)
+        # needs no IPython.
         if self.runner is None:
             try:
                 self.shell = new_shell(self)
