@@ -58,7 +58,7 @@ mkdir -p "$STATE/bin" "$(dirname "$SOCKET")" "$(dirname "$RUNSC_SOCKET")" "$CACH
 # Named `runsc` so the engine reports the runtime by that name.
 printf '%s\n' '#!/bin/sh' \
     '# gVisor for podman: runsc must not configure networking itself (the container has none anyway).' \
-    'exec /usr/bin/runsc --network=none "$@"' >"$STATE/bin/runsc"
+    'exec /usr/bin/runsc --network=none --oci-seccomp "$@"' >"$STATE/bin/runsc"
 chmod 0755 "$STATE/bin/runsc"
 cat >"$STATE/containers.conf" <<EOF
 [containers]

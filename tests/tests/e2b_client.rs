@@ -250,11 +250,11 @@ async fn files_are_written_read_and_listed_and_bad_paths_refused() {
         Some("(False, False, True)"),
         "the link went, never its target"
     );
-    let gone = sandbox.remove("out").await;
-    assert!(
-        matches!(&gone, Err(SandboxError::InvalidPath { reason, .. }) if reason.contains("404")),
-        "{gone:?}"
-    );
+    // As envd (`os.RemoveAll`): removing what is no longer there succeeds.
+    sandbox
+        .remove("out")
+        .await
+        .expect("removing a missing path is not an error");
     let escape = sandbox.remove("../../etc").await;
     assert!(
         matches!(&escape, Err(SandboxError::InvalidPath { reason, .. }) if reason.contains("400")),
@@ -455,4 +455,76 @@ async fn debug_mode_makes_no_control_plane_calls() {
     // kill was a no-op: the sandbox still runs.
     let again = sandbox.run_code("1", &RunOptions::new()).await.unwrap();
     assert_eq!(again.text(), Some("1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_and_watches_through_the_client_are_traced() {
+    let capture = waxell::testing::capture();
+    let url = start_server(server_config()).await;
+    let sandbox = create(&url, &SandboxOptions::new().with_timeout(Duration::from_secs(60))).await;
+
+    let metadata = std::collections::BTreeMap::from([("owner".to_owned(), "agent-7".to_owned())]);
+    sandbox.make_dir("watched").await.unwrap();
+    let mut watch = sandbox
+        .watch_dir(
+            "watched",
+            waxell::sandbox::WatchOptions::default().include_entry(true),
+        )
+        .await
+        .unwrap();
+    let written = sandbox
+        .write_file_with_metadata("watched/report.txt", b"quarterly", &metadata)
+        .await
+        .unwrap();
+    assert_eq!(
+        written.metadata, metadata,
+        "the upload's answer carries the metadata"
+    );
+    let listed = sandbox.list_files("watched").await.unwrap();
+    assert_eq!(listed[0].metadata, metadata, "{listed:?}");
+    assert!(
+        listed[0].modified.is_some() && listed[0].mode == Some(0o644),
+        "{listed:?}"
+    );
+
+    let events = watch.take_events().await.unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.name.as_str())).collect();
+    use waxell::sandbox::FsEventKind::{Chmod, Create, Write};
+    assert_eq!(
+        &kinds[..3],
+        &[
+            (Create, "report.txt"),
+            (Chmod, "report.txt"),
+            (Write, "report.txt")
+        ],
+        "{events:?}"
+    );
+    let entry = events[2].entry.as_ref().expect("include_entry");
+    assert_eq!(entry.path, "/home/user/watched/report.txt");
+    // The metadata (xattrs) arrive after the write: a CHMOD for them follows.
+    let later = tokio::time::timeout(Duration::from_secs(5), watch.next_events()).await;
+    assert!(
+        kinds.len() > 3 || later.is_ok_and(|e| e.is_ok_and(|e| e.iter().any(|e| e.kind == Chmod))),
+        "{events:?}"
+    );
+    drop(watch);
+    sandbox.kill().await.unwrap();
+
+    let spans = capture.spans();
+    let write = spans
+        .iter()
+        .find(|s| {
+            s.name().ends_with("sandbox.write_file") && s.attr("waxell.sandbox.file.metadata_count").is_some()
+        })
+        .expect("a write_file span with metadata_count");
+    write.assert_attr("waxell.sandbox.file.metadata_count", 1_i64);
+    assert!(
+        !format!("{:?}", write.attributes()).contains("agent-7"),
+        "metadata values stay out of spans"
+    );
+    spans
+        .iter()
+        .find(|s| s.name().ends_with("sandbox.watch_dir"))
+        .expect("a watch_dir span")
+        .assert_attr("waxell.sandbox.watch.recursive", false);
 }

@@ -2,7 +2,6 @@
 //! against an in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_conformance.py must pass,
 //! and the server must have been reached the way E2B's protocol says.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,33 +25,6 @@ struct Seen {
     status: u16,
 }
 
-fn repo_root() -> PathBuf {
-    waxell_tests::manifest_dir!()
-        .parent()
-        .expect("tests/ has a parent")
-        .to_owned()
-}
-
-/// The peer venv's python, installing it with the setup script when missing (idempotent).
-fn peer_python() -> PathBuf {
-    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".local/share/waxell/e2b-peer-venv")
-        });
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        let status = std::process::Command::new("bash")
-            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
-            .status()
-            .expect("running scripts/setup-e2b-peer.sh");
-        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
-    }
-    assert!(python.exists(), "no python at {}", python.display());
-    python
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_passes_the_conformance_script() {
     let backend = LocalBackend::new(LocalConfig::default().with_pool_size(1))
@@ -74,7 +46,7 @@ async fn official_python_sdk_passes_the_conformance_script_against_containers() 
 }
 
 async fn conformance(backend: Arc<dyn waxell::sandbox::SandboxBackend>) {
-    let python = peer_python();
+    let python = e2b_support::peer_python();
     let config = ServerConfig::new()
         .with_api_key(API_KEY)
         .with_keepalive_interval(Duration::from_millis(500));
@@ -104,7 +76,7 @@ async fn conformance(backend: Arc<dyn waxell::sandbox::SandboxBackend>) {
     let url = e2b_support::serve_with_limits(app, config).await;
     let mut command = tokio::process::Command::new(&python);
     command
-        .arg(repo_root().join("tests/e2b_conformance.py"))
+        .arg(e2b_support::repo_root().join("tests/e2b_conformance.py"))
         .env_remove("E2B_DEBUG")
         .env_remove("E2B_DOMAIN")
         .env("E2B_API_URL", &url)

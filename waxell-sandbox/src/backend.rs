@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
 
 use crate::config::{BackendOptions, SandboxConfig};
 use crate::kernel::{KernelProcess, KernelReader, KernelWriter, Languages, ProcessControl, StderrTail};
@@ -98,10 +98,38 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Remove a file or a directory tree.
     async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
 
+    /// Replace a file's user metadata (already checked by [`crate::metadata::check`]). Not
+    /// supported by this backend unless it overrides this.
+    async fn set_metadata(
+        &self,
+        _shell: &Self::Shell,
+        _path: &str,
+        _metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        Err(unsupported::<Self>("file metadata"))
+    }
+
+    /// Watch a directory. Not supported by this backend unless it overrides this.
+    async fn watch_dir(
+        &self,
+        _shell: &Self::Shell,
+        _path: &str,
+        _options: WatchOptions,
+    ) -> Result<Box<dyn DirWatch>, SandboxError> {
+        Err(unsupported::<Self>("watch_dir"))
+    }
+
     /// Start a process (with a PTY if `spec.pty` is set) in the sandbox. Not supported by this
     /// backend unless it overrides this.
     async fn start_process(&self, _shell: &Self::Shell, _spec: &ProcessSpec) -> Result<SandboxProcess, SandboxError> {
         Err(unsupported::<Self>("start_process"))
+    }
+
+    /// What the sandbox uses now (its processes' CPU time and memory, its files' bytes), for
+    /// [`waxell::sandbox::SandboxSession::metrics`]. Not supported by this backend unless it
+    /// overrides this.
+    async fn usage(&self, _shell: &Self::Shell) -> Result<Usage, SandboxError> {
+        Err(unsupported::<Self>("metrics"))
     }
 
     /// Save the sandbox's state (files and processes) so [`Backend::restore`] can bring it back.
@@ -152,6 +180,19 @@ pub struct SandboxProcess {
     pub(crate) stdin: KernelWriter,
     pub(crate) stdout: KernelReader,
     pub(crate) stderr: StderrTail,
+}
+
+/// A sandbox's use of its resources at one moment ([`Backend::usage`]); the core turns it into
+/// E2B's metrics against the sandbox's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
+    /// CPU time its processes used so far, in seconds (user + system). May drop when a process
+    /// exits on backends that sum live processes; the core then reports 0 % for that interval.
+    pub(crate) cpu_seconds: f64,
+    /// Memory its processes hold, in bytes.
+    pub(crate) memory_bytes: u64,
+    /// Bytes its writable file systems hold.
+    pub(crate) disk_bytes: u64,
 }
 
 /// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it.

@@ -70,6 +70,7 @@ mod local;
 linux_only! {
     mod backend;
     mod kernel;
+    mod metadata;
     mod naming;
     mod paths;
     mod pool;
@@ -77,6 +78,8 @@ linux_only! {
     #[cfg(test)]
     mod process;
     mod session;
+    mod syscall_policy;
+    mod watch;
     // Containers reuse the kernel protocol (kernel/), hence Linux-only for now.
     #[cfg(feature = "container")]
     pub mod container;

@@ -87,6 +87,12 @@ mod containers {
                 Box::new(backend) as Box<dyn SandboxBackend>
             })
         }
+        fn tmpfs_inodes_uncapped(&self) -> BoxFut<'_, Option<String>> {
+            Box::pin(async move {
+                let backend = ContainerBackend::new(self.config()).await.expect("engine");
+                backend.tmpfs_inodes_uncapped().map(str::to_owned)
+            })
+        }
         fn unavailable(&self) -> Option<String> {
             common::container_engine_missing("DOCKER_HOST").or_else(|| {
                 (self.runtime == Some("runsc"))

@@ -178,12 +178,20 @@ pub const WAXELL_SANDBOX_RESULT_PREFIX: &str = "waxell.sandbox.result.";
 /// The largest image (base64 characters) recorded on a sandbox cell's span.
 pub const SANDBOX_IMAGE_MAX_BASE64: usize = 256 * 1024;
 pub const WAXELL_SANDBOX_RESULT_TYPES: &str = "waxell.sandbox.result_types";
+/// `sandbox.metrics`: CPU use (percent of the sandbox's CPUs), memory and disk used (bytes).
+pub const WAXELL_SANDBOX_CPU_USED_PCT: &str = "waxell.sandbox.cpu_used_pct";
+pub const WAXELL_SANDBOX_MEM_USED: &str = "waxell.sandbox.mem_used";
+pub const WAXELL_SANDBOX_DISK_USED: &str = "waxell.sandbox.disk_used";
 pub const WAXELL_SANDBOX_FILE_PATH: &str = "waxell.sandbox.file.path";
 pub const WAXELL_SANDBOX_FILE_SIZE: &str = "waxell.sandbox.file.size";
 /// `sandbox.make_dir`: whether the directory was new.
 pub const WAXELL_SANDBOX_FILE_CREATED: &str = "waxell.sandbox.file.created";
 /// `sandbox.rename`: where the entry went.
 pub const WAXELL_SANDBOX_FILE_DESTINATION: &str = "waxell.sandbox.file.destination";
+/// `sandbox.write_file` with metadata: how many keys (their values are the user's, not recorded).
+pub const WAXELL_SANDBOX_FILE_METADATA_COUNT: &str = "waxell.sandbox.file.metadata_count";
+/// `sandbox.watch_dir`: whether subdirectories are watched too.
+pub const WAXELL_SANDBOX_WATCH_RECURSIVE: &str = "waxell.sandbox.watch.recursive";
 
 // ---- resource ----
 pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";

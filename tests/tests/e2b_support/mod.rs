@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,4 +65,32 @@ pub fn client_config(url: &str) -> E2bConfig {
         .with_api_url(url)
         .with_sandbox_url(url)
         .with_request_timeout(Duration::from_secs(30))
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    waxell_tests::manifest_dir!()
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// The python of the official E2B SDK's venv (scripts/setup-e2b-peer.sh), installed when missing.
+pub fn peer_python() -> PathBuf {
+    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".local/share/waxell/e2b-peer-venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        let status = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
+            .status()
+            .expect("running scripts/setup-e2b-peer.sh");
+        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
+    }
+    assert!(python.exists(), "no python at {}", python.display());
+    python
 }

@@ -115,6 +115,23 @@ struct ServeArgs {
     /// `numpy,pandas,matplotlib.pyplot`): slower pool refills, faster first cells.
     #[arg(long, value_delimiter = ',')]
     preload: Vec<String>,
+    /// Keep paused sandboxes and snapshots in this directory, so they survive a restart of the
+    /// server. Without it they are kept in a temporary directory removed when the server stops.
+    #[arg(long, env = "WAXELL_SANDBOX_STATE_DIR")]
+    state_dir: Option<std::path::PathBuf>,
+    /// Largest `/home/user` one pause, snapshot or fork saves, in MiB (507 past it).
+    #[arg(long, default_value_t = 256)]
+    max_saved_mib: u64,
+    /// Paused sandboxes kept at most.
+    #[arg(long, default_value_t = 64)]
+    max_paused: usize,
+    /// Snapshots kept at most.
+    #[arg(long, default_value_t = 64)]
+    max_snapshots: usize,
+    /// Refuse (501) a pause that asks to keep memory (E2B's default) instead of keeping the files
+    /// only; no backend keeps memory yet.
+    #[arg(long)]
+    refuse_memory_pause: bool,
 }
 
 fn limits(args: &ServeArgs) -> Limits {
@@ -242,7 +259,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_default_timeout(Duration::from_secs(args.default_timeout))
         .with_max_timeout(Duration::from_secs(args.max_timeout))
         .with_keepalive_interval(Duration::from_secs(args.keepalive.max(1)))
-        .with_debug_sandbox(args.debug_ports);
+        .with_debug_sandbox(args.debug_ports)
+        .with_max_saved_bytes(args.max_saved_mib.saturating_mul(1 << 20))
+        .with_max_paused(args.max_paused)
+        .with_max_snapshots(args.max_snapshots)
+        .with_refuse_memory_pause(args.refuse_memory_pause);
+    if let Some(dir) = &args.state_dir {
+        config = config.with_state_dir(dir.clone());
+    }
     let key_is_generated = args.api_key.is_none();
     config = match (&args.api_key, args.no_auth) {
         (_, true) => config.without_auth(),
@@ -301,7 +325,19 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stdout.flush();
     }
 
-    let router = server::router(backend, config.clone());
+    // What a pause gives on this server, said once at start (the pause answers say it again).
+    match &config.state_dir {
+        Some(dir) => tracing::info!(
+            state_dir = %dir.display(),
+            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots \
+             survive a restart"
+        ),
+        None => tracing::info!(
+            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots are \
+             lost when the server stops (--state-dir keeps them)"
+        ),
+    }
+    let router = server::try_router(backend, config.clone())?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for (listener, address) in listeners.into_iter().zip(bound) {

@@ -156,6 +156,11 @@ pub(crate) struct ContainerExec {
     control: Control,
     /// The kernel's pid inside the container, once it reported ready.
     pid: Option<u32>,
+    /// Its request fd, once it reported ready.
+    request_fd: Option<i32>,
+    /// The kernel among the host's processes, where it can be seen from here (runc, the engine on
+    /// this host): its host pid and what its request fd was at `ready`.
+    on_host: Option<(u32, std::path::PathBuf)>,
     /// Its output stream ended.
     ended: Arc<AtomicBool>,
     killed: bool,
@@ -217,6 +222,48 @@ impl ProcessControl for ContainerExec {
 
     fn on_ready(&mut self, ready: &ReadyInfo) {
         self.pid = Some(ready.pid);
+        self.request_fd = Some(ready.request_fd);
+    }
+
+    /// The engine's exec pid is the kernel's host pid under runc when the engine shares this host's
+    /// pid namespace: confirmed by the process's own `NSpid` ending in the pid the kernel reported.
+    /// Under gVisor (the pid is runsc's, not the interpreter's), or when it cannot be confirmed, the
+    /// check is skipped and `done` is believed (docs/container-sandbox.md).
+    async fn locate_on_host(&mut self) {
+        let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return };
+        let Ok(inspect) = self.docker.inspect_exec(&self.exec_id).await else { return };
+        let Some(host_pid) = inspect.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else {
+            return;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
+        let nspid_matches = status
+            .lines()
+            .find_map(|line| line.strip_prefix("NSpid:"))
+            .and_then(|pids| pids.split_whitespace().last())
+            .is_some_and(|inner| inner == pid.to_string());
+        if !nspid_matches {
+            return;
+        }
+        if let Ok(target) = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")) {
+            self.on_host = Some((host_pid, target));
+        }
+    }
+
+    /// Whether the kernel's main thread is blocked reading its request fd (where it waits between
+    /// cells and no cell code runs), seen from the host's `/proc`, as on the local backend.
+    fn main_thread_idle(&self) -> bool {
+        let (Some((host_pid, request)), Some(fd)) = (&self.on_host, self.request_fd) else {
+            return true;
+        };
+        let Ok(syscall) = std::fs::read_to_string(format!("/proc/{host_pid}/task/{host_pid}/syscall")) else {
+            // Gone: the run ends through EOF anyway.
+            return false;
+        };
+        let mut fields = syscall.split_whitespace();
+        let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
+        let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
+        let same = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")).is_ok_and(|t| &t == request);
+        in_read && on_fd && same
     }
 
     fn kill(&mut self) {
@@ -421,6 +468,8 @@ pub(crate) async fn start_kernel_exec(
         user: user.to_owned(),
         control,
         pid: None,
+        request_fd: None,
+        on_host: None,
         ended,
         killed: false,
     };

@@ -2,7 +2,9 @@
 container's files). Mirrors the local backend's rules: paths under /home/user only, no symlink in
 any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr;
 a missing path: exit 3; a file over the size cap: exit 4.
-Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes."""
+Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes;
+`setmeta` reads the metadata likewise, as a JSON object (stored as user.e2b.* extended attributes);
+`disk` prints the bytes used on the home's file system."""
 import json, os, shutil, stat, sys
 
 HOME = "/home/user"
@@ -37,9 +39,40 @@ def check(path, must_exist=True):
             fail("refused: a component is a symlink or not a directory")
 
 
+META = "user.e2b."
+
+
+def metadata(path):
+    """The user.e2b.* extended attributes of a file or directory (never of a symlink)."""
+    out = {}
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return out
+    for name in names:
+        if name.startswith(META):
+            try:
+                out[name[len(META):]] = os.getxattr(path, name, follow_symlinks=False).decode()
+            except (OSError, UnicodeDecodeError):
+                pass
+    return out
+
+
+def absolute(link, target):
+    """A link's target as an absolute path, from its text alone (never followed)."""
+    return os.path.normpath(target if target.startswith("/") else os.path.join(os.path.dirname(link), target))
+
+
 def entry(path):
     st = os.lstat(path)
-    return {"name": os.path.basename(path), "path": path, "is_dir": stat.S_ISDIR(st.st_mode), "size": st.st_size}
+    is_dir, is_link = stat.S_ISDIR(st.st_mode), stat.S_ISLNK(st.st_mode)
+    return {
+        "name": os.path.basename(path), "path": path, "is_dir": is_dir, "size": 0 if is_dir else st.st_size,
+        "mode": stat.S_IMODE(st.st_mode),
+        "modified": {"secs_since_epoch": st.st_mtime_ns // 10**9, "nanos_since_epoch": st.st_mtime_ns % 10**9},
+        "symlink_target": absolute(path, os.readlink(path)) if is_link else None,
+        "metadata": {} if is_link else metadata(path),
+    }
 
 
 def make_parents(path):
@@ -73,6 +106,8 @@ def main():
             if os.path.isdir(path):
                 fail("is a directory")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            # envd's steps (create, chown, write): a watch sees CREATE, CHMOD, WRITE.
+            os.fchown(fd, os.getuid(), os.getgid())
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             print(json.dumps(entry(path)))
@@ -98,6 +133,23 @@ def main():
             check(target, must_exist=False)
             os.rename(path, target)
             print(json.dumps(entry(target)))
+        elif op == "setmeta":
+            n = int(sys.stdin.buffer.readline())
+            wanted = json.loads(sys.stdin.buffer.read(n))
+            check(path)
+            st = os.lstat(path)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                fail("metadata goes on regular files and directories only")
+            for name in os.listxattr(path, follow_symlinks=False):
+                if name.startswith(META) and name[len(META):] not in wanted:
+                    os.removexattr(path, name, follow_symlinks=False)
+            for key, value in wanted.items():
+                os.setxattr(path, META + key, value.encode(), follow_symlinks=False)
+            print(json.dumps(entry(path)))
+        elif op == "disk":
+            # Bytes used on the home's tmpfs (its size cap is the sandbox's scratch limit).
+            st = os.statvfs(HOME)
+            print((st.f_blocks - st.f_bfree) * st.f_frsize)
         elif op == "remove":
             check(path)
             if path == HOME:

@@ -8,7 +8,7 @@ use bollard::Docker;
 use super::engine::run_helper;
 use super::guard::ContainerGuard;
 use super::spec::USER;
-use crate::paths::sandbox_path;
+use crate::paths::{sandbox_path, HOME_DIR};
 
 /// The in-container file helper.
 const FILEOP_SOURCE: &str = include_str!("fileop.py");
@@ -114,6 +114,23 @@ impl Files<'_> {
         let (source, target) = (sandbox_path(from)?, sandbox_path(to)?);
         self.fileop_json(&["rename", &source, &target], None, from)
             .await
+    }
+
+    pub(super) async fn set_metadata(
+        &self,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let target = sandbox_path(path)?;
+        let json = serde_json::to_vec(metadata).map_err(|e| SandboxError::Other(e.to_string()))?;
+        let mut stdin = format!("{}\n", json.len()).into_bytes();
+        stdin.extend_from_slice(&json);
+        self.fileop_json(&["setmeta", &target], Some(&stdin), path).await
+    }
+
+    /// Bytes used on the home's tmpfs.
+    pub(super) async fn disk_used(&self) -> Result<u64, SandboxError> {
+        self.fileop_json(&["disk", HOME_DIR], None, HOME_DIR).await
     }
 
     pub(super) async fn remove(&self, path: &str) -> Result<(), SandboxError> {

@@ -18,7 +18,9 @@ mod config;
 mod engine;
 mod files;
 mod guard;
+mod seccomp;
 mod spec;
+mod watch;
 
 use async_trait::async_trait;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
@@ -26,7 +28,7 @@ use bollard::Docker;
 use tokio::time::Instant;
 use waxell::sandbox::{EntryInfo, SandboxError};
 
-use crate::backend::{Backend, Prepared};
+use crate::backend::{Backend, Prepared, Usage};
 use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
@@ -48,6 +50,8 @@ pub struct Container {
     /// The runtime that isolates the code, for spans (`runc`, `runsc`, ...).
     runtime_name: String,
     podman: bool,
+    /// Our syscall policy, as this engine takes it.
+    seccomp: seccomp::SeccompOption,
 }
 
 impl Pooled<Container> {
@@ -75,17 +79,32 @@ impl Pooled<Container> {
         }
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
+        let seccomp = seccomp::SeccompOption::for_engine(podman)?;
         Ok(Pooled::with_backend(Container {
             docker,
             config,
             runtime_name,
             podman,
+            seccomp,
         }))
     }
 
     /// The OCI runtime isolating the code (`runc`, `crun`, `runsc`, ...).
     pub fn runtime(&self) -> &str {
         &self.backend().runtime_name
+    }
+
+    /// Why the sandbox's tmpfs mounts have no inode cap here, if they have none: Podman's Docker
+    /// API (4.x) rejects `nr_inodes`, and gVisor ignores it (its tmpfs lives in the sandbox's own
+    /// memory, so the memory limit bounds a flood instead).
+    pub fn tmpfs_inodes_uncapped(&self) -> Option<&'static str> {
+        if self.backend().runtime_name == "runsc" {
+            Some("gVisor ignores the tmpfs option nr_inodes (its tmpfs is in the sandbox's own memory, which the memory limit bounds)")
+        } else if self.backend().podman {
+            Some("Podman's Docker API rejects the tmpfs option nr_inodes")
+        } else {
+            None
+        }
     }
 
     /// The configuration this backend was made with.
@@ -150,7 +169,7 @@ impl Backend for Container {
             .docker
             .create_container(
                 Some(options),
-                container_spec(&inner.config, &id, inner.podman, &inner.runtime_name),
+                container_spec(&inner.config, &id, inner.podman, &inner.runtime_name, inner.seccomp.as_str()),
             )
             .await
             .map_err(|e| create_error(&inner.config, e))?;
@@ -226,6 +245,41 @@ impl Backend for Container {
         container.remove().await;
     }
 
+    /// The engine's one-shot stats: CPU time and memory as `docker stats` counts them (usage
+    /// less the inactive page cache); the home tmpfs's use from the file helper.
+    async fn usage(&self, container: &ContainerGuard) -> Result<Usage, SandboxError> {
+        use futures_util::StreamExt;
+        let options = bollard::query_parameters::StatsOptionsBuilder::new()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        let stats = self
+            .docker
+            .stats(&container.id, Some(options))
+            .next()
+            .await
+            .ok_or_else(|| SandboxError::NotFound(format!("container {} has no stats", container.name)))?
+            .map_err(|e| api_error(&format!("stats of container {}", container.name), e))?;
+        let cpu_ns = stats
+            .cpu_stats
+            .and_then(|c| c.cpu_usage)
+            .and_then(|u| u.total_usage)
+            .unwrap_or(0);
+        let memory = stats.memory_stats.map_or(0, |m| {
+            let inactive = m
+                .stats
+                .as_ref()
+                .and_then(|s| s.get("inactive_file").or_else(|| s.get("total_inactive_file")).copied())
+                .unwrap_or(0);
+            m.usage.unwrap_or(0).saturating_sub(inactive)
+        });
+        Ok(Usage {
+            cpu_seconds: cpu_ns as f64 / 1e9,
+            memory_bytes: memory,
+            disk_bytes: self.files(container).disk_used().await?,
+        })
+    }
+
     async fn write_file(&self, container: &ContainerGuard, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
         self.files(container).write(path, data).await
     }
@@ -248,6 +302,24 @@ impl Backend for Container {
 
     async fn remove_path(&self, container: &ContainerGuard, path: &str) -> Result<(), SandboxError> {
         self.files(container).remove(path).await
+    }
+
+    async fn set_metadata(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        self.files(container).set_metadata(path, metadata).await
+    }
+
+    async fn watch_dir(
+        &self,
+        container: &ContainerGuard,
+        path: &str,
+        options: waxell::sandbox::WatchOptions,
+    ) -> Result<Box<dyn waxell::sandbox::DirWatch>, SandboxError> {
+        watch::watch(&self.docker, container, path, options).await
     }
 }
 
@@ -286,6 +358,7 @@ impl Container {
             ready.uid, ready.gid
         )));
     }
+    kernel.locate_on_host().await;
     Ok(kernel)
 }
 }

@@ -94,7 +94,13 @@ pub(super) async fn sweep_stale(docker: &Docker) {
     }
 }
 
-pub(super) fn container_spec(config: &ContainerConfig, id: &str, podman: bool, runtime: &str) -> ContainerCreateBody {
+pub(super) fn container_spec(
+    config: &ContainerConfig,
+    id: &str,
+    podman: bool,
+    runtime: &str,
+    seccomp: &str,
+) -> ContainerCreateBody {
     let limits = &config.limits;
     // The scratch must belong to the container user, and the engines disagree on how to say so.
     // Podman copies the image directory's ownership onto a tmpfs unless told `U` (chown to the
@@ -106,14 +112,21 @@ pub(super) fn container_spec(config: &ContainerConfig, id: &str, podman: bool, r
         let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
         format!(",uid={uid},gid={gid}")
     };
+    // An inode cap on every writable tmpfs (inodes are kernel memory), where the engine takes one:
+    // Podman's Docker API (4.x) rejects `nr_inodes` (docs/sandbox.md, known gaps).
+    let inodes = if podman {
+        String::new()
+    } else {
+        format!(",nr_inodes={}", limits.tmpfs_inodes)
+    };
     let tmpfs = HashMap::from([
         (
             "/tmp".to_owned(),
-            format!("rw,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
+            format!("rw,nosuid,nodev,size={}{inodes},mode=1777", limits.tmp_bytes),
         ),
         (
             HOME_DIR.to_owned(),
-            format!("rw,nosuid,nodev,size={},mode=1777{owner}", limits.scratch_bytes),
+            format!("rw,nosuid,nodev,size={}{inodes},mode=1777{owner}", limits.scratch_bytes),
         ),
     ]);
     let ulimit = |name: &str, value: u64| ResourcesUlimits {
@@ -168,7 +181,10 @@ pub(super) fn container_spec(config: &ContainerConfig, id: &str, podman: bool, r
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(vec![
+                "no-new-privileges".into(),
+                seccomp.to_owned(),
+            ]),
             memory: Some(memory),
             memory_swap: Some(memory),
             pids_limit: Some(pids_limit as i64),
@@ -178,6 +194,12 @@ pub(super) fn container_spec(config: &ContainerConfig, id: &str, podman: bool, r
                 ulimit("nproc", nproc),
                 ulimit("core", 0),
                 ulimit("fsize", limits.max_file_bytes),
+                // No raising of scheduling priority, no real-time scheduling, no POSIX message
+                // queues, pending signals as on the local backend: set, not left to the engine.
+                ulimit("nice", 0),
+                ulimit("rtprio", 0),
+                ulimit("msgqueue", 0),
+                ulimit("sigpending", limits.pending_signals),
             ]),
             tmpfs: Some(tmpfs),
             shm_size: Some(16 << 20),

@@ -102,6 +102,9 @@ pub(crate) trait ProcessControl: Send + Sync {
     fn on_ready(&mut self, _ready: &ReadyInfo) {}
     /// Host pids of the interpreter and its init (local backend only).
     fn set_inner_pids(&mut self, _pids: [u32; 2]) {}
+    /// After `ready`: find the interpreter among the host's processes where the backend can (a
+    /// container under runc, with the engine on this host), so `main_thread_idle` can check it.
+    async fn locate_on_host(&mut self) {}
 }
 
 /// One running interpreter (one bwrap launcher process tree, or one exec in a container).
@@ -155,6 +158,10 @@ impl KernelProcess {
 
     pub(crate) fn set_inner_pids(&mut self, pids: [u32; 2]) {
         self.process.set_inner_pids(pids);
+    }
+
+    pub(crate) async fn locate_on_host(&mut self) {
+        self.process.locate_on_host().await;
     }
 
     pub(crate) fn is_alive(&self) -> bool {

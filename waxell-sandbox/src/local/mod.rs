@@ -28,6 +28,8 @@ linux_only! {
     #[allow(unsafe_code)]
     mod spawn;
     mod uid_lease;
+    mod watch;
+    mod usage;
     mod watchdog;
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;

@@ -3,12 +3,13 @@
 //! instance (its own namespaces, its own interpreter) sharing the sandbox's scratch directory, uid
 //! and cgroups, so the memory/process/CPU caps cover all contexts together.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use waxell::sandbox::{EntryInfo, SandboxError};
+use waxell::sandbox::{DirWatch, EntryInfo, SandboxError, WatchOptions};
 
-use crate::backend::{Backend, Prepared};
+use crate::backend::{Backend, Prepared, Usage};
 use crate::config::SandboxConfig;
 use crate::kernel::{KernelProcess, Languages};
 use crate::local::capabilities::{HostReport, IsolationMode};
@@ -20,6 +21,8 @@ use crate::local::launcher::Launcher;
 use crate::local::mounts::{prepare_scratch_root, sweep_stale_scratch, SandboxMounts};
 use crate::local::rootless;
 use crate::local::uid_lease::{self, UidLease};
+use crate::local::watch;
+use crate::local::usage;
 use crate::naming;
 use crate::pool::Pooled;
 use crate::session::Session;
@@ -247,6 +250,19 @@ impl Backend for Local {
         shell.cgroup.kill_all();
     }
 
+    async fn usage(&self, shell: &LocalShell) -> Result<Usage, SandboxError> {
+        let pids = shell.cgroup.pids();
+        let disk_bytes = self.files(shell, |files| files.disk_used()).await?;
+        let (cpu_seconds, memory_bytes) = tokio::task::spawn_blocking(move || usage::process_usage(&pids))
+            .await
+            .map_err(|e| SandboxError::Io(std::io::Error::other(format!("usage reading panicked: {e}"))))?;
+        Ok(Usage {
+            cpu_seconds,
+            memory_bytes,
+            disk_bytes,
+        })
+    }
+
     async fn remove(&self, shell: &LocalShell) {
         shell.cgroup.remove();
         shell.mounts.remove();
@@ -280,5 +296,25 @@ impl Backend for Local {
     async fn remove_path(&self, shell: &LocalShell, path: &str) -> Result<(), SandboxError> {
         let path = path.to_owned();
         self.files(shell, move |files| files.remove(&path)).await
+    }
+
+    async fn set_metadata(
+        &self,
+        shell: &LocalShell,
+        path: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let (path, metadata) = (path.to_owned(), metadata.clone());
+        self.files(shell, move |files| files.set_metadata(&path, &metadata)).await
+    }
+
+    async fn watch_dir(
+        &self,
+        shell: &LocalShell,
+        path: &str,
+        options: WatchOptions,
+    ) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let path = path.to_owned();
+        self.files(shell, move |files| watch::watch(&files, &path, options)).await
     }
 }

@@ -1,4 +1,5 @@
-//! The seccomp programs handed to bwrap (`--add-seccomp-fd`), as raw BPF bytes.
+//! The seccomp programs handed to bwrap (`--add-seccomp-fd`), as raw BPF bytes, made from the
+//! policy every backend shares (`crate::syscall_policy`).
 //!
 //! seccompiler allows one match action per filter, so there are three programs:
 //! * deny list -> EPERM: dangerous syscalls, non-`AF_UNIX` sockets, namespace-creating `clone` flags,
@@ -8,9 +9,6 @@
 //!   draws on the host-wide `fs.aio-max-nr` pool; ENOSYS makes libraries fall back to plain I/O);
 //! * x32 guard: seccompiler's programs match exact x86_64 numbers, and x32 numbers
 //!   (`nr | 0x40000000`) would bypass the deny list on kernels with x32 enabled.
-//!
-//! A default-allow deny list fails open on syscalls added later; namespaces, the non-root uid and
-//! cgroups remain the outer walls.
 
 use std::collections::BTreeMap;
 
@@ -18,87 +16,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 
-const DENIED_SYSCALLS: &[libc::c_long] = &[
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_perf_event_open,
-    libc::SYS_bpf,
-    libc::SYS_userfaultfd,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_mount_setattr,
-    libc::SYS_move_mount,
-    libc::SYS_open_tree,
-    libc::SYS_fsopen,
-    libc::SYS_fsconfig,
-    libc::SYS_fsmount,
-    libc::SYS_fspick,
-    libc::SYS_unshare,
-    libc::SYS_setns,
-    libc::SYS_io_uring_setup,
-    libc::SYS_io_uring_enter,
-    libc::SYS_io_uring_register,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_name_to_handle_at,
-    libc::SYS_syslog,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_reboot,
-    libc::SYS_acct,
-    libc::SYS_settimeofday,
-    libc::SYS_clock_settime,
-    libc::SYS_clock_adjtime,
-    libc::SYS_adjtimex,
-    libc::SYS_iopl,
-    libc::SYS_ioperm,
-    libc::SYS_lookup_dcookie,
-    libc::SYS_quotactl,
-    libc::SYS_vhangup,
-    libc::SYS_fanotify_init,
-    // POSIX message queues: kernel memory outside the memory cgroup's view; RLIMIT_MSGQUEUE is 0 too.
-    libc::SYS_mq_open,
-    libc::SYS_mq_unlink,
-];
-
-/// `io_pgetevents`, missing from the libc crate: x86_64's number, else the generic table's.
-const SYS_IO_PGETEVENTS: libc::c_long = if cfg!(target_arch = "x86_64") { 333 } else { 292 };
-
-/// Answered with ENOSYS ("not implemented"), so callers take their fallback path.
-const ENOSYS_SYSCALLS: &[libc::c_long] = &[
-    libc::SYS_clone3,
-    // Host-wide AIO contexts (`fs.aio-nr` / `fs.aio-max-nr`): one sandbox could drain the pool and
-    // make the host's databases fail with EAGAIN.
-    libc::SYS_io_setup,
-    libc::SYS_io_destroy,
-    libc::SYS_io_submit,
-    libc::SYS_io_cancel,
-    libc::SYS_io_getevents,
-    SYS_IO_PGETEVENTS,
-];
-
-const NAMESPACE_CLONE_FLAGS: &[libc::c_int] = &[
-    libc::CLONE_NEWUSER,
-    libc::CLONE_NEWNS,
-    libc::CLONE_NEWNET,
-    libc::CLONE_NEWPID,
-    libc::CLONE_NEWIPC,
-    libc::CLONE_NEWUTS,
-    libc::CLONE_NEWCGROUP,
-];
-
-/// `TIOCSTI` from <asm-generic/ioctls.h> (libc's constant type differs between targets).
-const TIOCSTI: u64 = 0x5412;
+use crate::syscall_policy::{DENIED, ENOSYS, NAMESPACE_CLONE_FLAGS, TIOCSTI};
 
 /// The three programs, in the order they are passed to bwrap.
 pub(crate) fn programs() -> Result<Vec<Vec<u8>>, String> {
@@ -129,7 +47,7 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
 
 fn deny_list() -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        DENIED_SYSCALLS.iter().map(|&nr| (nr, Vec::new())).collect();
+        DENIED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
     // Any namespace flag on clone(2): one rule per bit, the rules are OR-ed.
     let clone_rules = NAMESPACE_CLONE_FLAGS
         .iter()
@@ -167,7 +85,7 @@ fn deny_list() -> Result<BpfProgram, String> {
 }
 
 fn enosys_list() -> Result<BpfProgram, String> {
-    let rules = ENOSYS_SYSCALLS.iter().map(|&nr| (nr, Vec::new())).collect();
+    let rules = ENOSYS.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

@@ -143,7 +143,7 @@ fn watch_memory(shared: &Shared) {
 /// Private (anonymous) resident memory of a process: `resident - shared` pages of `statm`. Shared
 /// libraries are not counted; copy-on-write pages after a fork are counted in every process, so
 /// the total errs on the high side.
-fn private_bytes(pid: u32) -> u64 {
+pub(crate) fn private_bytes(pid: u32) -> u64 {
     let Ok(statm) = fs::read_to_string(format!("/proc/{pid}/statm")) else { return 0 };
     let mut fields = statm.split_whitespace().skip(1).map(|f| f.parse::<u64>().unwrap_or(0));
     let (resident, shared) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));

@@ -102,6 +102,8 @@ impl Process {
             path: sandbox_path(path)?,
             is_dir: meta.is_dir(),
             size: if meta.is_dir() { 0 } else { meta.len() },
+            modified: meta.modified().ok(),
+            ..EntryInfo::default()
         })
     }
 

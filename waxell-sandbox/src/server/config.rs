@@ -57,6 +57,21 @@ pub struct ServerConfig {
     pub debug_sandbox: bool,
     /// How often expired sandboxes are looked for.
     pub reap_interval: Duration,
+    /// Where paused sandboxes and snapshots are kept (their files and a JSON record each). Set,
+    /// they survive a restart of the server; `None` (the default): a private temporary directory
+    /// removed with the server, so nothing paused outlives it.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Bytes of `/home/user` one pause, snapshot or fork may save; past it the operation fails
+    /// (507) and the sandbox keeps running.
+    pub max_saved_bytes: u64,
+    /// Paused sandboxes kept at most (each holds up to `max_saved_bytes` on disk).
+    pub max_paused: usize,
+    /// Snapshots kept at most (each holds up to `max_saved_bytes` on disk).
+    pub max_snapshots: usize,
+    /// What a pause asking for memory (E2B's default) gets from a backend that keeps files only:
+    /// `false` (the default) pauses the files and says so in the `Waxell-Pause` and `Warning`
+    /// headers and the log; `true` refuses it with 501.
+    pub refuse_memory_pause: bool,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +94,11 @@ impl Default for ServerConfig {
             keepalive_interval: Duration::from_secs(5),
             debug_sandbox: false,
             reap_interval: Duration::from_millis(500),
+            state_dir: None,
+            max_saved_bytes: 256 * 1024 * 1024,
+            max_paused: 64,
+            max_snapshots: 64,
+            refuse_memory_pause: false,
         }
     }
 }
@@ -102,6 +122,11 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_timeout", &self.max_timeout)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("debug_sandbox", &self.debug_sandbox)
+            .field("state_dir", &self.state_dir)
+            .field("max_saved_bytes", &self.max_saved_bytes)
+            .field("max_paused", &self.max_paused)
+            .field("max_snapshots", &self.max_snapshots)
+            .field("refuse_memory_pause", &self.refuse_memory_pause)
             .finish_non_exhaustive()
     }
 }
@@ -214,6 +239,32 @@ impl ServerConfig {
     /// Serve E2B's debug-mode sandbox `debug_sandbox_id` (only without auth).
     pub fn with_debug_sandbox(mut self, enabled: bool) -> Self {
         self.debug_sandbox = enabled;
+        self
+    }
+
+    /// Keep paused sandboxes and snapshots in this directory, so they survive a restart.
+    pub fn with_state_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+    /// Save at most this many bytes of `/home/user` per pause, snapshot or fork.
+    pub fn with_max_saved_bytes(mut self, n: u64) -> Self {
+        self.max_saved_bytes = n;
+        self
+    }
+    /// Keep at most this many paused sandboxes.
+    pub fn with_max_paused(mut self, n: usize) -> Self {
+        self.max_paused = n;
+        self
+    }
+    /// Keep at most this many snapshots.
+    pub fn with_max_snapshots(mut self, n: usize) -> Self {
+        self.max_snapshots = n;
+        self
+    }
+    /// Refuse (501) pauses that ask for memory the backend cannot keep, instead of pausing files.
+    pub fn with_refuse_memory_pause(mut self, refuse: bool) -> Self {
+        self.refuse_memory_pause = refuse;
         self
     }
 

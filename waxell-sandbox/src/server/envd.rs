@@ -2,8 +2,10 @@
 //! Connect RPCs (`ListDir`, `Stat`, `MakeDir`, `Move`, `Remove`) over the Connect protocol's JSON
 //! codec.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Query, Request, State};
@@ -16,13 +18,19 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use waxell::e2b::wire::{
     self, EntryResponse, ListDirResponse, MoveRequest, PathRequest, UploadedEntry, ACCESS_TOKEN_HEADER,
+    METADATA_HEADER_PREFIX, SANDBOX_ID_HEADER,
 };
-use waxell::sandbox::EntryInfo;
+use waxell::sandbox::{EntryInfo, FsEvent, SandboxError, WatchOptions};
 
 use super::body;
+use super::connect;
 use super::error::ApiError;
 use super::registry::SandboxEntry;
+use super::signature::{Operation, Signed};
 use super::state::AppState;
+
+/// Keepalive interval of a `WatchDir` stream when the SDK names none.
+const KEEPALIVE: Duration = Duration::from_secs(50);
 
 /// Deepest `ListDir` recursion served.
 const MAX_LIST_DEPTH: u32 = 8;
@@ -32,6 +40,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/envs", get(envs))
         .route("/files", get(download).post(upload))
+        .route("/filesystem.Filesystem/WatchDir", post(watch_dir))
         .route("/filesystem.Filesystem/{method}", post(filesystem_rpc))
         .fallback(|| async { ApiError::not_found("no such envd route") })
         .method_not_allowed_fallback(|| async {
@@ -65,6 +74,43 @@ async fn envs(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Result<
 #[derive(Deserialize)]
 struct FileQuery {
     path: Option<String>,
+    username: Option<String>,
+    signature: Option<String>,
+    signature_expiration: Option<i64>,
+}
+
+/// The sandbox a `/files` request is for: by a signed URL's signature when it has one (then it
+/// needs no headers at all), else by the usual sandbox id and access token headers.
+async fn files_sandbox(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &FileQuery,
+    operation: Operation,
+) -> Result<Arc<SandboxEntry>, ApiError> {
+    let Some(signature) = query.signature.as_deref() else {
+        return sandbox(state, headers).await;
+    };
+    let signed = Signed {
+        path: query.path.as_deref().unwrap_or_default(),
+        username: query.username.as_deref(),
+        signature,
+        expiration: query.signature_expiration,
+    };
+    let candidates = match headers.get(SANDBOX_ID_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(id) => state.registry.get(id).into_iter().collect(),
+        None => state.registry.list(),
+    };
+    let entry = candidates
+        .into_iter()
+        .find(|entry| {
+            entry
+                .envd_token
+                .as_deref()
+                .is_some_and(|token| signed.made_with(operation, token))
+        })
+        .ok_or_else(|| ApiError::unauthorized("invalid signature for this path, user and operation"))?;
+    signed.check_expiry()?;
+    Ok(entry)
 }
 
 /// Refuse paths no backend should see: empty, NUL bytes, `..` components. Symlinks can only be
@@ -87,7 +133,7 @@ async fn download(
     headers: HeaderMap,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, ApiError> {
-    let entry = sandbox(&state, &headers).await?;
+    let entry = files_sandbox(&state, &headers, &query, Operation::Read).await?;
     let path = query
         .path
         .ok_or_else(|| ApiError::bad_request("the path query parameter is required"))?;
@@ -117,7 +163,8 @@ async fn upload(
     request: Request,
 ) -> Result<Json<Vec<UploadedEntry>>, ApiError> {
     let (parts, request_body) = request.into_parts();
-    let entry = sandbox(&state, &parts.headers).await?;
+    let entry = files_sandbox(&state, &parts.headers, &query, Operation::Write).await?;
+    let metadata = metadata_headers(&parts.headers)?;
     let (limit, timeout) = (state.config.max_body_bytes, state.config.body_timeout);
     let files = tokio::time::timeout(timeout, receive_files(parts, request_body, &query, limit))
         .await
@@ -130,12 +177,29 @@ async fn upload(
         check_path(&path)?;
         let info = entry
             .session
-            .write_file(&path, &data)
+            .write_file_with_metadata(&path, &data, &metadata)
             .await
             .map_err(|e| ApiError::from_file(&path, e))?;
-        written.push(UploadedEntry::new(info.path, info.name));
+        let mut uploaded = UploadedEntry::new(info.path, info.name);
+        uploaded.metadata = info.metadata;
+        written.push(uploaded);
     }
     Ok(Json(written))
+}
+
+/// The upload's `X-Metadata-<key>: <value>` headers (keys lower-case, as HTTP gives them).
+fn metadata_headers(headers: &HeaderMap) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut metadata = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER_PREFIX) else {
+            continue;
+        };
+        let value = value.to_str().map_err(|_| {
+            ApiError::bad_request(format!("metadata value for key {key:?} is not printable ASCII"))
+        })?;
+        metadata.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(metadata)
 }
 
 /// The files an upload carries, as `(target path, content)`.
@@ -267,12 +331,11 @@ async fn filesystem_rpc(
             "Remove" => {
                 let request: PathRequest = body::json(&bytes)?;
                 check_path(&request.path)?;
-                entry
-                    .session
-                    .remove(&request.path)
-                    .await
-                    .map_err(|e| ApiError::from_file(&request.path, e))?;
-                Ok(json!({}))
+                // As envd (`os.RemoveAll`): removing what is not there succeeds.
+                match entry.session.remove(&request.path).await {
+                    Ok(()) | Err(SandboxError::FileNotFound { .. }) => Ok(json!({})),
+                    Err(e) => Err(ApiError::from_file(&request.path, e)),
+                }
             }
             "Move" => {
                 let request: MoveRequest = body::json(&bytes)?;
@@ -287,9 +350,29 @@ async fn filesystem_rpc(
                     entry: entry_info(&moved),
                 })
             }
-            "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!("filesystem.Filesystem/{method} is not supported by this server"),
+            "CreateWatcher" => {
+                let request: WatchRequest = body::json(&bytes)?;
+                check_path(&request.path)?;
+                let watch = entry
+                    .session
+                    .watch_dir(&request.path, request.options())
+                    .await
+                    .map_err(|e| ApiError::from_file(&request.path, e))?;
+                let watcher_id = entry.watchers.add(watch);
+                Ok(json!({ "watcherId": watcher_id }))
+            }
+            "GetWatcherEvents" => {
+                let request: WatcherRequest = body::json(&bytes)?;
+                let events = entry.watchers.take_events(&request.watcher_id).await?;
+                Ok(json!({ "events": events.iter().map(fs_event).collect::<Vec<_>>() }))
+            }
+            "RemoveWatcher" => {
+                let request: WatcherRequest = body::json(&bytes)?;
+                entry.watchers.remove(&request.watcher_id);
+                Ok(json!({}))
+            }
+            "WatchDir" => Err(ApiError::bad_request(
+                "filesystem.Filesystem/WatchDir is server-streaming: send it with the Connect streaming content type",
             )),
             _ => Err(ApiError::not_found(format!(
                 "no RPC filesystem.Filesystem/{method}"
@@ -303,6 +386,86 @@ async fn filesystem_rpc(
     }
 }
 
+/// `WatchDir`, server-streaming: a start message, then the events as they happen, with a
+/// keepalive message at the interval the SDK asks for (`Keepalive-Ping-Interval`, seconds) so
+/// idle proxies keep the stream open. Ends when the client goes away or the sandbox does.
+async fn watch_dir(State(state): State<Arc<AppState>>, headers: HeaderMap, request: Body) -> Response {
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !content_type.starts_with(connect::STREAM_JSON) {
+        return ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "filesystem.Filesystem/WatchDir is server-streaming: send it as {} (got {content_type:?})",
+                connect::STREAM_JSON
+            ),
+        )
+        .into_connect()
+        .into_response();
+    }
+    let started = async {
+        let entry = sandbox(&state, &headers).await?;
+        let bytes = body::read(request, state.config.json_limit(), state.config.body_timeout).await?;
+        let request: WatchRequest = body::json(connect::request_message(&bytes)?)?;
+        check_path(&request.path)?;
+        let watch = entry
+            .session
+            .watch_dir(&request.path, request.options())
+            .await
+            .map_err(|e| ApiError::from_file(&request.path, e))?;
+        Ok::<_, ApiError>((entry, watch))
+    }
+    .await;
+    let (entry, mut watch) = match started {
+        Ok(started) => started,
+        Err(e) => return connect::stream_response(futures_util::stream::iter([connect::end(Some(&e))])),
+    };
+    let keepalive = headers
+        .get("keepalive-ping-interval")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(KEEPALIVE, |secs| Duration::from_secs(secs.clamp(1, 3600)));
+    let (frames, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let _ = frames.send(connect::message(&json!({ "start": {} }))).await;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+        let ending = loop {
+            tokio::select! {
+                () = frames.closed() => return,
+                _ = ticks.tick() => {
+                    if state.registry.get(&entry.id).is_none() {
+                        break Some(ApiError::not_found(format!("sandbox {} is gone", entry.id)));
+                    }
+                    if frames.send(connect::message(&json!({ "keepalive": {} }))).await.is_err() {
+                        return;
+                    }
+                }
+                events = watch.next_events() => match events {
+                    Ok(events) => {
+                        for event in &events {
+                            if frames.send(connect::message(&json!({ "filesystem": fs_event(event) }))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => break Some(ApiError::from(e)),
+                },
+            }
+        };
+        let _ = frames.send(connect::end(ending.as_ref())).await;
+    });
+    connect::stream_response(tokio_stream_of(receiver))
+}
+
+/// The stream of a channel's messages.
+fn tokio_stream_of(
+    mut receiver: tokio::sync::mpsc::Receiver<Bytes>,
+) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
 /// 413 / Connect `resource_exhausted` for a listing over the cap.
 fn too_many_entries(path: &str, cap: usize) -> ApiError {
     ApiError::new(
@@ -311,8 +474,9 @@ fn too_many_entries(path: &str, cap: usize) -> ApiError {
     )
 }
 
-/// Every entry under `path` down to `depth` levels, refusing (rather than truncating silently) a
-/// listing of more than `cap` entries.
+/// Every entry under `path` down to `depth` levels, in envd's order (a directory's entries by
+/// name, each subdirectory's entries right after it), refusing (rather than truncating silently)
+/// a listing of more than `cap` entries.
 async fn list_recursive(
     entry: &SandboxEntry,
     path: &str,
@@ -320,24 +484,34 @@ async fn list_recursive(
     cap: usize,
     out: &mut Vec<wire::EntryInfo>,
 ) -> Result<(), ApiError> {
-    let mut pending = vec![(path.to_owned(), depth)];
-    while let Some((dir, depth)) = pending.pop() {
-        let entries = entry
-            .session
-            .list_files(&dir)
-            .await
-            .map_err(|e| ApiError::from_file(&dir, e))?;
-        if out.len() + entries.len() > cap {
+    // A stack of listings still being walked: (entries left, in reverse; depth left below them).
+    let mut stack = vec![(list_sorted(entry, path).await?, depth)];
+    while let Some((pending, depth)) = stack.last_mut() {
+        let Some(info) = pending.pop() else {
+            stack.pop();
+            continue;
+        };
+        if out.len() >= cap {
             return Err(too_many_entries(path, cap));
         }
-        for info in entries {
-            if info.is_dir && depth > 1 {
-                pending.push((info.path.clone(), depth - 1));
-            }
-            out.push(entry_info(&info));
+        out.push(entry_info(&info));
+        if info.is_dir && info.symlink_target.is_none() && *depth > 1 {
+            let below = *depth - 1;
+            stack.push((list_sorted(entry, &info.path).await?, below));
         }
     }
     Ok(())
+}
+
+/// One directory's entries, sorted by name, reversed (for popping in order).
+async fn list_sorted(entry: &SandboxEntry, dir: &str) -> Result<Vec<EntryInfo>, ApiError> {
+    let mut entries = entry
+        .session
+        .list_files(dir)
+        .await
+        .map_err(|e| ApiError::from_file(dir, e))?;
+    entries.sort_by(|a, b| b.name.cmp(&a.name));
+    Ok(entries)
 }
 
 /// `Stat` through the interface's listing: list the parent and pick the entry. A parent of more
@@ -353,7 +527,7 @@ async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<wire::Entr
             name: "user".into(),
             path: "/home/user".into(),
             is_dir: true,
-            size: 0,
+            ..EntryInfo::default()
         }));
     }
     let siblings = entry
@@ -371,23 +545,75 @@ async fn stat(entry: &SandboxEntry, path: &str, cap: usize) -> Result<wire::Entr
         .ok_or_else(|| ApiError::not_found(format!("path '{path}' does not exist")))
 }
 
-/// envd's `EntryInfo` for an entry of the sandbox interface.
-fn entry_info(info: &EntryInfo) -> wire::EntryInfo {
-    let (kind, mode, permissions) = if info.is_dir {
-        (wire::FILE_TYPE_DIRECTORY, 0o755, "drwxr-xr-x")
+/// envd's `EntryInfo` for an entry of the sandbox interface. A symlink is reported as envd
+/// reports one to a file (type file, with its target), since the host never follows it.
+pub(super) fn entry_info(info: &EntryInfo) -> wire::EntryInfo {
+    let (kind, type_char) = if info.is_dir {
+        (wire::FILE_TYPE_DIRECTORY, 'd')
+    } else if info.symlink_target.is_some() {
+        (wire::FILE_TYPE_FILE, 'L')
     } else {
-        (wire::FILE_TYPE_FILE, 0o644, "-rw-r--r--")
+        (wire::FILE_TYPE_FILE, '-')
     };
+    let mode = info.mode.unwrap_or(if info.is_dir { 0o755 } else { 0o644 });
+    let mut permissions = String::with_capacity(10);
+    permissions.push(type_char);
+    for shift in [6, 3, 0] {
+        let bits = (mode >> shift) & 0o7;
+        permissions.push(if bits & 4 != 0 { 'r' } else { '-' });
+        permissions.push(if bits & 2 != 0 { 'w' } else { '-' });
+        permissions.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
     wire::EntryInfo {
         name: info.name.clone(),
         kind: kind.into(),
         path: info.path.clone(),
         size: info.size,
-        mode,
-        permissions: permissions.into(),
+        mode: mode & 0o777,
+        permissions,
         owner: "user".into(),
         group: "user".into(),
+        modified_time: info
+            .modified
+            .map(|at| humantime::format_rfc3339_nanos(at).to_string()),
+        symlink_target: info.symlink_target.clone(),
+        metadata: info.metadata.clone(),
     }
+}
+
+/// envd's `FilesystemEvent` for an event of the sandbox interface.
+pub(super) fn fs_event(event: &FsEvent) -> wire::FilesystemEvent {
+    wire::FilesystemEvent {
+        name: event.name.clone(),
+        kind: wire::FilesystemEvent::kind_name(event.kind).to_owned(),
+        entry: event.entry.as_ref().map(entry_info),
+    }
+}
+
+/// `CreateWatcher` and `WatchDir`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct WatchRequest {
+    pub(super) path: String,
+    #[serde(default)]
+    recursive: bool,
+    #[serde(default)]
+    include_entry: bool,
+}
+
+impl WatchRequest {
+    pub(super) fn options(&self) -> WatchOptions {
+        WatchOptions::default()
+            .recursive(self.recursive)
+            .include_entry(self.include_entry)
+    }
+}
+
+/// `GetWatcherEvents` and `RemoveWatcher`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatcherRequest {
+    watcher_id: String,
 }
 
 /// A Connect answer body.

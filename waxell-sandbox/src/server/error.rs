@@ -42,6 +42,11 @@ impl ApiError {
         &self.message
     }
 
+    /// Connect's code for this error (`not_found`, `invalid_argument`, ...).
+    pub(crate) fn connect_code(&self) -> &'static str {
+        connect_code(self.status)
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
@@ -95,7 +100,11 @@ impl ApiError {
             } => StatusCode::BAD_REQUEST,
             SandboxError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             SandboxError::Authentication(_) => StatusCode::UNAUTHORIZED,
-            SandboxError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            SandboxError::RateLimited(_)
+            | SandboxError::LimitExceeded {
+                limit: LimitKind::Watches,
+                ..
+            } => StatusCode::TOO_MANY_REQUESTS,
             SandboxError::Unavailable(_) | SandboxError::LimitExceeded { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

@@ -31,13 +31,20 @@ mod body;
 mod code;
 mod config;
 mod conn;
+mod connect;
 mod control;
 mod envd;
 mod error;
 mod execute;
 mod guard;
+mod lifecycle;
+mod listing;
 mod registry;
+mod saved;
+mod signature;
 mod state;
+mod store;
+mod watchers;
 
 use std::sync::Arc;
 
@@ -59,8 +66,20 @@ pub use waxell::e2b::wire::{CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID, ENVD_PORT};
 /// The E2B-compatible server for `backend`: control plane and both data planes on one router.
 /// Must be called inside a Tokio runtime (it starts the task that kills expired sandboxes; the task
 /// ends when the router and every clone of it are dropped).
+///
+/// # Panics
+/// When the state directory (`config.state_dir`, or a temporary one) cannot be made; see
+/// [`try_router`].
 pub fn router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Router {
-    let registry = Registry::new(backend, config.clone());
+    try_router(backend, config).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`router`], or an error naming the state directory that cannot be made or read.
+pub fn try_router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Result<Router, String> {
+    let registry = Registry::new(backend, config.clone()).map_err(|e| match &config.state_dir {
+        Some(dir) => format!("state directory {}: {e}", dir.display()),
+        None => format!("temporary state directory: {e}"),
+    })?;
     registry::spawn_reaper(Arc::downgrade(&registry), config.reap_interval);
     let state = Arc::new(AppState { config, registry });
     let control = control::router(state.clone());
@@ -70,6 +89,8 @@ pub fn router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Router 
         let (control, code, envd) = (control.clone(), code.clone(), envd.clone());
         async move {
             let target = match sandbox_port(&request) {
+                // A signed file URL carries no sandbox headers: its signature names the sandbox.
+                Ok(None) if is_signed_file_request(&request) => envd,
                 Ok(None) => control,
                 Ok(Some(CODE_INTERPRETER_PORT)) => code,
                 Ok(Some(ENVD_PORT)) => envd,
@@ -84,7 +105,16 @@ pub fn router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Router 
             }
         }
     });
-    routes.layer(axum::middleware::from_fn_with_state(state, guard::check_request))
+    Ok(routes.layer(axum::middleware::from_fn_with_state(state, guard::check_request)))
+}
+
+/// `/files?...&signature=...`: E2B's signed download or upload URL.
+fn is_signed_file_request(request: &Request) -> bool {
+    request.uri().path() == "/files"
+        && request
+            .uri()
+            .query()
+            .is_some_and(|query| query.split('&').any(|pair| pair.starts_with("signature=")))
 }
 
 /// The `E2b-Sandbox-Port` of a request, if any.

@@ -1,17 +1,23 @@
-//! The live sandboxes of the server: E2B ids, lifetimes (TTL), data-plane tokens and the limit.
+//! The sandboxes of the server: E2B ids, lifetimes (TTL), data-plane tokens and the limit; the
+//! live ones here, the paused ones and snapshots in lifecycle.rs (kept on disk by store.rs).
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::{HeaderMap, StatusCode};
 use rand::distr::{Alphanumeric, SampleString};
+
+use super::watchers::Watchers;
 use rand::Rng;
 use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 
 use super::config::{ServerConfig, MIN_TIMEOUT};
 use super::error::ApiError;
+use super::lifecycle::Saved;
+use super::saved;
 use waxell::e2b::wire::DEBUG_SANDBOX_ID;
 use waxell::e2b::wire::SANDBOX_ID_HEADER;
 
@@ -32,7 +38,44 @@ pub(crate) struct SandboxEntry {
     pub(crate) envd_token: Option<String>,
     /// Checked by Code Interpreter requests (`E2B-Traffic-Access-Token`), likewise.
     pub(crate) traffic_token: Option<String>,
+    /// envd's polled directory watchers.
+    pub(crate) watchers: Watchers,
+    /// What happens when its lifetime ends.
+    pub(crate) lifecycle: Lifecycle,
+    /// Being paused: its files are being saved, so requests no longer reach it.
+    pub(crate) pausing: std::sync::atomic::AtomicBool,
     deadline: Mutex<Deadline>,
+}
+
+/// E2B's `lifecycle`: pause instead of kill at the end of the lifetime (asking to keep memory or
+/// not, `autoPauseMemory`), and resume on traffic.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Lifecycle {
+    pub(crate) auto_pause: bool,
+    pub(crate) auto_pause_memory: bool,
+    pub(crate) auto_resume: bool,
+}
+
+/// Who a sandbox is: its id, tokens and start time (kept across a pause).
+pub(crate) struct Identity {
+    pub(crate) id: String,
+    pub(crate) envd_token: Option<String>,
+    pub(crate) traffic_token: Option<String>,
+    pub(crate) started_at: SystemTime,
+}
+
+impl Identity {
+    /// A new sandbox `id` with new tokens (none for the debug-mode sandbox, whose SDKs never
+    /// learn one).
+    pub(crate) fn new(id: String) -> Self {
+        let with_token = id != DEBUG_SANDBOX_ID;
+        Self {
+            id,
+            envd_token: with_token.then(new_token),
+            traffic_token: with_token.then(new_token),
+            started_at: SystemTime::now(),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -72,12 +115,17 @@ pub(crate) struct CreateRequest {
     pub(crate) timeout: Duration,
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) lifecycle: Lifecycle,
+    /// Saved files (a paused sandbox's or a snapshot's `home`) written into it before it is served.
+    pub(crate) files: Option<PathBuf>,
 }
 
 pub(crate) struct Registry {
     backend: Arc<dyn SandboxBackend>,
-    config: ServerConfig,
+    pub(crate) config: ServerConfig,
     sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
+    /// Paused sandboxes, snapshots and where they are kept (lifecycle.rs).
+    pub(crate) saved: Saved,
     /// Creations in flight, counted against the limit so concurrent creates cannot overshoot it.
     creating: AtomicUsize,
     /// Serialises lazy creation of the debug-mode sandbox.
@@ -94,17 +142,25 @@ impl Drop for Reservation<'_> {
 }
 
 impl Registry {
-    pub(crate) fn new(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Arc<Self> {
-        Arc::new(Self {
+    /// Fails only when the state directory cannot be made.
+    pub(crate) fn new(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> std::io::Result<Arc<Self>> {
+        let saved = Saved::open(&config)?;
+        Ok(Arc::new(Self {
             backend,
             config,
             sandboxes: Mutex::new(HashMap::new()),
+            saved,
             creating: AtomicUsize::new(0),
             debug_create: tokio::sync::Mutex::new(()),
-        })
+        }))
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<SandboxEntry>>> {
+    /// The backend's name (`local`, `docker`).
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    pub(crate) fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<SandboxEntry>>> {
         self.sandboxes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -123,12 +179,14 @@ impl Registry {
 
     /// Create a sandbox with the backend and register it under a new E2B-style id.
     pub(crate) async fn create(&self, request: CreateRequest) -> Result<Arc<SandboxEntry>, ApiError> {
-        self.create_with_id(new_sandbox_id(), request).await
+        self.create_as(Identity::new(new_sandbox_id()), request).await
     }
 
-    async fn create_with_id(
+    /// Create a sandbox for `identity` (new, or a paused one resuming), with `request.files`
+    /// written into it, and register it.
+    pub(crate) async fn create_as(
         &self,
-        id: String,
+        identity: Identity,
         request: CreateRequest,
     ) -> Result<Arc<SandboxEntry>, ApiError> {
         let in_flight = self.creating.fetch_add(1, Ordering::SeqCst);
@@ -149,16 +207,30 @@ impl Registry {
         options.env_vars = request.env_vars.clone();
         options.metadata = request.metadata.clone();
         let session: Arc<dyn SandboxSession> = Arc::from(self.backend.create(&options).await?);
-        let with_token = id != DEBUG_SANDBOX_ID;
+        if let Some(files) = &request.files {
+            if let Err(e) = saved::restore_home(&*session, files).await {
+                let _ = session.kill().await;
+                return Err(e);
+            }
+        }
+        let Identity {
+            id,
+            envd_token,
+            traffic_token,
+            started_at,
+        } = identity;
         let entry = Arc::new(SandboxEntry {
             id: id.clone(),
             session,
             template_id: request.template_id,
             metadata: request.metadata,
             env_vars: request.env_vars,
-            started_at: SystemTime::now(),
-            envd_token: with_token.then(new_token),
-            traffic_token: with_token.then(new_token),
+            watchers: Watchers::default(),
+            started_at,
+            envd_token,
+            traffic_token,
+            lifecycle: request.lifecycle,
+            pausing: std::sync::atomic::AtomicBool::new(false),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,
@@ -174,9 +246,14 @@ impl Registry {
         self.map().get(id).cloned()
     }
 
-    /// All live sandboxes, oldest first.
+    /// All live sandboxes (not those being paused), oldest first.
     pub(crate) fn list(&self) -> Vec<Arc<SandboxEntry>> {
-        let mut all: Vec<_> = self.map().values().cloned().collect();
+        let mut all: Vec<_> = self
+            .map()
+            .values()
+            .filter(|e| !e.pausing.load(Ordering::SeqCst))
+            .cloned()
+            .collect();
         all.sort_by_key(|e| e.started_at);
         all
     }
@@ -200,10 +277,12 @@ impl Registry {
         Ok(())
     }
 
-    /// Forget the sandbox and kill it. False if it was not live.
+    /// Forget the sandbox and kill it, or remove it if it is paused. False if it was neither.
     pub(crate) async fn kill(&self, id: &str) -> bool {
+        // Not while a pause, resume, fork or snapshot of it is under way.
+        let _guard = self.saved.lock.lock().await;
         let Some(entry) = self.map().remove(id) else {
-            return false;
+            return self.saved.remove_paused(id);
         };
         if let Err(e) = entry.session.kill().await {
             tracing::warn!(sandbox = %id, error = %e, "killing the sandbox failed");
@@ -214,14 +293,24 @@ impl Registry {
 
     async fn reap_expired(&self) {
         let now = Instant::now();
-        let expired: Vec<String> = self
+        let expired: Vec<(String, Lifecycle)> = self
             .map()
             .values()
             .filter(|e| e.expired(now))
-            .map(|e| e.id.clone())
+            .map(|e| (e.id.clone(), e.lifecycle))
             .collect();
-        for id in expired {
-            tracing::info!(sandbox = %id, "sandbox lifetime expired");
+        for (id, lifecycle) in expired {
+            if lifecycle.auto_pause {
+                tracing::info!(sandbox = %id, "sandbox lifetime expired, pausing it (onTimeout: pause)");
+                match self.pause(&id, Some(lifecycle.auto_pause_memory)).await {
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e.message(), "auto-pause failed, killing")
+                    }
+                }
+            } else {
+                tracing::info!(sandbox = %id, "sandbox lifetime expired");
+            }
             self.kill(&id).await;
         }
     }
@@ -239,6 +328,9 @@ impl Registry {
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| ApiError::bad_request(format!("Missing header: {SANDBOX_ID_HEADER}")))?;
         let entry = match self.get(id) {
+            Some(entry) if entry.pausing.load(Ordering::SeqCst) => {
+                return Err(ApiError::sandbox_not_running(id))
+            }
             Some(entry) => entry,
             None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => {
                 if self.config.api_key.is_some() {
@@ -249,6 +341,8 @@ impl Registry {
                 }
                 self.debug_sandbox().await?
             }
+            // E2B's autoResume: traffic to a paused sandbox resumes it.
+            None if self.saved.auto_resumes(id) => self.resume(id, self.config.default_timeout).await?,
             None => return Err(ApiError::sandbox_not_running(id)),
         };
         for (token_header, expected) in tokens {
@@ -275,8 +369,11 @@ impl Registry {
             timeout: self.config.default_timeout,
             metadata: BTreeMap::new(),
             env_vars: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
+            files: None,
         };
-        self.create_with_id(DEBUG_SANDBOX_ID.into(), request).await
+        self.create_as(Identity::new(DEBUG_SANDBOX_ID.into()), request)
+            .await
     }
 }
 
@@ -294,7 +391,7 @@ pub(crate) fn spawn_reaper(registry: Weak<Registry>, interval: Duration) {
 }
 
 /// 20 characters of `[a-z0-9]`, the shape E2B's proxy accepts.
-fn new_sandbox_id() -> String {
+pub(crate) fn new_sandbox_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
     (0..20)

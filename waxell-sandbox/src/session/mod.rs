@@ -11,11 +11,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
-use waxell::sandbox::{CodeContext, EntryInfo, Execution, RunOptions, SandboxError, SandboxOptions, SandboxSession};
+use waxell::sandbox::{
+    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxError, SandboxMetrics, SandboxOptions,
+    SandboxSession, WatchOptions,
+};
 
-use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess};
+use crate::backend::{Backend, Checkpoint, Prepared, ProcessSpec, SandboxProcess, Usage};
 use crate::kernel::{ExecLimits, KernelProcess, Language, OomCounter};
 use crate::paths::{check_context_cwd, check_cwd};
+use crate::watch::{Counted, WatchSlots};
 use contexts::Contexts;
 pub use contexts::DEFAULT_CONTEXT_ID;
 use lifetime::Lifetime;
@@ -33,6 +37,10 @@ pub(crate) struct Inner<B: Backend> {
     backend: Arc<B>,
     env: BTreeMap<String, String>,
     lifetime: Lifetime,
+    watches: WatchSlots,
+    /// The previous CPU reading (when, CPU seconds), so metrics report use since then; `None`
+    /// before the first.
+    last_cpu: std::sync::Mutex<Option<(Instant, f64)>>,
 }
 
 impl<B: Backend> Session<B> {
@@ -53,6 +61,8 @@ impl<B: Backend> Session<B> {
             backend,
             env: options.env_vars.clone(),
             lifetime: Lifetime::new(lifetime),
+            watches: WatchSlots::default(),
+            last_cpu: std::sync::Mutex::new(None),
         });
         watch_lifetime(Arc::downgrade(&inner));
         Ok(Self { inner })
@@ -167,6 +177,9 @@ impl<B: Backend> Inner<B> {
         self.backend.remove(&self.shell).await;
     }
 }
+
+/// The interval of a sandbox's first CPU measurement.
+const FIRST_CPU_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Shut the sandbox down when its deadline passes. Holds only a weak reference while waiting, so
 /// dropping the sandbox cleans up at once.
@@ -324,6 +337,29 @@ impl<B: Backend> SandboxSession for Session<B> {
         self.inner.backend.remove_path(&self.inner.shell, path).await
     }
 
+    async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        self.check_alive()?;
+        crate::metadata::check(metadata)?;
+        let written = self.inner.backend.write_file(&self.inner.shell, path, data).await?;
+        // As envd: the upload's metadata replaces what the file carried (none clears it).
+        match self.inner.backend.set_metadata(&self.inner.shell, path, metadata).await {
+            Err(SandboxError::Unsupported { .. }) if metadata.is_empty() => Ok(written),
+            result => result,
+        }
+    }
+
+    async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {
+        self.check_alive()?;
+        let slot = self.inner.watches.take()?;
+        let watch = self.inner.backend.watch_dir(&self.inner.shell, path, options).await?;
+        Ok(Box::new(Counted { watch, _slot: slot }))
+    }
+
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.check_alive()?;
         self.inner.lifetime.extend(timeout);
@@ -333,6 +369,48 @@ impl<B: Backend> SandboxSession for Session<B> {
     async fn kill(&self) -> Result<(), SandboxError> {
         self.inner.shutdown(false).await;
         Ok(())
+    }
+
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        self.check_alive()?;
+        let inner = &self.inner;
+        let first = inner.last_cpu.lock().unwrap_or_else(|e| e.into_inner()).is_none();
+        if first {
+            // No earlier reading: take one and measure over a short interval, so the first figure
+            // is the use now, not the kernel's start-up (made ahead in the warm pool).
+            let usage = inner.backend.usage(&inner.shell).await?;
+            inner.metrics_from(usage);
+            tokio::time::sleep(FIRST_CPU_INTERVAL).await;
+        }
+        let usage = inner.backend.usage(&inner.shell).await?;
+        Ok(inner.metrics_from(usage))
+    }
+}
+
+impl<B: Backend> Inner<B> {
+    /// E2B's metrics from a usage reading, against the sandbox's limits. CPU use is the share of
+    /// the sandbox's CPUs used since the previous reading.
+    fn metrics_from(&self, usage: Usage) -> SandboxMetrics {
+        let limits = &self.backend.config().limits;
+        let cpu_count = (limits.cpus.ceil() as u32).max(1);
+        let now = Instant::now();
+        let mut last = self.last_cpu.lock().unwrap_or_else(|e| e.into_inner());
+        let pct = match *last {
+            Some((at, cpu_seconds)) if now > at => {
+                let used = (usage.cpu_seconds - cpu_seconds).max(0.0);
+                (used / now.duration_since(at).as_secs_f64() / f64::from(cpu_count) * 100.0).clamp(0.0, 100.0)
+            }
+            _ => 0.0,
+        };
+        *last = Some((now, usage.cpu_seconds));
+        SandboxMetrics::new(
+            cpu_count,
+            pct,
+            usage.memory_bytes,
+            limits.memory_bytes,
+            usage.disk_bytes,
+            limits.scratch_bytes,
+        )
     }
 }
 

@@ -31,6 +31,10 @@ pub trait Harness: Send + Sync {
     fn unavailable(&self) -> Option<String> {
         None
     }
+    /// Why this backend cannot cap the inodes of its tmpfs mounts, if it cannot.
+    fn tmpfs_inodes_uncapped(&self) -> BoxFut<'_, Option<String>> {
+        Box::pin(async { None })
+    }
 }
 
 pub async fn create(backend: &dyn SandboxBackend) -> Box<dyn SandboxSession> {
@@ -524,6 +528,161 @@ pub async fn output_flood_is_truncated_and_sigint_ignorers_are_killed(h: &dyn Ha
     );
 }
 
+/// The host-wide kernel pools and the namespace calls are refused by the one policy
+/// (`syscall_policy`) on the local backend and under runc: AIO contexts (`fs.aio-max-nr`), keys,
+/// POSIX message queues, new user namespaces through `unshare` and `clone`, also through the 32-bit
+/// `int 0x80` entry; and the scheduling priority cannot be raised. Under gVisor these calls reach
+/// gVisor's own kernel, not the host's: there the host's AIO pool must stay untouched.
+pub async fn host_wide_pools_namespaces_and_priority_are_refused(h: &dyn Harness) {
+    let backend = h.backend(Limits::default(), None).await;
+    let sandbox = create(backend.as_ref()).await;
+    let aio_before = std::fs::read_to_string("/proc/sys/fs/aio-nr").unwrap_or_default();
+    let result = json_of(
+        sandbox.as_ref(),
+        r#"
+import ctypes, errno, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    if r == 0 and nr == 56:
+        os._exit(0)  # a clone child, should the policy ever let one through
+    return "OK" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+def in_child(fn):
+    """fn() in a child process: its exit code, or the signal that killed it (a policy may kill)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if fn() else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    return "OK" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else f"refused ({status})"
+def int80_unshare():
+    # push rbx; mov eax, 310 (i386 unshare); mov ebx, CLONE_NEWUSER; int 0x80; pop rbx; ret
+    code = bytes([0x53, 0xB8]) + (310).to_bytes(4, "little") + bytes([0xBB]) + (0x10000000).to_bytes(4, "little") + bytes([0xCD, 0x80, 0x5B, 0xC3])
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    return ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))() >= 0
+ctx = ctypes.c_ulong(0)
+key_type, key_name, queue = (ctypes.create_string_buffer(b) for b in (b"user", b"k", b"/q"))
+result = {
+    "io_setup": [call(206, 128, ctypes.addressof(ctx)) for _ in range(50)][-1],
+    "add_key": call(248, ctypes.addressof(key_type), ctypes.addressof(key_name), 0, 0, -2),
+    "mq_open": call(240, ctypes.addressof(queue), os.O_CREAT | os.O_RDWR, 0o600, 0),
+    "unshare_user": call(272, 0x10000000),
+    "clone_newuser": call(56, 0x10000000 | 17, 0, 0, 0, 0),
+    "unshare_int80": in_child(int80_unshare),
+}
+try:
+    os.nice(-1)
+    result["nice_raise"] = "OK"
+except OSError as e:
+    result["nice_raise"] = errno.errorcode.get(e.errno, str(e.errno))
+"#,
+    )
+    .await;
+    if h.kind() == Kind::Runsc {
+        // The calls are gVisor's to answer (its own AIO, keys and namespaces); what must hold is
+        // that the host's pool saw none of them.
+        let aio_after = std::fs::read_to_string("/proc/sys/fs/aio-nr").unwrap_or_default();
+        assert_eq!(aio_before, aio_after, "the host's aio-nr moved: {result}");
+        return;
+    }
+    assert_eq!(result["io_setup"], "ENOSYS", "{result}");
+    assert_eq!(result["add_key"], "EPERM", "{result}");
+    assert_eq!(result["mq_open"], "EPERM", "{result}");
+    assert_eq!(result["unshare_user"], "EPERM", "{result}");
+    assert_eq!(result["clone_newuser"], "EPERM", "{result}");
+    assert_ne!(result["unshare_int80"], "OK", "{result}");
+    assert_ne!(result["nice_raise"], "OK", "{result}");
+}
+
+/// Every writable tmpfs (the home directory, `/tmp`) has an inode cap: a flood of empty files
+/// ends with ENOSPC at the cap, quickly, and the sandbox keeps working.
+pub async fn tmpfs_inode_floods_hit_the_cap(h: &dyn Harness) {
+    if let Some(why) = h.tmpfs_inodes_uncapped().await {
+        return eprintln!("limit not enforced on this backend: {why}");
+    }
+    let limits = Limits::default().with_tmpfs_inodes(2_000);
+    let backend = h.backend(limits, None).await;
+    let sandbox = create(backend.as_ref()).await;
+    let started = std::time::Instant::now();
+    let result = json_of(
+        sandbox.as_ref(),
+        r#"
+import errno, os
+result = {}
+for root in ("/home/user/flood", "/tmp/flood"):
+    os.makedirs(root, exist_ok=True)
+    made, err = 0, "none"
+    try:
+        for i in range(100000):
+            open(f"{root}/{i}", "w").close()
+            made += 1
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+    result[root] = [made, err]
+"#,
+    )
+    .await;
+    for root in ["/home/user/flood", "/tmp/flood"] {
+        let made = result[root][0].as_u64().unwrap_or(u64::MAX);
+        assert!(made <= 2_000, "{root}: {result}");
+        assert_eq!(result[root][1], "ENOSPC", "{root}: {result}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(eval(sandbox.as_ref(), "1 + 1").await, "2");
+}
+
+/// A cell that writes the kernel's own end-of-run frame (from its main thread or another) cannot
+/// end its run early with a made-up result: the host believes `done` only once the interpreter's
+/// main thread is back waiting for requests, which it sees from outside (`/proc`). Under gVisor
+/// the interpreter is not a host process: there the limit is named instead.
+pub async fn forged_protocol_frames_are_not_believed(h: &dyn Harness) {
+    if h.kind() == Kind::Runsc {
+        return eprintln!(
+            "limit not enforced on this backend: under gVisor the interpreter is not a host process, so a forged \
+             `done` frame is believed (docs/container-sandbox.md)"
+        );
+    }
+    let backend = h.backend(Limits::default(), None).await;
+    let sandbox = create(backend.as_ref()).await;
+    let setup = r#"import gc, json, os, threading, time
+k = [o for o in gc.get_objects() if type(o).__name__ == "Kernel"][0]
+def frame(**msg):
+    os.write(k.proto_out, (json.dumps(msg) + "\n").encode())
+def forge(run_id):
+    frame(type="result", id=run_id, is_main=True, data={"text/plain": "FORGED"})
+    frame(type="done", id=run_id, execution_count=99, truncated=False)"#;
+    eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
+    for (how, code) in [
+        ("main thread", "forge(k.current_id)\ntime.sleep(5)\nfinished = 1"),
+        (
+            "background thread",
+            "t = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 2",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let execution = sandbox
+            .run_code(code, &RunOptions::new().with_timeout(Duration::from_secs(1)))
+            .await
+            .expect("run");
+        let elapsed = started.elapsed();
+        let error = execution.error.clone().expect("the timeout still applies");
+        assert_eq!(error.name, "TimeoutError", "{how}: {execution:?}");
+        assert!(elapsed >= Duration::from_secs(1), "{how}: ended early after {elapsed:?}");
+        assert_eq!(eval(sandbox.as_ref(), "'finished' in globals()").await, "False", "{how}");
+    }
+    eval(sandbox.as_ref(), "t.join()\n1").await;
+    let later = run(sandbox.as_ref(), "print('real')\n7").await;
+    assert_eq!(later.stdout(), "real\n");
+    assert_eq!(later.text(), Some("7"));
+}
+
 /// Instantiate every body above as a `#[tokio::test]` for one harness.
 #[macro_export]
 macro_rules! backend_suite {
@@ -541,7 +700,10 @@ macro_rules! backend_suite {
                 writes_outside_scratch_fail_and_tmp_is_capped,
                 fork_bomb_is_contained,
                 memory_bomb_is_reported_as_out_of_memory,
-                output_flood_is_truncated_and_sigint_ignorers_are_killed
+                output_flood_is_truncated_and_sigint_ignorers_are_killed,
+                host_wide_pools_namespaces_and_priority_are_refused,
+                tmpfs_inode_floods_hit_the_cap,
+                forged_protocol_frames_are_not_believed
             );
         }
     };

@@ -1,6 +1,7 @@
 //! [`E2bBackend`] and [`E2bSandbox`]: E2B's control plane, Code Interpreter and envd behind the
 //! backend-neutral sandbox traits.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +17,11 @@ use super::stream::ExecutionAssembler;
 use super::wire::{
     self, ConnectRequest, EntryResponse, ExecuteRequest, ListDirResponse, MoveRequest, NewContext,
     NewSandbox, PathRequest, TimeoutRequest, UploadedEntry, CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID,
-    ENVD_PORT,
+    ENVD_PORT, METADATA_HEADER_PREFIX,
 };
 use crate::sandbox::{
-    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
-    SandboxSession,
+    CodeContext, DirWatch, EntryInfo, Execution, FsEvent, RunOptions, SandboxBackend, SandboxError,
+    SandboxMetrics, SandboxOptions, SandboxSession, WatchOptions,
 };
 
 /// Default template of E2B Code Interpreter.
@@ -199,7 +200,9 @@ impl SandboxBackend for E2bBackend {
     }
 }
 
-/// One E2B sandbox. Tokens are kept out of `Debug` output.
+/// One E2B sandbox. Tokens are kept out of `Debug` output. Cheap to clone (a clone is a handle
+/// to the same sandbox).
+#[derive(Clone)]
 pub struct E2bSandbox {
     shared: Arc<Shared>,
     id: String,
@@ -239,6 +242,13 @@ impl From<wire::EntryInfo> for EntryInfo {
             name: entry.name,
             path: entry.path,
             size: entry.size,
+            mode: Some(entry.mode).filter(|mode| *mode != 0),
+            modified: entry
+                .modified_time
+                .as_deref()
+                .and_then(|time| humantime::parse_rfc3339_weak(time).ok()),
+            symlink_target: entry.symlink_target,
+            metadata: entry.metadata,
         }
     }
 }
@@ -443,6 +453,15 @@ impl SandboxSession for E2bSandbox {
     }
 
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
+        self.write_file_with_metadata(path, data, &BTreeMap::new()).await
+    }
+
+    async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
         let url = self.url(ENVD_PORT, "/files", &self.file_query(path))?;
         // envd >= 0.5.7 takes a raw body; older ones only multipart.
         let raw = version(&self.envd_version) >= (0, 5, 7);
@@ -452,9 +471,13 @@ impl SandboxSession for E2bSandbox {
             multipart_file(path, data)
         };
         let response = http::send(self.config(), Endpoint::Files, path, || {
-            self.data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
-                .header(CONTENT_TYPE, content_type.clone())
-                .body(body.clone())
+            let mut request = self
+                .data(&self.shared.client, Method::POST, ENVD_PORT, url.clone(), true)
+                .header(CONTENT_TYPE, content_type.clone());
+            for (key, value) in metadata {
+                request = request.header(format!("{METADATA_HEADER_PREFIX}{key}"), value);
+            }
+            request.body(body.clone())
         })
         .await?;
         let written: Vec<UploadedEntry> = http::json(&format!("write {path}"), response).await?;
@@ -467,6 +490,8 @@ impl SandboxSession for E2bSandbox {
             path: entry.path,
             is_dir: false,
             size: data.len() as u64,
+            metadata: entry.metadata,
+            ..EntryInfo::default()
         })
     }
 
@@ -517,6 +542,30 @@ impl SandboxSession for E2bSandbox {
         Ok(())
     }
 
+    /// envd's polled watcher (`CreateWatcher`; `GetWatcherEvents` per take; `RemoveWatcher` when
+    /// dropped), which every envd version with watches serves over unary calls.
+    async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let request = serde_json::json!({
+            "path": path,
+            "recursive": options.recursive,
+            "includeEntry": options.include_entry,
+        });
+        let response = self.filesystem_rpc("CreateWatcher", &request, path).await?;
+        let created: serde_json::Value = http::json(&format!("watch {path}"), response).await?;
+        let watcher_id = created["watcherId"]
+            .as_str()
+            .ok_or_else(|| SandboxError::Protocol {
+                message: format!("watch {path}: CreateWatcher answered no watcherId"),
+                received: created.to_string(),
+            })?
+            .to_owned();
+        Ok(Box::new(E2bWatch {
+            sandbox: self.clone(),
+            path: path.to_owned(),
+            watcher_id,
+        }))
+    }
+
     async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         if self.config().debug {
             return Ok(());
@@ -531,6 +580,66 @@ impl SandboxSession for E2bSandbox {
         })
         .await?;
         Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/pause` with E2B's default (keep memory where the server can).
+    async fn pause(&self) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("pause sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/pause", self.id);
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared
+                .control(Method::POST, &path)
+                .json(&wire::PauseRequest::default())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/connect`, which resumes a paused sandbox (its tokens stay the same).
+    async fn resume(&self, timeout: Duration) -> Result<(), SandboxError> {
+        if self.config().debug {
+            return Ok(());
+        }
+        let what = format!("resume sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/connect", self.id);
+        let body = ConnectRequest {
+            timeout: Some(timeout_seconds(timeout)),
+        };
+        http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The newest sample of `GET /sandboxes/{id}/metrics`.
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        let what = format!("metrics of sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/metrics", self.id);
+        let response = http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::GET, &path)
+        })
+        .await?;
+        let samples: Vec<wire::Metric> = http::json(&what, response).await?;
+        let newest = samples
+            .into_iter()
+            .max_by_key(|m| m.timestamp_unix)
+            .ok_or_else(|| SandboxError::Other(format!("{what}: no sample (is the sandbox paused?)")))?;
+        let mut metrics = SandboxMetrics::new(
+            newest.cpu_count,
+            newest.cpu_used_pct,
+            newest.mem_used,
+            newest.mem_total,
+            newest.disk_used,
+            newest.disk_total,
+        );
+        if newest.timestamp_unix > 0 {
+            metrics.timestamp = std::time::UNIX_EPOCH + Duration::from_secs(newest.timestamp_unix as u64);
+        }
+        Ok(metrics)
     }
 
     async fn kill(&self) -> Result<(), SandboxError> {
@@ -570,4 +679,64 @@ fn multipart_file(path: &str, data: &[u8]) -> (String, Vec<u8>) {
     body.extend_from_slice(data);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// A watcher of envd's, polled.
+struct E2bWatch {
+    sandbox: E2bSandbox,
+    path: String,
+    watcher_id: String,
+}
+
+/// How often [`DirWatch::next_events`] polls an E2B watcher.
+const WATCH_POLL: Duration = Duration::from_millis(100);
+
+#[async_trait]
+impl DirWatch for E2bWatch {
+    async fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
+        let request = serde_json::json!({ "watcherId": self.watcher_id });
+        let response = self
+            .sandbox
+            .filesystem_rpc("GetWatcherEvents", &request, &self.path)
+            .await?;
+        #[derive(serde::Deserialize)]
+        struct Events {
+            #[serde(default)]
+            events: Vec<wire::FilesystemEvent>,
+        }
+        let answer: Events = http::json(&format!("watch {}", self.path), response).await?;
+        Ok(answer
+            .events
+            .into_iter()
+            .filter_map(|event| {
+                Some(FsEvent {
+                    kind: event.event_kind()?,
+                    name: event.name,
+                    entry: event.entry.map(EntryInfo::from),
+                })
+            })
+            .collect())
+    }
+
+    async fn next_events(&mut self) -> Result<Vec<FsEvent>, SandboxError> {
+        loop {
+            let events = self.take_events().await?;
+            if !events.is_empty() {
+                return Ok(events);
+            }
+            tokio::time::sleep(WATCH_POLL).await;
+        }
+    }
+}
+
+impl Drop for E2bWatch {
+    fn drop(&mut self) {
+        let (sandbox, path) = (self.sandbox.clone(), self.path.clone());
+        let request = serde_json::json!({ "watcherId": self.watcher_id });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = sandbox.filesystem_rpc("RemoveWatcher", &request, &path).await;
+            });
+        }
+    }
 }

@@ -30,7 +30,7 @@ pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
 pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 
 /// `NewSandbox` / `NewSandboxV2`: the body of `POST /sandboxes` and `POST /v2/sandboxes`. Fields
-/// E2B defines and these sides do not use (`autoPause`, `network`, `secure`, ...) are left out.
+/// E2B defines and these sides do not use (`network`, `secure`, ...) are left out.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -47,6 +47,22 @@ pub struct NewSandbox {
     /// Environment variables of every run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    /// Pause instead of kill when the lifetime ends (E2B's `lifecycle.onTimeout: pause`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_pause: Option<bool>,
+    /// Whether that pause keeps memory (E2B's default: true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_pause_memory: Option<bool>,
+    /// Resume the paused sandbox when a request reaches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<AutoResume>,
+}
+
+/// `SandboxAutoResumeConfig`: `{"enabled": bool}`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct AutoResume {
+    /// Resume on traffic.
+    pub enabled: bool,
 }
 
 impl NewSandbox {
@@ -94,6 +110,40 @@ pub struct Sandbox {
 pub struct TimeoutRequest {
     /// New lifetime from now, in seconds.
     pub timeout: i64,
+}
+
+/// Body of `POST /sandboxes/{id}/pause`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PauseRequest {
+    /// Keep memory (processes, variables) as well as files; E2B's default is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+}
+
+/// One sample of `GET /sandboxes/{id}/metrics` (E2B's `SandboxMetric`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    /// When it was measured (RFC 3339).
+    pub timestamp: String,
+    /// The same, in Unix seconds.
+    #[serde(default)]
+    pub timestamp_unix: i64,
+    /// CPUs of the sandbox.
+    pub cpu_count: u32,
+    /// CPU use in percent of them.
+    pub cpu_used_pct: f64,
+    /// Memory used, bytes.
+    pub mem_used: u64,
+    /// Memory cap, bytes.
+    pub mem_total: u64,
+    /// Page cache, bytes.
+    #[serde(default)]
+    pub mem_cache: u64,
+    /// Disk used, bytes.
+    pub disk_used: u64,
+    /// Disk cap, bytes.
+    pub disk_total: u64,
 }
 
 /// Body of `POST /sandboxes/{id}/connect`.
@@ -214,6 +264,52 @@ impl MoveRequest {
 pub const FILE_TYPE_FILE: &str = "FILE_TYPE_FILE";
 /// `FILE_TYPE_DIRECTORY` in envd's `EntryInfo.type`.
 pub const FILE_TYPE_DIRECTORY: &str = "FILE_TYPE_DIRECTORY";
+/// `FILE_TYPE_SYMLINK` in envd's `EntryInfo.type`.
+pub const FILE_TYPE_SYMLINK: &str = "FILE_TYPE_SYMLINK";
+
+/// The upload headers that carry a file's metadata: `X-Metadata-<key>: <value>` (lower-case, as
+/// HTTP/1.1 and the `http` crate spell header names).
+pub const METADATA_HEADER_PREFIX: &str = "x-metadata-";
+
+/// envd's `FilesystemEvent` in proto3-JSON (`GetWatcherEvents`, the `WatchDir` stream).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FilesystemEvent {
+    /// Path relative to the watched directory.
+    #[serde(default)]
+    pub name: String,
+    /// `EVENT_TYPE_CREATE`, `EVENT_TYPE_WRITE`, ... (see [`FilesystemEvent::kind_name`]).
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// The entry, when the watch asked for it and it still exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryInfo>,
+}
+
+impl FilesystemEvent {
+    const KINDS: [(crate::sandbox::FsEventKind, &'static str); 5] = [
+        (crate::sandbox::FsEventKind::Create, "EVENT_TYPE_CREATE"),
+        (crate::sandbox::FsEventKind::Write, "EVENT_TYPE_WRITE"),
+        (crate::sandbox::FsEventKind::Remove, "EVENT_TYPE_REMOVE"),
+        (crate::sandbox::FsEventKind::Rename, "EVENT_TYPE_RENAME"),
+        (crate::sandbox::FsEventKind::Chmod, "EVENT_TYPE_CHMOD"),
+    ];
+
+    /// envd's name of an event type.
+    pub fn kind_name(kind: crate::sandbox::FsEventKind) -> &'static str {
+        Self::KINDS
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or("EVENT_TYPE_UNSPECIFIED", |(_, name)| name)
+    }
+
+    /// The event type, if envd named one this client knows.
+    pub fn event_kind(&self) -> Option<crate::sandbox::FsEventKind> {
+        Self::KINDS
+            .iter()
+            .find(|(_, name)| *name == self.kind)
+            .map(|(k, _)| *k)
+    }
+}
 
 /// envd's `EntryInfo` in proto3-JSON.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -243,6 +339,15 @@ pub struct EntryInfo {
     /// Group name.
     #[serde(default)]
     pub group: String,
+    /// Last modification as a proto3-JSON `Timestamp` (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_time: Option<String>,
+    /// The target, when the entry is a symbolic link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+    /// User metadata (envd keeps it as `user.e2b.*` extended attributes).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl EntryInfo {
@@ -300,6 +405,9 @@ pub struct UploadedEntry {
     /// Always `file`.
     #[serde(rename = "type", default = "file_type")]
     pub kind: String,
+    /// The file's user metadata as stored (envd's `X-Metadata-*` upload headers).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 fn file_type() -> String {
@@ -313,6 +421,7 @@ impl UploadedEntry {
             path: path.into(),
             name: name.into(),
             kind: file_type(),
+            metadata: BTreeMap::new(),
         }
     }
 }

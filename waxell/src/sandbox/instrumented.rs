@@ -9,8 +9,8 @@ use opentelemetry::trace::{FutureExt, SpanBuilder, SpanKind, Status, TraceContex
 use opentelemetry::KeyValue;
 
 use super::{
-    CodeContext, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions,
-    SandboxSession,
+    CodeContext, DirWatch, EntryInfo, Execution, RunOptions, SandboxBackend, SandboxError, SandboxMetrics,
+    SandboxOptions, SandboxSession, WatchOptions,
 };
 use crate::semconv::*;
 use crate::telemetry;
@@ -226,6 +226,46 @@ impl Sandbox {
         .await
     }
 
+    /// Span `sandbox.write_file`, with `waxell.sandbox.file.metadata_count` (the values are not
+    /// recorded).
+    pub async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        let mut attributes = self.file_attributes(path);
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_FILE_SIZE, data.len() as i64));
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_FILE_METADATA_COUNT,
+            metadata.len() as i64,
+        ));
+        traced(
+            "sandbox.write_file".into(),
+            attributes,
+            self.session.write_file_with_metadata(path, data, metadata),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
+    /// Span `sandbox.watch_dir` for starting the watch (its events are not spans).
+    pub async fn watch_dir(
+        &self,
+        path: &str,
+        options: WatchOptions,
+    ) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let mut attributes = self.file_attributes(path);
+        attributes.push(KeyValue::new(WAXELL_SANDBOX_WATCH_RECURSIVE, options.recursive));
+        traced(
+            "sandbox.watch_dir".into(),
+            attributes,
+            self.session.watch_dir(path, options),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
     /// Span `sandbox.read_file`.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         traced(
@@ -328,6 +368,45 @@ impl Sandbox {
     /// Extend or shorten the sandbox's lifetime, counted from now.
     pub async fn set_timeout(&self, timeout: Duration) -> Result<(), SandboxError> {
         self.session.set_timeout(timeout).await
+    }
+
+    /// Pause the sandbox (span `sandbox.pause`); see [`SandboxSession::pause`].
+    pub async fn pause(&self) -> Result<(), SandboxError> {
+        traced(
+            "sandbox.pause".into(),
+            self.base_attributes(),
+            self.session.pause(),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
+    /// Resume a paused sandbox with a lifetime of `timeout` (span `sandbox.resume`).
+    pub async fn resume(&self, timeout: Duration) -> Result<(), SandboxError> {
+        traced(
+            "sandbox.resume".into(),
+            self.base_attributes(),
+            self.session.resume(timeout),
+            |_| Vec::new(),
+        )
+        .await
+    }
+
+    /// The sandbox's resource use now (span `sandbox.metrics`, with the memory and CPU figures).
+    pub async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        traced(
+            "sandbox.metrics".into(),
+            self.base_attributes(),
+            self.session.metrics(),
+            |m: &SandboxMetrics| {
+                vec![
+                    KeyValue::new(WAXELL_SANDBOX_CPU_USED_PCT, m.cpu_used_pct),
+                    KeyValue::new(WAXELL_SANDBOX_MEM_USED, m.mem_used as i64),
+                    KeyValue::new(WAXELL_SANDBOX_DISK_USED, m.disk_used as i64),
+                ]
+            },
+        )
+        .await
     }
 
     /// Span `sandbox.kill`.

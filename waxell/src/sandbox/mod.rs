@@ -9,8 +9,9 @@ mod types;
 
 pub use instrumented::Sandbox;
 pub use types::{
-    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, LimitKind, Logs, OutputCallback,
-    OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxOptions,
+    CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, FsEvent, FsEventKind, LimitKind,
+    Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxMetrics,
+    SandboxOptions, WatchOptions,
 };
 
 use async_trait::async_trait;
@@ -23,6 +24,17 @@ pub trait SandboxBackend: Send + Sync {
 
     /// Create a new sandbox.
     async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError>;
+}
+
+/// A running directory watch ([`SandboxSession::watch_dir`]). Events that happened before a call
+/// are never missed: [`DirWatch::take_events`] returns everything that happened up to the call.
+#[async_trait]
+pub trait DirWatch: Send {
+    /// The events since the last call, without waiting for new ones (E2B's polled
+    /// `GetWatcherEvents`).
+    async fn take_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
+    /// Wait until at least one event is queued, then return all queued (E2B's streamed `WatchDir`).
+    async fn next_events(&mut self) -> Result<Vec<FsEvent>, SandboxError>;
 }
 
 /// One live sandbox of some backend. Use it through [`Sandbox`], which instruments every call.
@@ -87,9 +99,60 @@ pub trait SandboxSession: Send + Sync {
         )))
     }
 
+    /// Write a file with user metadata (E2B's `files.write(..., metadata=...)`): the metadata
+    /// replaces what the file carried, and an empty map clears it. The default writes the file
+    /// and says the backend cannot keep metadata when there is any.
+    async fn write_file_with_metadata(
+        &self,
+        path: &str,
+        data: &[u8],
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EntryInfo, SandboxError> {
+        if !metadata.is_empty() {
+            return Err(SandboxError::Other(format!(
+                "write {path} with metadata: not supported by this sandbox backend"
+            )));
+        }
+        self.write_file(path, data).await
+    }
+
+    /// Watch a directory for changes (E2B's `files.watch_dir`). The watch ends when the returned
+    /// value is dropped. The default says the backend cannot.
+    async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<Box<dyn DirWatch>, SandboxError> {
+        let _ = options;
+        Err(SandboxError::Other(format!(
+            "watch_dir {path}: not supported by this sandbox backend"
+        )))
+    }
+
     /// Reset the sandbox's lifetime to `timeout` from now.
     async fn set_timeout(&self, timeout: std::time::Duration) -> Result<(), SandboxError>;
 
     /// Kill the sandbox and everything in it.
     async fn kill(&self) -> Result<(), SandboxError>;
+
+    /// Pause the sandbox: it stops using CPU and memory and keeps its files until
+    /// [`SandboxSession::resume`] (E2B's pause; what else it keeps is the backend's: E2B's cloud
+    /// keeps memory, `waxell-sandbox serve` files only). The default says the backend cannot.
+    async fn pause(&self) -> Result<(), SandboxError> {
+        Err(SandboxError::Other(
+            "pause: not supported by this sandbox backend".into(),
+        ))
+    }
+
+    /// Resume a paused sandbox, with a lifetime of `timeout` from now. The default says the
+    /// backend cannot.
+    async fn resume(&self, timeout: std::time::Duration) -> Result<(), SandboxError> {
+        let _ = timeout;
+        Err(SandboxError::Other(
+            "resume: not supported by this sandbox backend".into(),
+        ))
+    }
+
+    /// The sandbox's resource use now. The default says the backend cannot measure it.
+    async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
+        Err(SandboxError::Other(
+            "metrics: not supported by this sandbox backend".into(),
+        ))
+    }
 }

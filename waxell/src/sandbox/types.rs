@@ -243,7 +243,7 @@ pub struct CodeContext {
 }
 
 /// One entry of a directory listing inside the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EntryInfo {
     /// The entry's file name.
     pub name: String,
@@ -253,6 +253,113 @@ pub struct EntryInfo {
     pub is_dir: bool,
     /// Size in bytes (0 for directories).
     pub size: u64,
+    /// Permission bits (`0o644`); `None` when the backend does not report them.
+    #[serde(default)]
+    pub mode: Option<u32>,
+    /// Last modification time; `None` when the backend does not report it.
+    #[serde(default)]
+    pub modified: Option<std::time::SystemTime>,
+    /// Where the entry points when it is a symbolic link (never followed by the host).
+    #[serde(default)]
+    pub symlink_target: Option<String>,
+    /// User metadata stored with the file ([`SandboxSession::set_metadata`](super::SandboxSession::set_metadata);
+    /// E2B keeps it as `user.e2b.*` extended attributes).
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// What happened to an entry under a watched directory (E2B's `FilesystemEventType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FsEventKind {
+    /// Created, or moved in.
+    Create,
+    /// Its content changed.
+    Write,
+    /// Deleted.
+    Remove,
+    /// Renamed or moved away.
+    Rename,
+    /// Permissions, owner or extended attributes changed.
+    Chmod,
+}
+
+/// One event of a directory watch ([`SandboxSession::watch_dir`](super::SandboxSession::watch_dir)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEvent {
+    /// The entry's path relative to the watched directory (`sub/file.txt` in a recursive watch).
+    pub name: String,
+    /// What happened.
+    pub kind: FsEventKind,
+    /// The entry as it is now, when [`WatchOptions::include_entry`] was asked and it still exists.
+    pub entry: Option<EntryInfo>,
+}
+
+/// How to watch a directory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchOptions {
+    /// Watch subdirectories too (also those created after the watch started).
+    pub recursive: bool,
+    /// Attach the entry's [`EntryInfo`] to each event where it still exists.
+    pub include_entry: bool,
+}
+
+impl WatchOptions {
+    /// Watch subdirectories too.
+    pub fn recursive(mut self, recursive: bool) -> Self {
+        self.recursive = recursive;
+        self
+    }
+
+    /// Attach each event's [`EntryInfo`].
+    pub fn include_entry(mut self, include_entry: bool) -> Self {
+        self.include_entry = include_entry;
+        self
+    }
+}
+
+/// A sandbox's resource use at one moment ([`crate::sandbox::SandboxSession::metrics`]), as E2B
+/// reports it: CPUs and their use, memory and disk used against the sandbox's caps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxMetrics {
+    /// When it was measured.
+    pub timestamp: std::time::SystemTime,
+    /// CPUs the sandbox may use (its CPU cap, rounded up).
+    pub cpu_count: u32,
+    /// CPU used since the previous measurement (since the start for the first), in percent of
+    /// `cpu_count` CPUs.
+    pub cpu_used_pct: f64,
+    /// Memory its processes hold, in bytes.
+    pub mem_used: u64,
+    /// Its memory cap, in bytes.
+    pub mem_total: u64,
+    /// Bytes its writable file systems hold.
+    pub disk_used: u64,
+    /// Their size cap, in bytes.
+    pub disk_total: u64,
+}
+
+impl SandboxMetrics {
+    /// A measurement taken now.
+    pub fn new(
+        cpu_count: u32,
+        cpu_used_pct: f64,
+        mem_used: u64,
+        mem_total: u64,
+        disk_used: u64,
+        disk_total: u64,
+    ) -> Self {
+        Self {
+            timestamp: std::time::SystemTime::now(),
+            cpu_count,
+            cpu_used_pct,
+            mem_used,
+            mem_total,
+            disk_used,
+            disk_total,
+        }
+    }
 }
 
 /// Options for creating a sandbox. Backends ignore what does not apply to them.
@@ -397,6 +504,8 @@ pub enum LimitKind {
     Memory,
     /// How many sandboxes may exist at once (e.g. the local backend's uid range).
     Sandboxes,
+    /// How many directory watches a sandbox (or the host) may hold at once.
+    Watches,
 }
 
 impl LimitKind {
@@ -407,6 +516,7 @@ impl LimitKind {
             Self::Processes => "process",
             Self::Memory => "memory",
             Self::Sandboxes => "sandbox count",
+            Self::Watches => "directory watch count",
         }
     }
 }

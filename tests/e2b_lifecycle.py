@@ -1,0 +1,262 @@
+"""A sandbox's life through E2B's official Python SDK against `waxell-sandbox serve`: pause and
+resume (three cycles, files kept, kernels fresh), auto-pause on timeout then connect, fork,
+snapshots, metrics, paginated and filtered lists, and the error shape of routes the server lacks.
+Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set.
+
+    python e2b_lifecycle.py all                 # every check
+    python e2b_lifecycle.py pause-for-restart   # create, write, pause; prints the sandbox id
+    python e2b_lifecycle.py resume-after-restart ID
+"""
+
+import datetime
+import os
+import sys
+import time
+import uuid
+
+import httpx
+from e2b import SandboxQuery, SandboxState
+from e2b.exceptions import SandboxException, SandboxNotFoundException
+from e2b_code_interpreter import Sandbox
+
+API = os.environ["E2B_API_URL"]
+HEADERS = {"X-API-KEY": os.environ["E2B_API_KEY"]}
+MARKER = "/home/user/notes/marker.txt"
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print(f"ok: {what}")
+
+
+def wait_for(predicate, what, seconds=20.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def state_of(sandbox_id):
+    return Sandbox.get_info(sandbox_id).state
+
+
+def unknown_routes():
+    r = httpx.put(f"{API}/sandboxes/abc/network", headers=HEADERS, json={})
+    body = r.json()
+    check(r.status_code == 501 and body["code"] == 501, f"E2B route this server lacks: 501 ({r.status_code})")
+    check("PUT /sandboxes/abc/network" in body["message"], f"the message names method and route: {body['message']}")
+    r = httpx.get(f"{API}/no/such/thing", headers=HEADERS)
+    check(r.status_code == 404 and "GET /no/such/thing" in r.json()["message"], "other routes: 404 naming them")
+    try:
+        Sandbox.connect("doesnotexist000000000")
+        raise AssertionError("connect to a missing sandbox succeeded")
+    except SandboxNotFoundException:
+        check(True, "a missing sandbox is still SandboxNotFoundException")
+
+
+def pause_resume_cycles():
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write(MARKER, "kept")
+        sbx.run_code("x = 41")
+        for cycle in range(1, 4):
+            sbx.files.write(f"/home/user/cycle{cycle}.txt", str(cycle))
+            check(sbx.pause(), f"cycle {cycle}: paused")
+            check(not sbx.is_running(), f"cycle {cycle}: not running while paused")
+            check(state_of(sbx.sandbox_id) == SandboxState.PAUSED, f"cycle {cycle}: info says paused")
+            check(not sbx.pause(), f"cycle {cycle}: pausing again answers already paused")
+            sbx.connect()
+            check(sbx.is_running(), f"cycle {cycle}: running after connect")
+            check(state_of(sbx.sandbox_id) == SandboxState.RUNNING, f"cycle {cycle}: info says running")
+            check(sbx.files.read(MARKER) == "kept", f"cycle {cycle}: the first file survived")
+            for earlier in range(1, cycle + 1):
+                check(sbx.files.read(f"/home/user/cycle{earlier}.txt") == str(earlier),
+                      f"cycle {cycle}: file of cycle {earlier} survived")
+        # Filesystem-only: the kernel is fresh, the code's variables are gone, and it runs.
+        execution = sbx.run_code("x")
+        check(execution.error is not None and execution.error.name == "NameError",
+              "variables are not kept (files-only pause)")
+        check("".join(sbx.run_code("print(open('/home/user/notes/marker.txt').read())").logs.stdout) == "kept\n",
+              "the new kernel reads the kept file")
+        # Asked for memory (E2B's default) the server pauses files only and says so.
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={"memory": True})
+        check(r.status_code == 204 and r.headers.get("waxell-pause") == "filesystem", "pause answers which kind")
+        check("memory not kept" in r.headers.get("warning", ""), "and warns that memory was not kept")
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/resume", headers=HEADERS, json={"timeout": 60})
+        check(r.status_code == 201 and r.json()["sandboxID"] == sbx.sandbox_id, "the resume route resumes")
+        check(sbx.files.read(MARKER) == "kept", "files kept through the resume route")
+    finally:
+        sbx.kill()
+    check(Sandbox.kill(sbx.sandbox_id) is False, "a killed sandbox is gone")
+
+
+def auto_pause_then_connect():
+    sbx = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    try:
+        sbx.files.write(MARKER, "auto")
+        wait_for(lambda: state_of(sbx.sandbox_id) == SandboxState.PAUSED, "the auto-pause")
+        check(not sbx.is_running(), "auto-paused at the end of its lifetime")
+        info = Sandbox.get_info(sbx.sandbox_id)
+        check(info.lifecycle and info.lifecycle["on_timeout"] == "pause", "info shows onTimeout: pause")
+        sbx.connect(timeout=60)
+        check(sbx.is_running() and sbx.files.read(MARKER) == "auto", "connect resumed it with its files")
+    finally:
+        sbx.kill()
+
+
+def fork_and_snapshots():
+    sbx = Sandbox.create(timeout=120, metadata={"role": "origin"})
+    try:
+        sbx.files.write(MARKER, "before fork")
+        forks = sbx.fork(count=2)
+        check(len(forks) == 2 and all(f.sandbox_id != sbx.sandbox_id for f in forks), "two forks, new ids")
+        for fork in forks:
+            try:
+                check(fork.files.read(MARKER) == "before fork", "the fork has the files")
+            finally:
+                pass
+        forks[0].files.write(MARKER, "changed in fork")
+        check(sbx.files.read(MARKER) == "before fork", "the original is independent of its fork")
+        check(forks[1].files.read(MARKER) == "before fork", "forks are independent of each other")
+        for fork in forks:
+            fork.kill()
+
+        name = f"snap-{uuid.uuid4().hex[:8]}"
+        snapshot = sbx.create_snapshot(name=name)
+        check(snapshot.snapshot_id and name in snapshot.names, f"snapshot {snapshot.snapshot_id} named {name}")
+        sbx.files.write(MARKER, "after snapshot")
+        listed = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()
+        check(any(s.snapshot_id == snapshot.snapshot_id for s in listed), "listed by its sandbox")
+        check(Sandbox.list_snapshots(name=name).next_items()[0].snapshot_id == snapshot.snapshot_id, "by name")
+        child = Sandbox.create(snapshot.snapshot_id)
+        try:
+            check(child.files.read(MARKER) == "before fork", "a sandbox from the snapshot has its files")
+        finally:
+            child.kill()
+        # A paused sandbox forks and snapshots from its saved files.
+        sbx.pause()
+        (paused_fork,) = Sandbox.fork(sbx.sandbox_id)
+        try:
+            check(paused_fork.files.read(MARKER) == "after snapshot", "a paused sandbox forks with its files")
+        finally:
+            paused_fork.kill()
+        of_paused = Sandbox.create_snapshot(sbx.sandbox_id)
+        child = Sandbox.create(of_paused.snapshot_id)
+        try:
+            check(child.files.read(MARKER) == "after snapshot", "a paused sandbox's snapshot has its files")
+        finally:
+            child.kill()
+        check(Sandbox.delete_snapshot(of_paused.snapshot_id), "that snapshot deleted")
+        sbx.kill()
+        child = Sandbox.create(name)
+        try:
+            check(child.files.read(MARKER) == "before fork", "the snapshot outlives its sandbox; found by name")
+        finally:
+            child.kill()
+        check(Sandbox.delete_snapshot(snapshot.snapshot_id) is True, "deleted")
+        check(Sandbox.delete_snapshot(snapshot.snapshot_id) is False, "deleted once only")
+        try:
+            Sandbox.create(snapshot.snapshot_id)
+            raise AssertionError("a deleted snapshot still makes sandboxes")
+        except SandboxException:
+            check(True, "a deleted snapshot makes no sandbox")
+    finally:
+        sbx.kill()
+
+
+def metrics():
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/home/user/blob.bin", b"\0" * (2 << 20))
+        sbx.run_code("hold = bytearray(96 * 1024 * 1024)\nfor i in range(0, len(hold), 4096): hold[i] = 1")
+        sbx.get_metrics()  # the first reading: CPU use is measured from one reading to the next
+        # Half a second of CPU time (not of wall time: the host may be busy).
+        sbx.run_code("import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass")
+        m = sbx.get_metrics()
+        check(len(m) == 1, f"one sample now: {m}")
+        m = m[0]
+        check(m.cpu_count >= 1 and 1 <= m.cpu_used_pct <= 100, f"cpu {m.cpu_count} x {m.cpu_used_pct}% after a busy loop")
+        check(m.mem_used > 96 * 1024 * 1024 and m.mem_used < m.mem_total, f"memory {m.mem_used} of {m.mem_total}")
+        check(m.disk_used >= 2 << 20 and m.disk_used < m.disk_total, f"disk {m.disk_used} of {m.disk_total}")
+        hour_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        before = sbx.get_metrics(start=hour_ago - datetime.timedelta(minutes=5), end=hour_ago)
+        check(before == [], "no samples before the sandbox existed")
+        r = httpx.get(f"{API}/sandboxes/metrics", headers=HEADERS, params={"sandbox_ids": sbx.sandbox_id})
+        check(r.status_code == 200 and sbx.sandbox_id in r.json()["sandboxes"], "metrics of many")
+        sbx.pause()
+        check(sbx.get_metrics() == [], "a paused sandbox uses nothing")
+    finally:
+        sbx.kill()
+
+
+def lists():
+    run = uuid.uuid4().hex
+    made = [Sandbox.create(timeout=120, metadata={"run": run, "n": str(i), "note": "a b&c=d"}) for i in range(3)]
+    try:
+        made[0].pause()
+        query = SandboxQuery(metadata={"run": run, "note": "a b&c=d"})
+        pager = Sandbox.list(query=query, limit=2)
+        first = pager.next_items()
+        check([s.sandbox_id for s in first] == [made[2].sandbox_id, made[1].sandbox_id], "page 1: newest first")
+        check(pager.has_next and pager.next_token, "a next token after page 1")
+        second = pager.next_items()
+        check([s.sandbox_id for s in second] == [made[0].sandbox_id], "page 2: the rest")
+        check(second[0].state == SandboxState.PAUSED and not pager.has_next, "paused listed; no page 3")
+        paused = Sandbox.list(query=SandboxQuery(metadata={"run": run}, state=[SandboxState.PAUSED])).next_items()
+        check([s.sandbox_id for s in paused] == [made[0].sandbox_id], "state filter: paused only")
+        running = Sandbox.list(query=SandboxQuery(metadata={"run": run}, state=[SandboxState.RUNNING])).next_items()
+        check(len(running) == 2, "state filter: running only")
+        asc = Sandbox.list(query=SandboxQuery(metadata={"run": run}), order="asc").next_items()
+        check([s.sandbox_id for s in asc] == [s.sandbox_id for s in made], "order=asc: oldest first")
+        one = Sandbox.list(query=SandboxQuery(metadata={"run": run, "n": "1"})).next_items()
+        check([s.sandbox_id for s in one] == [made[1].sandbox_id], "two metadata keys filter together")
+        none = Sandbox.list(query=SandboxQuery(metadata={"run": "no-such-run"})).next_items()
+        check(none == [], "no match: empty")
+    finally:
+        for sbx in made:
+            sbx.kill()
+
+
+def pause_for_restart():
+    sbx = Sandbox.create(timeout=120, metadata={"purpose": "restart"})
+    sbx.files.write(MARKER, "across restart")
+    snapshot = sbx.create_snapshot(name="restart-snap")
+    sbx.pause()
+    print(f"paused {sbx.sandbox_id} {snapshot.snapshot_id}")
+
+
+def resume_after_restart(sandbox_id, snapshot_id):
+    info = Sandbox.get_info(sandbox_id)
+    check(info.state == SandboxState.PAUSED and info.metadata.get("purpose") == "restart",
+          "still paused after the restart, metadata kept")
+    sbx = Sandbox.connect(sandbox_id)
+    try:
+        check(sbx.files.read(MARKER) == "across restart", "resumed with its files after the restart")
+        check(sbx.run_code("1 + 1").text == "2", "and runs code")
+    finally:
+        sbx.kill()
+    child = Sandbox.create(snapshot_id)
+    try:
+        check(child.files.read(MARKER) == "across restart", "the snapshot survived the restart")
+    finally:
+        child.kill()
+    check(Sandbox.delete_snapshot(snapshot_id), "and can be deleted")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if mode == "all":
+        for step in (unknown_routes, pause_resume_cycles, auto_pause_then_connect, fork_and_snapshots, metrics,
+                     lists):
+            step()
+        print("all checks passed")
+    elif mode == "pause-for-restart":
+        pause_for_restart()
+    elif mode == "resume-after-restart":
+        resume_after_restart(sys.argv[2], sys.argv[3])
+        print("all checks passed")
+    else:
+        sys.exit(f"unknown mode {mode}")

@@ -1,0 +1,305 @@
+//! A sandbox's life (pause and resume, auto-pause, fork, snapshots, metrics, lists, route errors)
+//! through the official E2B Python SDK (the venv of scripts/setup-e2b-peer.sh) against an
+//! in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_lifecycle.py must pass. And a paused
+//! sandbox and a snapshot survive a restart of the server over the same state directory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use waxell_sandbox::server::{router, ServerConfig};
+
+mod e2b_support;
+
+use e2b_support::{client_config, local_backend, server_config, start_server, API_KEY};
+use waxell::e2b::E2bBackend;
+use waxell::sandbox::{Sandbox, SandboxBackend, SandboxOptions};
+
+fn repo_root() -> PathBuf {
+    waxell_tests::manifest_dir!()
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// The peer venv's python, installing it with the setup script when missing (idempotent).
+fn peer_python() -> PathBuf {
+    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".local/share/waxell/e2b-peer-venv")
+        });
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        let status = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
+            .status()
+            .expect("running scripts/setup-e2b-peer.sh");
+        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
+    }
+    python
+}
+
+fn config(state_dir: &std::path::Path) -> ServerConfig {
+    ServerConfig::new()
+        .with_api_key(API_KEY)
+        .with_keepalive_interval(Duration::from_millis(500))
+        .with_state_dir(state_dir)
+}
+
+/// Run tests/e2b_lifecycle.py with `args` against `url`; its stdout, after asserting it passed.
+async fn script(url: &str, args: &[&str]) -> String {
+    let mut command = tokio::process::Command::new(peer_python());
+    command
+        .arg(repo_root().join("tests/e2b_lifecycle.py"))
+        .args(args)
+        .env_remove("E2B_DEBUG")
+        .env_remove("E2B_DOMAIN")
+        .env("E2B_API_URL", url)
+        .env("E2B_SANDBOX_URL", url)
+        .env("E2B_API_KEY", API_KEY)
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(300), command.output())
+        .await
+        .expect("the lifecycle script took over 300 s")
+        .expect("running the lifecycle script");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "lifecycle script {args:?} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+/// Serve the local backend until `stop` resolves; returns the URL and the server's task.
+async fn start(
+    config: ServerConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    start_with(local_backend(), config, stop).await
+}
+
+async fn start_with(
+    backend: Arc<dyn SandboxBackend>,
+    config: ServerConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (String, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let app = router(backend, config.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        waxell_sandbox::server::serve(listener, app, &config, async {
+            let _ = stop.await;
+        })
+        .await
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_pauses_resumes_forks_snapshots_and_lists() {
+    let state = tempfile::tempdir().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["all"]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    // Everything the script made it also removed: no paused sandbox or snapshot is left on disk.
+    for kind in ["paused", "snapshots"] {
+        let left: Vec<_> = std::fs::read_dir(state.path().join(kind)).unwrap().collect();
+        assert!(left.is_empty(), "{kind} left in the state directory: {left:?}");
+    }
+}
+
+/// The same script against `serve --backend docker` (engine at DOCKER_HOST, scripts/setup-container.sh):
+/// every backend pauses, snapshots and forks through its file calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_lifecycle_against_containers() {
+    if let Some(why) = waxell_tests::container_engine_missing() {
+        return eprintln!("skipped: {why}");
+    }
+    let backend =
+        waxell_sandbox::ContainerBackend::new(waxell_sandbox::ContainerConfig::default().with_pool_size(1))
+            .await
+            .expect(
+                "container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)",
+            );
+    let state = tempfile::tempdir().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start_with(Arc::new(backend), config(state.path()), stopped).await;
+    let stdout = script(&url, &["all"]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_and_a_snapshot_survive_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["pause-for-restart"]).await;
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("paused "))
+        .expect("the script names what it paused");
+    let ids: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let [sandbox_id, snapshot_id] = ids[..] else {
+        panic!("{line}")
+    };
+
+    // Stop the server as SIGTERM does, and start a new one over the same state directory.
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    assert!(state
+        .path()
+        .join("paused")
+        .join(sandbox_id)
+        .join("record.json")
+        .exists());
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start(config(state.path()), stopped).await;
+    let stdout = script(&url, &["resume-after-restart", sandbox_id, snapshot_id]).await;
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(
+        !state.path().join("paused").join(sandbox_id).exists(),
+        "resumed: its saved files are gone"
+    );
+}
+
+/// waxell's own E2B client: pause, resume and metrics through the traced `Sandbox` wrapper.
+#[tokio::test]
+async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
+    let capture = waxell::testing::capture();
+    let url = start_server(server_config()).await;
+    let backend = E2bBackend::new(client_config(&url)).unwrap();
+    let options = SandboxOptions::new().with_timeout(Duration::from_secs(120));
+    let sandbox = Sandbox::create(&backend, &options).await.unwrap();
+    sandbox.write_file("kept.txt", b"through a pause").await.unwrap();
+    let metrics = sandbox.metrics().await.unwrap();
+    assert!(
+        metrics.mem_used > 0 && metrics.mem_used < metrics.mem_total,
+        "{metrics:?}"
+    );
+    assert!(metrics.disk_used > 0 && metrics.cpu_count >= 1, "{metrics:?}");
+
+    sandbox.pause().await.unwrap();
+    let paused = sandbox.run_code("1", &Default::default()).await;
+    assert!(paused.is_err(), "a paused sandbox runs nothing: {paused:?}");
+    assert!(
+        sandbox.metrics().await.is_err(),
+        "a paused sandbox has no metrics"
+    );
+    sandbox.resume(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(sandbox.read_file("kept.txt").await.unwrap(), b"through a pause");
+    assert_eq!(
+        sandbox
+            .run_code("6 * 7", &Default::default())
+            .await
+            .unwrap()
+            .text(),
+        Some("42")
+    );
+    sandbox.kill().await.unwrap();
+
+    for name in [
+        "execute_tool sandbox.pause",
+        "execute_tool sandbox.resume",
+        "execute_tool sandbox.metrics",
+    ] {
+        let spans = capture.spans_named(name);
+        assert!(!spans.is_empty(), "no span {name}: {:?}", capture.names());
+        for span in spans {
+            assert_eq!(
+                span.attr("waxell.sandbox.backend")
+                    .map(|v| v.to_string())
+                    .as_deref(),
+                Some("e2b"),
+                "{name}"
+            );
+        }
+    }
+    let metrics_spans = capture.spans_named("execute_tool sandbox.metrics");
+    assert!(
+        metrics_spans[0].attr("waxell.sandbox.mem_used").is_some(),
+        "the metrics span carries the figures"
+    );
+}
+
+/// With `refuse_memory_pause`, a pause asking for memory (E2B's default) is refused with 501, as is
+/// an auto-pause that would ask for it; `memory: false` pauses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_memory_pauses_says_so() {
+    let url = start_server(server_config().with_refuse_memory_pause(true)).await;
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: &str| {
+        client
+            .request(method, format!("{url}{path}"))
+            .header("X-API-KEY", API_KEY)
+    };
+    let created: serde_json::Value = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "timeout": 60}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sandboxID"].as_str().unwrap().to_owned();
+    let pause = format!("/sandboxes/{id}/pause");
+
+    let refused = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 501);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], 501);
+    assert!(
+        body["message"].as_str().unwrap().contains("memory: false"),
+        "{body}"
+    );
+
+    let paused = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({"memory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), 204);
+    assert_eq!(paused.headers()["waxell-pause"], "filesystem");
+    assert!(
+        paused.headers().get("warning").is_none(),
+        "memory was not asked for"
+    );
+    let again = call(reqwest::Method::POST, &pause)
+        .json(&serde_json::json!({"memory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409, "already paused");
+
+    let auto = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "autoPause": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        auto.status(),
+        501,
+        "autoPause keeping memory is refused at create"
+    );
+    let files_only = call(reqwest::Method::POST, "/v2/sandboxes")
+        .json(&serde_json::json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(files_only.status(), 201);
+    let killed = call(reqwest::Method::DELETE, &format!("/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 204, "a paused sandbox is killed");
+}

@@ -1,0 +1,448 @@
+//! A sandbox's life beyond running: pause and resume, snapshots, fork — E2B's semantics, for
+//! every backend through its file calls.
+//!
+//! A pause here is E2B's filesystem-only pause (`memory: false`): `/home/user` is saved to the
+//! store (saved.rs, store.rs), the sandbox is killed (its processes and kernels stop: no CPU, no
+//! memory) and only its record stays, with the same id, tokens, metadata and environment. Resume
+//! makes a new sandbox with the backend, writes the files back and serves it under the same id
+//! and tokens, with fresh kernels; as often as asked, since every pause saves anew. No backend
+//! keeps memory yet: a pause asking for it (E2B's default) is answered with the files kept and
+//! says so (headers, log), or refused when the server is configured to (`refuse_memory_pause`).
+//! A snapshot is the same saved `home`, kept under its own id as a template new sandboxes start
+//! from; a fork saves once and starts `count` sandboxes from it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::http::StatusCode;
+use rand::distr::{Alphanumeric, SampleString};
+
+use super::config::ServerConfig;
+use super::error::ApiError;
+use super::registry::{new_sandbox_id, CreateRequest, Identity, Lifecycle, Registry, SandboxEntry};
+use super::saved::{self, SaveLimits};
+use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
+
+/// How snapshot ids start (the rest is random), so a create naming a deleted one is told so.
+const SNAPSHOT_ID_PREFIX: &str = "snapshot-";
+
+/// Whether a template id is a snapshot's id (of this server, existing or not).
+pub(crate) fn is_snapshot_id(template: &str) -> bool {
+    template
+        .strip_suffix(":default")
+        .unwrap_or(template)
+        .starts_with(SNAPSHOT_ID_PREFIX)
+}
+
+/// A paused sandbox or a snapshot, with the directory holding its files.
+#[derive(Debug)]
+pub(crate) struct Kept<R> {
+    pub(crate) record: R,
+    pub(crate) dir: PathBuf,
+}
+
+impl<R> Kept<R> {
+    fn home(&self) -> PathBuf {
+        self.dir.join(HOME_COPY)
+    }
+}
+
+/// The paused sandboxes and snapshots of the server, and their store.
+pub(crate) struct Saved {
+    store: Store,
+    paused: Mutex<HashMap<String, Arc<Kept<PausedRecord>>>>,
+    snapshots: Mutex<HashMap<String, Arc<Kept<SnapshotRecord>>>>,
+    /// Serialises pause, resume, snapshot, fork and kill, so no two of them race on one sandbox
+    /// (each is short: a copy of a capped `/home/user`).
+    pub(crate) lock: tokio::sync::Mutex<()>,
+}
+
+/// How a pause went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PauseOutcome {
+    /// Files kept, as asked (`memory: false`).
+    Files,
+    /// Memory was asked for (or defaulted to) but only the files were kept.
+    FilesNotMemory,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn store_error(what: &str, e: std::io::Error) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{what}: {e}"))
+}
+
+fn sandbox_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "Sandbox \"{id}\" doesn't exist or you don't have access to it"
+    ))
+}
+
+impl Saved {
+    /// Open the store and take over what an earlier server left in it.
+    pub(crate) fn open(config: &ServerConfig) -> std::io::Result<Self> {
+        let store = Store::open(config)?;
+        let paused: HashMap<_, _> = store
+            .load::<PausedRecord>(Kind::Paused)
+            .into_iter()
+            .map(|(record, dir)| (record.id.clone(), Arc::new(Kept { record, dir })))
+            .collect();
+        let snapshots: HashMap<_, _> = store
+            .load::<SnapshotRecord>(Kind::Snapshot)
+            .into_iter()
+            .map(|(record, dir)| (record.snapshot_id.clone(), Arc::new(Kept { record, dir })))
+            .collect();
+        if !paused.is_empty() || !snapshots.is_empty() {
+            tracing::info!(
+                paused = paused.len(),
+                snapshots = snapshots.len(),
+                "kept from an earlier run of the server"
+            );
+        }
+        Ok(Self {
+            store,
+            paused: Mutex::new(paused),
+            snapshots: Mutex::new(snapshots),
+            lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The paused sandbox `id`.
+    pub(crate) fn paused(&self, id: &str) -> Option<Arc<Kept<PausedRecord>>> {
+        lock(&self.paused).get(id).cloned()
+    }
+
+    /// Every paused sandbox.
+    pub(crate) fn all_paused(&self) -> Vec<Arc<Kept<PausedRecord>>> {
+        lock(&self.paused).values().cloned().collect()
+    }
+
+    /// Remove the paused sandbox `id` and its files; false if there is none. The caller holds
+    /// [`Saved::lock`].
+    pub(crate) fn remove_paused(&self, id: &str) -> bool {
+        if lock(&self.paused).remove(id).is_none() {
+            return false;
+        }
+        self.store.remove(Kind::Paused, id);
+        tracing::info!(sandbox = %id, "paused sandbox removed");
+        true
+    }
+
+    /// Whether `id` is paused with `autoResume`.
+    pub(crate) fn auto_resumes(&self, id: &str) -> bool {
+        lock(&self.paused).get(id).is_some_and(|p| p.record.auto_resume)
+    }
+
+    /// Every snapshot, newest first.
+    pub(crate) fn all_snapshots(&self) -> Vec<Arc<Kept<SnapshotRecord>>> {
+        let mut all: Vec<_> = lock(&self.snapshots).values().cloned().collect();
+        all.sort_by(|a, b| {
+            (b.record.created_at_ms, &b.record.snapshot_id)
+                .cmp(&(a.record.created_at_ms, &a.record.snapshot_id))
+        });
+        all
+    }
+
+    /// The snapshot a create's `templateID` names: its id or one of its names, with or without
+    /// the `:default` tag; for a name used twice, the newest.
+    pub(crate) fn snapshot_for(&self, template: &str) -> Option<Arc<Kept<SnapshotRecord>>> {
+        let bare = template.strip_suffix(":default").unwrap_or(template);
+        self.all_snapshots().into_iter().find(|s| {
+            s.record.snapshot_id == bare || s.record.names.iter().any(|n| n == template || n == bare)
+        })
+    }
+
+    fn limits(config: &ServerConfig) -> SaveLimits {
+        SaveLimits {
+            max_bytes: config.max_saved_bytes,
+            max_entries: config.max_list_entries,
+        }
+    }
+}
+
+impl Registry {
+    /// Pause the live sandbox `id`: save its files, kill it, keep its record. `memory`: what the
+    /// client asked (`None`: E2B's default, memory).
+    pub(crate) async fn pause(&self, id: &str, memory: Option<bool>) -> Result<PauseOutcome, ApiError> {
+        let wants_memory = memory.unwrap_or(true);
+        if wants_memory && self.config.refuse_memory_pause {
+            return Err(ApiError::from_sandbox(
+                waxell::sandbox::SandboxError::Unsupported {
+                    backend: self.backend_name(),
+                    operation: "pause with memory (this server keeps files only: pause with memory: false)",
+                },
+            ));
+        }
+        let saved = &self.saved;
+        let _guard = saved.lock.lock().await;
+        if saved.paused(id).is_some() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("sandbox {id} is already paused"),
+            ));
+        }
+        if lock(&saved.paused).len() >= self.config.max_paused {
+            return Err(ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                format!(
+                    "{} sandboxes are paused, the most this server keeps: kill one first",
+                    self.config.max_paused
+                ),
+            ));
+        }
+        let entry = self.get(id).ok_or_else(|| sandbox_not_found(id))?;
+        // Requests stop reaching it while its files are saved; info and kill still find it.
+        entry.pausing.store(true, Ordering::SeqCst);
+        let saved_files = self.save_live_files(&entry).await;
+        let (staging, files) = match saved_files {
+            Ok(saved) => saved,
+            Err(e) => {
+                entry.pausing.store(false, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        if let Err(e) = entry.session.kill().await {
+            tracing::warn!(sandbox = %id, error = %e, "killing the paused sandbox failed");
+        }
+        let record = PausedRecord {
+            id: id.to_owned(),
+            template_id: entry.template_id.clone(),
+            metadata: entry.metadata.clone(),
+            env_vars: entry.env_vars.clone(),
+            envd_token: entry.envd_token.clone(),
+            traffic_token: entry.traffic_token.clone(),
+            started_at_ms: to_ms(entry.started_at),
+            paused_at_ms: to_ms(SystemTime::now()),
+            auto_pause: entry.lifecycle.auto_pause,
+            auto_pause_memory: entry.lifecycle.auto_pause_memory,
+            auto_resume: entry.lifecycle.auto_resume,
+            bytes: files.bytes,
+        };
+        let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
+            Ok(dir) => dir,
+            Err(e) => {
+                // Killed and not kept: it is gone.
+                saved.store.discard(&staging);
+                self.map().remove(id);
+                return Err(store_error("cannot keep the paused sandbox", e));
+            }
+        };
+        // Paused before it leaves the live map, so info never finds neither.
+        lock(&saved.paused).insert(id.to_owned(), Arc::new(Kept { record, dir }));
+        self.map().remove(id);
+        tracing::info!(sandbox = %id, bytes = files.bytes, files = files.files, "sandbox paused (files kept)");
+        Ok(if wants_memory {
+            tracing::warn!(
+                sandbox = %id,
+                backend = self.backend_name(),
+                "pause asked to keep memory; this backend keeps files only: kernels restart on resume"
+            );
+            PauseOutcome::FilesNotMemory
+        } else {
+            PauseOutcome::Files
+        })
+    }
+
+    /// Resume the paused sandbox `id` with a lifetime of `timeout`: a new sandbox of the backend
+    /// with its files, under the same id and tokens. A live `id` is returned as it is.
+    pub(crate) async fn resume(&self, id: &str, timeout: Duration) -> Result<Arc<SandboxEntry>, ApiError> {
+        let saved = &self.saved;
+        let _guard = saved.lock.lock().await;
+        if let Some(entry) = self.get(id) {
+            return Ok(entry);
+        }
+        let paused = saved.paused(id).ok_or_else(|| sandbox_not_found(id))?;
+        let record = &paused.record;
+        let identity = Identity {
+            id: record.id.clone(),
+            envd_token: record.envd_token.clone(),
+            traffic_token: record.traffic_token.clone(),
+            started_at: from_ms(record.started_at_ms),
+        };
+        let request = CreateRequest {
+            template_id: record.template_id.clone(),
+            timeout,
+            metadata: record.metadata.clone(),
+            env_vars: record.env_vars.clone(),
+            lifecycle: Lifecycle {
+                auto_pause: record.auto_pause,
+                auto_pause_memory: record.auto_pause_memory,
+                auto_resume: record.auto_resume,
+            },
+            files: Some(paused.home()),
+        };
+        // Kept paused until the new sandbox has its files: a failed resume loses nothing.
+        let entry = self.create_as(identity, request).await?;
+        lock(&saved.paused).remove(id);
+        saved.store.remove(Kind::Paused, id);
+        tracing::info!(sandbox = %id, "sandbox resumed");
+        Ok(entry)
+    }
+
+    /// Save a live sandbox's files into a new staging directory's `home`.
+    async fn save_live_files(&self, entry: &SandboxEntry) -> Result<(PathBuf, saved::SaveReport), ApiError> {
+        let staging = self
+            .saved
+            .store
+            .staging()
+            .map_err(|e| store_error("cannot make a staging directory", e))?;
+        match saved::save_home(
+            &*entry.session,
+            &staging.join(HOME_COPY),
+            Saved::limits(&self.config),
+        )
+        .await
+        {
+            Ok(files) => Ok((staging, files)),
+            Err(e) => {
+                self.saved.store.discard(&staging);
+                Err(e)
+            }
+        }
+    }
+
+    /// Save the files of sandbox `id` (live or paused) into a new staging directory's `home`.
+    /// Returns the staging directory, the sandbox's template and the bytes saved.
+    async fn save_files_of(&self, id: &str) -> Result<(PathBuf, String, u64), ApiError> {
+        if let Some(entry) = self.get(id) {
+            let (staging, files) = self.save_live_files(&entry).await?;
+            return Ok((staging, entry.template_id.clone(), files.bytes));
+        }
+        let paused = self.saved.paused(id).ok_or_else(|| sandbox_not_found(id))?;
+        let staging = self
+            .saved
+            .store
+            .staging()
+            .map_err(|e| store_error("cannot make a staging directory", e))?;
+        if let Err(e) = saved::copy_saved(&paused.home(), &staging.join(HOME_COPY)).await {
+            self.saved.store.discard(&staging);
+            return Err(e);
+        }
+        Ok((staging, paused.record.template_id.clone(), paused.record.bytes))
+    }
+
+    /// A snapshot of sandbox `id`'s files, named `name` if given.
+    pub(crate) async fn snapshot(&self, id: &str, name: Option<String>) -> Result<SnapshotRecord, ApiError> {
+        let saved = &self.saved;
+        let _guard = saved.lock.lock().await;
+        if self.get(id).is_none() && saved.paused(id).is_none() {
+            return Err(sandbox_not_found(id));
+        }
+        if lock(&saved.snapshots).len() >= self.config.max_snapshots {
+            return Err(ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                format!(
+                    "{} snapshots exist, the most this server keeps: delete one first",
+                    self.config.max_snapshots
+                ),
+            ));
+        }
+        if let Some(name) = &name {
+            if name.trim().is_empty() || name.len() > 128 {
+                return Err(ApiError::bad_request(format!(
+                    "snapshot name {name:?}: must be 1 to 128 characters"
+                )));
+            }
+        }
+        let (staging, template_id, bytes) = self.save_files_of(id).await?;
+        let record = SnapshotRecord {
+            snapshot_id: format!(
+                "snapshot-{}",
+                Alphanumeric.sample_string(&mut rand::rng(), 16).to_lowercase()
+            ),
+            names: name.into_iter().collect(),
+            sandbox_id: id.to_owned(),
+            template_id,
+            created_at_ms: to_ms(SystemTime::now()),
+            bytes,
+        };
+        let dir = saved
+            .store
+            .commit(&staging, Kind::Snapshot, &record.snapshot_id, &record)
+            .map_err(|e| store_error("cannot keep the snapshot", e))?;
+        lock(&saved.snapshots).insert(
+            record.snapshot_id.clone(),
+            Arc::new(Kept {
+                record: record.clone(),
+                dir,
+            }),
+        );
+        tracing::info!(sandbox = %id, snapshot = %record.snapshot_id, bytes, "snapshot taken");
+        Ok(record)
+    }
+
+    /// Delete the snapshot `id` (or the one a name names) and its files; false if there is none.
+    pub(crate) async fn delete_snapshot(&self, id: &str) -> bool {
+        let _guard = self.saved.lock.lock().await;
+        let Some(snapshot) = self.saved.snapshot_for(id) else {
+            return false;
+        };
+        let snapshot_id = snapshot.record.snapshot_id.clone();
+        lock(&self.saved.snapshots).remove(&snapshot_id);
+        self.saved.store.remove(Kind::Snapshot, &snapshot_id);
+        tracing::info!(snapshot = %snapshot_id, "snapshot deleted");
+        true
+    }
+
+    /// A create from a snapshot: `request` with the snapshot's files, made while the snapshot
+    /// cannot be deleted.
+    pub(crate) async fn create_from_snapshot(
+        &self,
+        snapshot: &Kept<SnapshotRecord>,
+        mut request: CreateRequest,
+    ) -> Result<Arc<SandboxEntry>, ApiError> {
+        let _guard = self.saved.lock.lock().await;
+        if lock(&self.saved.snapshots)
+            .get(&snapshot.record.snapshot_id)
+            .is_none()
+        {
+            return Err(ApiError::not_found(format!(
+                "snapshot {} was deleted",
+                snapshot.record.snapshot_id
+            )));
+        }
+        request.files = Some(snapshot.home());
+        request.template_id = snapshot.record.snapshot_id.clone();
+        self.create(request).await
+    }
+
+    /// `count` new sandboxes with the files of sandbox `id` (live or paused), its template,
+    /// metadata and environment, each living `timeout`. One result per fork.
+    pub(crate) async fn fork(
+        &self,
+        id: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<Arc<SandboxEntry>, ApiError>>, ApiError> {
+        let saved = &self.saved;
+        let _guard = saved.lock.lock().await;
+        let (metadata, env_vars) = if let Some(entry) = self.get(id) {
+            (entry.metadata.clone(), entry.env_vars.clone())
+        } else if let Some(paused) = saved.paused(id) {
+            (paused.record.metadata.clone(), paused.record.env_vars.clone())
+        } else {
+            return Err(sandbox_not_found(id));
+        };
+        let (staging, template_id, _) = self.save_files_of(id).await?;
+        let mut forks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let request = CreateRequest {
+                template_id: template_id.clone(),
+                timeout,
+                metadata: metadata.clone(),
+                env_vars: env_vars.clone(),
+                lifecycle: Lifecycle::default(),
+                files: Some(staging.join(HOME_COPY)),
+            };
+            forks.push(self.create_as(Identity::new(new_sandbox_id()), request).await);
+        }
+        saved.store.discard(&staging);
+        tracing::info!(sandbox = %id, count, "sandbox forked");
+        Ok(forks)
+    }
+}

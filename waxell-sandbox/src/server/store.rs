@@ -1,0 +1,203 @@
+//! Where paused sandboxes and snapshots live on disk: `<state>/paused/<sandbox id>/` and
+//! `<state>/snapshots/<snapshot id>/`, each a `record.json` and the saved `home/`. An entry is
+//! built in `<state>/staging/` and renamed into place whole, so a crash leaves either the old
+//! state or the new one (staging is emptied at start). With a configured state directory they
+//! survive a restart of the server; without one the store is a private temporary directory
+//! removed with the server.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rand::distr::{Alphanumeric, SampleString};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::config::ServerConfig;
+
+const RECORD: &str = "record.json";
+/// The saved `/home/user` inside an entry.
+pub(crate) const HOME_COPY: &str = "home";
+
+/// The two kinds of entry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Paused,
+    Snapshot,
+}
+
+impl Kind {
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Paused => "paused",
+            Kind::Snapshot => "snapshots",
+        }
+    }
+}
+
+/// A paused sandbox: what resuming it needs besides its files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PausedRecord {
+    pub(crate) id: String,
+    pub(crate) template_id: String,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) envd_token: Option<String>,
+    pub(crate) traffic_token: Option<String>,
+    pub(crate) started_at_ms: u64,
+    pub(crate) paused_at_ms: u64,
+    pub(crate) auto_pause: bool,
+    #[serde(default)]
+    pub(crate) auto_pause_memory: bool,
+    pub(crate) auto_resume: bool,
+    pub(crate) bytes: u64,
+}
+
+/// A snapshot: a saved `/home/user` new sandboxes start from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SnapshotRecord {
+    pub(crate) snapshot_id: String,
+    pub(crate) names: Vec<String>,
+    /// The sandbox it was taken of.
+    pub(crate) sandbox_id: String,
+    /// That sandbox's template.
+    pub(crate) template_id: String,
+    pub(crate) created_at_ms: u64,
+    pub(crate) bytes: u64,
+}
+
+pub(crate) fn to_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+pub(crate) fn from_ms(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// The state directory.
+#[derive(Debug)]
+pub(crate) struct Store {
+    root: PathBuf,
+    /// Made up for this server (no configured state directory): removed on drop.
+    temporary: bool,
+}
+
+fn private_dir(path: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+impl Store {
+    /// Open (creating) the configured state directory, or a temporary one.
+    pub(crate) fn open(config: &ServerConfig) -> io::Result<Self> {
+        let (root, temporary) = match &config.state_dir {
+            Some(dir) => (dir.clone(), false),
+            None => (
+                std::env::temp_dir().join(format!(
+                    "waxell-sandbox-state-{}-{}",
+                    std::process::id(),
+                    Alphanumeric.sample_string(&mut rand::rng(), 8)
+                )),
+                true,
+            ),
+        };
+        if temporary {
+            // Not `recursive`: a directory someone else made at this (random) path is an error.
+            std::fs::DirBuilder::new().mode(0o700).create(&root)?;
+        }
+        let store = Self { root, temporary };
+        for kind in [Kind::Paused, Kind::Snapshot] {
+            private_dir(&store.root.join(kind.dir()))?;
+        }
+        // What a crash left half-built.
+        let staging = store.root.join("staging");
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)?;
+        }
+        private_dir(&staging)?;
+        Ok(store)
+    }
+
+    /// A new empty directory to build an entry in.
+    pub(crate) fn staging(&self) -> io::Result<PathBuf> {
+        let dir = self
+            .root
+            .join("staging")
+            .join(Alphanumeric.sample_string(&mut rand::rng(), 16));
+        private_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// The directory of entry `id`.
+    pub(crate) fn entry_dir(&self, kind: Kind, id: &str) -> PathBuf {
+        self.root.join(kind.dir()).join(id)
+    }
+
+    /// Write `record` into `staging` and move it into place as entry `id` (replacing one there).
+    pub(crate) fn commit<T: Serialize>(
+        &self,
+        staging: &Path,
+        kind: Kind,
+        id: &str,
+        record: &T,
+    ) -> io::Result<PathBuf> {
+        let json = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
+        std::fs::write(staging.join(RECORD), json)?;
+        let dir = self.entry_dir(kind, id);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::rename(staging, &dir)?;
+        Ok(dir)
+    }
+
+    /// Remove entry `id` and its files.
+    pub(crate) fn remove(&self, kind: Kind, id: &str) {
+        let dir = self.entry_dir(kind, id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove saved sandbox state");
+            }
+        }
+    }
+
+    /// Remove a staging directory that was not committed.
+    pub(crate) fn discard(&self, staging: &Path) {
+        let _ = std::fs::remove_dir_all(staging);
+    }
+
+    /// Every entry of `kind` left by an earlier server (unreadable ones are logged and skipped).
+    pub(crate) fn load<T: DeserializeOwned>(&self, kind: Kind) -> Vec<(T, PathBuf)> {
+        let Ok(dir) = std::fs::read_dir(self.root.join(kind.dir())) else {
+            return Vec::new();
+        };
+        let mut loaded = Vec::new();
+        for entry in dir.flatten() {
+            let path = entry.path();
+            match std::fs::read(path.join(RECORD))
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| serde_json::from_slice::<T>(&bytes).map_err(|e| e.to_string()))
+            {
+                Ok(record) => loaded.push((record, path)),
+                Err(e) => {
+                    tracing::warn!(dir = %path.display(), error = %e, "skipping unreadable saved sandbox state")
+                }
+            }
+        }
+        loaded
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
