@@ -320,6 +320,16 @@ mod tests {
                 self.interrupted.store(true, Ordering::SeqCst);
                 return Ok(Execution::default());
             }
+            if code == "killed" {
+                // The sandbox is killed while this run prints.
+                if let Some(callback) = &options.on_stdout {
+                    callback(&OutputMessage {
+                        line: "before\n".into(),
+                        error: false,
+                    });
+                }
+                return Err(SandboxError::NotFound("sandbox printer was killed".into()));
+            }
             let message = OutputMessage {
                 line: "x".repeat(1024),
                 error: false,
@@ -363,6 +373,39 @@ mod tests {
         async fn kill(&self) -> Result<(), SandboxError> {
             unimplemented!()
         }
+    }
+
+    /// A sandbox killed mid-run ends the stream broken after the output so far (no error line, no
+    /// `end_of_execution`), so E2B's SDKs report the kill rather than a finished run.
+    #[tokio::test]
+    async fn a_sandbox_killed_mid_run_ends_the_stream_with_an_error() {
+        let session = Arc::new(Printer {
+            lines: 0,
+            interrupted: Arc::new(AtomicBool::new(false)),
+        });
+        let response = stream(
+            session,
+            "killed".into(),
+            Target::Default,
+            Default::default(),
+            Duration::from_secs(60),
+            1 << 20,
+        );
+        let mut body = response.into_body().into_data_stream();
+        let mut text = Vec::new();
+        let error = loop {
+            match body.next().await.expect("the body ends in an error, not cleanly") {
+                Ok(chunk) => text.extend_from_slice(&chunk),
+                Err(e) => break e,
+            }
+        };
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("before"), "{text}");
+        assert!(
+            !text.contains("end_of_execution") && !text.contains("\"error\""),
+            "{text}"
+        );
+        assert!(error.to_string().contains("killed"), "{error}");
     }
 
     /// Output a client has not taken yet is capped: past the cap the body ends in an error (the
