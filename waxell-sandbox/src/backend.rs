@@ -98,7 +98,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Remove a file or a directory tree.
     async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
 
-    /// Replace a file's user metadata (already checked by [`crate::metadata::check`]). Not
+    /// Replace a file's user metadata (already checked by `metadata::check`). Not
     /// supported by this backend unless it overrides this.
     async fn set_metadata(
         &self,
