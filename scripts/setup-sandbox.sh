@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Provision what the local code sandbox (crate waxell-sandbox) needs on Debian/Ubuntu:
 #   * bubblewrap (namespaces, the isolation itself) and util-linux's setpriv (drops to a non-root uid);
-#   * a Python venv with numpy, pandas and matplotlib, like E2B's default template.
+#   * a Python venv with numpy, pandas, matplotlib, IPython (the kernel runs Python cells in it) and
+#     e2b-charts (E2B's chart extractor), like E2B's default template;
+#   * Node.js and Debian's TypeScript compiler for JavaScript and TypeScript contexts (skip with
+#     WAXELL_SANDBOX_NO_NODE=1).
 # Idempotent and quick when everything is already there. Runs unattended as root on a fresh machine.
 #
 # Per user: run it as the user who will run the sandbox. System packages need root (it uses sudo when
@@ -11,7 +14,8 @@
 # Environment:
 #   WAXELL_SANDBOX_VENV        venv location (default: $HOME/.local/share/waxell/sandbox-venv)
 #   WAXELL_SANDBOX_BASE_PYTHON interpreter the venv is made from (default: python3 on PATH)
-#   WAXELL_SANDBOX_PACKAGES    packages to install (default: "numpy pandas matplotlib")
+#   WAXELL_SANDBOX_PACKAGES    packages to install (default: "numpy pandas matplotlib<3.11 ipython e2b-charts";
+#                              matplotlib as E2B's template pins it)
 #   WAXELL_SANDBOX_NO_PACKAGES=1  create the venv without packages (stdlib only)
 set -euo pipefail
 
@@ -23,7 +27,7 @@ if [ -z "${WAXELL_SANDBOX_VENV:-}" ] && [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USE
 fi
 VENV="${WAXELL_SANDBOX_VENV:-${HOME:-/root}/.local/share/waxell/sandbox-venv}"
 BASE_PYTHON="${WAXELL_SANDBOX_BASE_PYTHON:-python3}"
-PACKAGES="${WAXELL_SANDBOX_PACKAGES:-numpy pandas matplotlib}"
+PACKAGES="${WAXELL_SANDBOX_PACKAGES:-numpy pandas matplotlib<3.11 ipython e2b-charts}"
 
 log() { printf '[setup-sandbox] %s\n' "$*" >&2; }
 
@@ -56,6 +60,10 @@ missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v setpriv >/dev/null || missing+=(util-linux)
 command -v "$BASE_PYTHON" >/dev/null || missing+=(python3)
+if [ "${WAXELL_SANDBOX_NO_NODE:-0}" != "1" ]; then
+    command -v node >/dev/null || missing+=(nodejs)
+    [ -f /usr/share/nodejs/typescript/package.json ] || missing+=(node-typescript)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     log "installing: ${missing[*]}"
     apt_install "${missing[@]}"
@@ -77,8 +85,12 @@ if [ ! -x "$venv_python" ]; then
 fi
 
 if [ "${WAXELL_SANDBOX_NO_PACKAGES:-0}" != "1" ]; then
-    # Import names equal the package names for the default set; check before touching the network.
-    check="import importlib.util, sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
+    # Check the import names (a requirement's name without its version, `-` as `_`, IPython's own
+    # spelling) before touching the network.
+    check="import importlib.util, re, sys
+names = [re.split('[<>=!~ ;]', p)[0].replace('-', '_') for p in sys.argv[1:]]
+names = ['IPython' if n.lower() == 'ipython' else n for n in names]
+sys.exit(any(importlib.util.find_spec(n) is None for n in names))"
     # shellcheck disable=SC2086
     if ! "$venv_python" -I -c "$check" $PACKAGES; then
         log "installing into the venv: $PACKAGES (about 20-40 s)"

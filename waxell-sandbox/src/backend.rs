@@ -17,7 +17,7 @@ use waxell::sandbox::{DirWatch, EntryInfo, ProcessSpec, SandboxError, SandboxPro
 
 use crate::command::PtyPermit;
 use crate::config::{BackendOptions, SandboxConfig};
-use crate::kernel::KernelProcess;
+use crate::kernel::{KernelProcess, Languages};
 
 /// A sandbox a backend made, with its default kernel ready: what the warm pool holds. Field
 /// order = drop order: the kernel goes before the sandbox's resources.
@@ -46,6 +46,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     /// Limits, pool size, timeouts and lifetime (and the backend's own options).
     fn config(&self) -> &SandboxConfig<Self::Options>;
+
+    /// The languages its sandboxes run. The default: Python alone.
+    fn languages(&self) -> &Languages {
+        static PYTHON_ONLY: std::sync::OnceLock<Languages> = std::sync::OnceLock::new();
+        PYTHON_ONLY.get_or_init(Languages::python_only)
+    }
 
     /// Make a sandbox and start its default kernel (the cold path; the warm pool calls it ahead).
     async fn prepare(&self) -> Result<Prepared<Self::Shell>, SandboxError>;
@@ -93,7 +99,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Remove a file or a directory tree.
     async fn remove_path(&self, shell: &Self::Shell, path: &str) -> Result<(), SandboxError>;
 
-    /// Replace a file's user metadata (already checked by [`crate::metadata::check`]). Not
+    /// Replace a file's user metadata (already checked by `metadata::check`). Not
     /// supported by this backend unless it overrides this.
     async fn set_metadata(
         &self,

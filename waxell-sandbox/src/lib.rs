@@ -105,6 +105,7 @@ linux_only! {
     #[cfg(feature = "container")]
     pub type ContainerSandbox = session::Session<container::Container>;
     pub use backend::Backend;
+    pub use kernel::{Language, Languages};
     pub use pool::Pooled;
     pub use session::{Session, DEFAULT_CONTEXT_ID};
 }

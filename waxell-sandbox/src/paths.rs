@@ -6,16 +6,21 @@ use waxell::sandbox::SandboxError;
 /// The sandbox user's home: the writable scratch directory, and where relative paths point.
 pub(crate) const HOME_DIR: &str = "/home/user";
 
-/// A context may work in the home directory or /tmp, or below them: the only writable places.
-pub(crate) fn check_cwd(cwd: &str) -> Result<(), SandboxError> {
-    let allowed = cwd == HOME_DIR || cwd.starts_with("/home/user/") || cwd == "/tmp" || cwd.starts_with("/tmp/");
-    if allowed {
-        Ok(())
-    } else {
-        Err(SandboxError::InvalidArgument(format!(
-            "cwd {cwd:?}: must be {HOME_DIR} or /tmp or below them"
-        )))
+/// A context may work in any directory of the sandbox, named by a clean absolute path (E2B's may).
+/// Its kernel makes it when it is missing and the sandbox user may (in the home directory or /tmp,
+/// the only writable places), else the context is refused with the reason.
+pub(crate) fn check_context_cwd(cwd: &str) -> Result<(), SandboxError> {
+    let invalid = |why: &str| Err(SandboxError::InvalidArgument(format!("cwd {cwd:?}: {why}")));
+    if !cwd.starts_with('/') {
+        return invalid("must be an absolute path");
     }
+    if cwd.contains('\0') {
+        return invalid("contains a NUL byte");
+    }
+    if cwd.split('/').any(|part| part == "..") {
+        return invalid("`..` is not allowed");
+    }
+    Ok(())
 }
 
 /// The absolute in-sandbox path for a caller's path: relative paths are inside `/home/user`;
@@ -52,15 +57,15 @@ pub(crate) fn sandbox_path(path: &str) -> Result<String, SandboxError> {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_cwd, sandbox_path};
+    use super::{check_context_cwd, sandbox_path};
 
     #[test]
-    fn contexts_may_work_only_in_the_writable_places() {
-        for ok in ["/home/user", "/home/user/data", "/tmp", "/tmp/x"] {
-            assert!(check_cwd(ok).is_ok(), "{ok}");
+    fn contexts_may_work_in_any_clean_absolute_directory() {
+        for ok in ["/home/user", "/home/user/data", "/tmp", "/tmp/x", "/root", "/"] {
+            assert!(check_context_cwd(ok).is_ok(), "{ok}");
         }
-        for bad in ["/home/username", "/etc", "/tmpfoo", "/", "relative"] {
-            assert!(check_cwd(bad).is_err(), "{bad}");
+        for bad in ["relative", "/tmp/../etc", "/a\0b"] {
+            assert!(check_context_cwd(bad).is_err(), "{bad}");
         }
     }
 

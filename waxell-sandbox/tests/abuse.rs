@@ -159,6 +159,68 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     assert_eq!(eval(&sandbox, "(kept, rc)").await, "(1, -9)");
 }
 
+/// JavaScript and bash run as children of the kernel, in the same sandbox: the memory cap, the
+/// process cap, the read-only runtime and the missing network hold for them as for Python.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_languages_are_held_by_the_same_limits() {
+    if !std::path::Path::new("/usr/bin/node").exists() {
+        return eprintln!("SKIP: no Node.js on this host (scripts/setup-sandbox.sh installs it)");
+    }
+    let limits = Limits::default()
+        .with_memory_bytes(192 << 20)
+        .with_max_processes(48);
+    let backend = backend_with(config().with_limits(limits));
+    let _ = enforced(&backend, Feature::MemoryLimit);
+    let sandbox = abuse_sandbox(&backend).await;
+    let js = RunOptions::default().with_language("javascript");
+    let bash = RunOptions::default().with_language("bash");
+    eval(&sandbox, "kept = 1").await;
+
+    // Memory outside V8's heap, past the sandbox's cap: the runtime is killed and reported.
+    let bomb = "const hog = []; while (true) hog.push(Buffer.alloc(8 << 20, 1))";
+    let execution = sandbox.run_code(bomb, &js).await.unwrap();
+    let error = execution.error.expect("OOM reported");
+    assert_eq!(error.name, "OutOfMemory", "{error:?}");
+    let again = sandbox.run_code("6 * 7", &js).await.unwrap();
+    assert_eq!(
+        again.text(),
+        Some("42"),
+        "a fresh runtime replaces the killed one"
+    );
+
+    // A fork bomb in bash stops at the process cap and is ended by the run's timeout.
+    let fork_bomb = "f() { f | f & }; f; sleep 30";
+    let execution = sandbox
+        .run_code(fork_bomb, &bash.clone().with_timeout(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(execution.error.expect("timeout").name, "TimeoutError");
+    assert!(sandbox.host_pids().len() <= 48);
+
+    // No network, no writes outside the writable places, from either language.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect =
+        format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; touch /usr/x /root/x 2>&1 | wc -l");
+    let execution = sandbox.run_code(&connect, &bash).await.unwrap();
+    assert_eq!(
+        execution.stdout().trim(),
+        "2",
+        "both writes refused, no connection: {execution:?}"
+    );
+    let write = "try { require('fs').writeFileSync('/usr/x', '') } catch (e) { e.code }";
+    let execution = sandbox.run_code(write, &js).await.unwrap();
+    assert!(
+        matches!(execution.text(), Some("EROFS" | "EACCES")),
+        "{execution:?}"
+    );
+    assert_eq!(
+        eval(&sandbox, "kept").await,
+        "1",
+        "the Python context is untouched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_loop_is_interrupted_and_state_kept() {
     let backend = backend();

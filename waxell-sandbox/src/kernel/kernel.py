@@ -1,10 +1,19 @@
-"""waxell sandbox kernel: one stateful Python interpreter speaking JSON lines.
+"""waxell sandbox kernel: one stateful interpreter speaking JSON lines.
 
-Host -> kernel (fd 0 at start):  execute {id, code, env}, setenv {env}; interrupts are SIGINT from the host
-Kernel -> host (fd 1 at start):   ready, stream {id, name, text}, result {id, is_main, data},
-                                  error {id, name, value, traceback}, done {id, execution_count, truncated}
+Host -> kernel (fd 0 at start):  execute {id, code, env}, setenv {env, cwd}, language {language};
+                                  interrupts are SIGINT from the host
+Kernel -> host (fd 1 at start):   ready, configured {error}, started {id}, stream {id, name, text},
+                                  result {id, is_main, data}, error {id, name, value, traceback},
+                                  done {id, execution_count, truncated}
 The original fds 0/1 are moved to private protocol fds; fd 0 becomes /dev/null and fds 1/2 become
 pipes drained by pump threads, so C-level and subprocess output is captured too.
+
+Python cells run in IPython (as E2B's kernel does: magics, `!cmd`, dedent, display(), rich
+formatters), imported by a thread after `ready` so a cold start does not wait for it. Other languages
+(`language` message) run in a runtime child of this process (Node.js for JavaScript and TypeScript,
+bash) that writes its output to the same fds 1/2 and answers on a private pipe; this process stays
+the protocol end, so the host's checks hold for every language.
+
 The host treats everything here as untrusted: user code can write to the protocol fd. It accepts
 `done` only while it sees this process's main thread blocked reading the request pipe (the fd
 `ready` names), which a frame written by cell code cannot fake; see docs/sandbox.md.
@@ -14,16 +23,18 @@ import builtins
 import codecs
 import io
 import json
+import math
 import os
 import signal
 import sys
 import threading
+import time
 import types
 import warnings
 
 # Needed only once code runs: imported by a thread after `ready` so start-up is not delayed (a
 # module import in the main thread waits for the thread's import to finish, never duplicates it).
-DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64")
+DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64", "subprocess")
 
 KERNEL_FILE = __file__
 OUTPUT_LIMIT = int(os.environ.pop("SBX_OUTPUT_LIMIT", str(1 << 20)))
@@ -31,18 +42,14 @@ RESULT_LIMIT = int(os.environ.pop("SBX_RESULT_LIMIT", str(4 << 20)))
 PRELOAD = [m for m in os.environ.pop("SBX_PRELOAD", "").split(",") if m]
 # Written to fds 1/2 after a cell; the pumps pass everything before it on, then signal the marker.
 SYNC_MARKER = b"\x00\x1bwaxell-sync\x1b\x00"
-
-MIME_METHODS = [
-    ("text/html", "_repr_html_"),
-    ("text/markdown", "_repr_markdown_"),
-    ("image/svg+xml", "_repr_svg_"),
-    ("image/png", "_repr_png_"),
-    ("image/jpeg", "_repr_jpeg_"),
-    ("application/pdf", "_repr_pdf_"),
-    ("text/latex", "_repr_latex_"),
-    ("application/json", "_repr_json_"),
-    ("application/javascript", "_repr_javascript_"),
-]
+# A write without a newline is held this long for the rest of its line (one message per line, as
+# IPython's kernel frames a `print`).
+STREAM_FLUSH_DELAY = 0.05
+STREAM_HOLD_LIMIT = 64 << 10
+# Where the language runtimes are (the host's /usr inside the local sandbox, the image's otherwise).
+NODE = "/usr/bin/node"
+TYPESCRIPT = "/usr/share/nodejs/typescript"
+BASH = "/bin/bash"
 
 
 class Kernel:
@@ -74,6 +81,10 @@ class Kernel:
         self.main = types.ModuleType("__main__")
         self.main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = self.main
+        self.shell = None
+        self.imports = None
+        self.runner = None
+        self.cell_error = None
 
     # ---- protocol -------------------------------------------------------------------------------
     def send(self, msg):
@@ -181,20 +192,17 @@ class Kernel:
         )
         # Started after `ready`: a second thread wanting the GIL would delay it by up to a switch
         # interval.
-        threading.Thread(target=lambda: [__import__(m) for m in DEFERRED_IMPORTS], daemon=True).start()
+        self.imports = threading.Thread(target=self.prepare_python, daemon=True)
+        self.imports.start()
         pending_id = None
         while True:
             try:
                 msg = self.next_request()
                 kind = msg.get("type")
                 if kind == "setenv":
-                    for k, v in dict(msg.get("env") or {}).items():
-                        os.environ[str(k)] = str(v)
-                    if msg.get("cwd"):
-                        try:
-                            os.chdir(str(msg["cwd"]))
-                        except OSError as e:
-                            self.emit_stream("stderr", "[cannot change directory: %s]\n" % e)
+                    self.configure(dict(msg.get("env") or {}), msg.get("cwd"))
+                elif kind == "language":
+                    self.set_language(str(msg.get("language") or "python"), msg.get("runtime"))
                 elif kind == "execute":
                     pending_id = msg.get("id")
                     self.execute(pending_id, str(msg.get("code", "")), dict(msg.get("env") or {}))
@@ -205,6 +213,31 @@ class Kernel:
                     self.finish(pending_id, None)
                     pending_id = None
 
+    def configure(self, env, cwd):
+        """Before any cell: the sandbox's environment and the context's directory (made if missing
+        and the sandbox user may make it)."""
+        for k, v in env.items():
+            os.environ[str(k)] = str(v)
+        error = None
+        if cwd:
+            try:
+                os.makedirs(str(cwd), exist_ok=True)
+                os.chdir(str(cwd))
+            except OSError as e:
+                error = "cannot use %s as the working directory: %s" % (cwd, e.strerror or e)
+        self.send({"type": "configured", "error": error})
+
+    def set_language(self, language, runtime):
+        runner = RUNNERS.get(language)
+        error = None
+        if runner is not None:
+            self.runner = runner(self, runtime)
+            try:
+                self.runner.start()
+            except OSError as e:
+                error = "cannot start the %s runtime: %s" % (language, e.strerror or e)
+        self.send({"type": "configured", "error": error})
+
     def execute(self, exec_id, code, env):
         self.execution_count += 1
         with self.state_lock:
@@ -212,9 +245,15 @@ class Kernel:
             self.output_chars = 0
             self.truncated = False
             self.stream_truncated = False
+        self.cell_error = None
         saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update({str(k): str(v) for k, v in env.items()})
         error = None
+        if self.runner is None:
+            # IPython's modules import each other in cycles: importing them from two threads at
+            # once can fail (KeyError 'IPython'), so the first cell waits for the thread preparing
+            # them. Before `started`: the host's timeout counts from there.
+            self.imports.join()
         try:
             with self.state_lock:
                 self.executing = True
@@ -223,7 +262,10 @@ class Kernel:
             # would drop the request and no `done` would ever come.
             self.send({"type": "started", "id": exec_id})
             try:
-                value = self.run_cell(code)
+                if self.runner is not None:
+                    self.runner.run(code, env)
+                else:
+                    self.run_cell(code)
             finally:
                 if os.getpid() != self.pid:
                     # A process forked by the cell ran off its end into the kernel: it must not
@@ -231,10 +273,9 @@ class Kernel:
                     os._exit(0)
                 with self.state_lock:
                     self.executing = False
-            if value is not None:
-                self.main.__dict__["_"] = value
-                self.send_result(exec_id, value, True)
         except BaseException as e:  # noqa: B902 - exit() and KeyboardInterrupt end only the cell
+            if self.runner is not None and isinstance(e, KeyboardInterrupt):
+                self.runner.interrupt()
             error = self.error_message(exec_id, e)
         finally:
             for k, v in saved_env.items():
@@ -242,7 +283,10 @@ class Kernel:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        self.emit_figures(exec_id)
+        if error is None and self.cell_error is not None:
+            error = dict(self.cell_error, type="error", id=exec_id)
+        if self.runner is None:
+            self.emit_figures()
         self.finish(exec_id, error)
 
     def finish(self, exec_id, error):
@@ -260,21 +304,26 @@ class Kernel:
         with self.state_lock:
             self.current_id = None
 
-    def run_cell(self, code):
-        import ast
-        import linecache
+    def prepare_python(self):
+        """The deferred imports, then the IPython shell (unless the kernel runs another language):
+        a warm-pool kernel has both ready before its first cell."""
+        for name in DEFERRED_IMPORTS:
+            try:
+                __import__(name)
+            except Exception:
+                pass
+        # A kernel told to run another language by now (the host says so right after `ready`)
+        # needs no IPython.
+        if self.runner is None:
+            try:
+                self.shell = new_shell(self)
+            except Exception:
+                pass  # made again by the first cell, which then reports why it failed
 
-        filename = "<cell-%d>" % self.execution_count
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        tree = ast.parse(code, filename, "exec")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
-        ns = self.main.__dict__
-        exec(compile(tree, filename, "exec"), ns)
-        if last is not None:
-            return eval(compile(last, filename, "eval"), ns)
-        return None
+    def run_cell(self, code):
+        if self.shell is None:
+            self.shell = new_shell(self)
+        self.shell.run_cell(code, store_history=True)
 
     def error_message(self, exec_id, exc):
         import traceback
@@ -292,25 +341,42 @@ class Kernel:
         }
 
     # ---- rich results ---------------------------------------------------------------------------
-    def send_result(self, exec_id, value, is_main):
-        data = mime_bundle(value)
-        size = sum(len(v) if isinstance(v, str) else 0 for v in data.values())
+    def send_result(self, data, is_main):
+        """One MIME bundle (IPython's display hook, display() or a runtime's value)."""
+        import base64
+
+        bundle = {}
+        for mime, value in data.items():
+            if isinstance(value, (bytes, bytearray)):
+                value = base64.b64encode(bytes(value)).decode("ascii")
+            bundle[str(mime)] = json_safe(value)
+        size = sum(len(v) if isinstance(v, str) else 0 for v in bundle.values())
         if size > RESULT_LIMIT:
-            data = {"text/plain": "[result dropped: %d characters exceed the limit]" % size}
+            bundle = {"text/plain": "[result dropped: %d characters exceed the limit]" % size}
             with self.state_lock:
                 self.truncated = True
+        with self.state_lock:
+            exec_id = self.current_id
         try:
-            self.send({"type": "result", "id": exec_id, "is_main": is_main, "data": data})
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            self.send({"type": "result", "id": exec_id, "is_main": is_main, "data": bundle})
         except (TypeError, ValueError):
-            self.send({"type": "result", "id": exec_id, "is_main": is_main, "data": {"text/plain": data["text/plain"]}})
+            plain = {"text/plain": str(bundle.get("text/plain", ""))}
+            self.send({"type": "result", "id": exec_id, "is_main": is_main, "data": plain})
 
-    def emit_figures(self, exec_id):
+    def display_figures(self):
+        """Every open matplotlib figure as a display (with its chart), then closed: IPython's inline
+        backend does this for `plt.show()` and at the end of a cell."""
         plt = sys.modules.get("matplotlib.pyplot")
-        if plt is None:
+        if plt is None or self.shell is None:
             return
         try:
             for num in plt.get_fignums():
-                self.send_result(exec_id, plt.figure(num), False)
+                self.shell.show(plt.figure(num))
         except Exception as e:
             self.emit_stream("stderr", "[figure export failed: %s]\n" % safe_str(e))
         finally:
@@ -319,14 +385,743 @@ class Kernel:
             except Exception:
                 pass
 
+    emit_figures = display_figures
+
+
+
+
+# ---- IPython ------------------------------------------------------------------------------------
+def new_shell(kernel):
+    """IPython's shell, or the plain one when the sandbox's Python has no IPython."""
+    try:
+        import IPython  # noqa: F401
+    except ImportError:
+        return PlainShell(kernel)
+    return make_shell(kernel)
+
+
+def make_shell(kernel):
+    """An IPython shell whose results, displays and errors become protocol frames."""
+    import subprocess
+
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import Type
+    from traitlets.config import Config
+
+    class ResultHook(DisplayHook):
+        """The cell's value (`Out[n]`) as the main result."""
+
+        def start_displayhook(self):
+            pass
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            kernel.send_result(format_dict, True)
+
+        def finish_displayhook(self):
+            pass
+
+    class Publisher(DisplayPublisher):
+        """display() and figures: results that are not the cell's value."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            kernel.send_result(data, False)
+
+        def clear_output(self, wait=False):
+            pass
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(ResultHook)
+        display_pub_class = Type(Publisher)
+
+        def _showtraceback(self, etype, evalue, stb):
+            kernel.cell_error = {
+                "name": getattr(etype, "__name__", str(etype)),
+                "value": safe_str(evalue),
+                "traceback": "\n".join(stb),
+            }
+
+        def system_piped(self, cmd):
+            """`!cmd`: a shell on the kernel's fds 1/2 (IPython's own needs a terminal)."""
+            sys.stdout.flush()
+            sys.stderr.flush()
+            code = subprocess.call(self.var_expand(cmd, depth=1), shell=True, executable=BASH, stdin=subprocess.DEVNULL)
+            self.user_ns["_exit_code"] = code
+
+        system = system_piped
+
+        def show(self, obj):
+            """Display `obj` as display() does."""
+            self.display_pub.publish(self.display_formatter.format(obj)[0])
+
+        def getoutput(self, cmd, split=True, depth=0):
+            from IPython.utils.text import SList
+
+            out = subprocess.run(
+                self.var_expand(cmd, depth=depth + 1), shell=True, executable=BASH, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            ).stdout.decode("utf-8", "replace")
+            return SList(out.splitlines()) if split else out
+
+    config = Config()
+    config.InteractiveShell.colors = "NoColor"
+    config.InteractiveShell.autocall = 0
+    config.HistoryManager.enabled = False
+    config.PlainTextFormatter.max_seq_length = 0
+    if InteractiveShell.initialized():
+        # Made before by a call that failed after it (interrupted): IPython allows one shell.
+        shell = InteractiveShell.instance()
+    else:
+        shell = Shell.instance(config=config, user_module=kernel.main)
+    # A cell's exit() ends the cell with SystemExit (IPython's would ask the shell to quit).
+    shell.user_ns["exit"] = shell.user_ns["quit"] = raise_exit
+    add_formatters(shell)
+    watch_imports(kernel)
+    return shell
+
+
+class PlainShell:
+    """Cells without IPython (an interpreter without it, e.g. a custom image): the code is exec'd
+    and its last expression is the result, with the MIME bundle of its `_repr_*_` methods."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def run_cell(self, code, store_history=True):
+        import ast
+        import linecache
+        import textwrap
+
+        kernel = self.kernel
+        # Indented cells run, as IPython's do.
+        code = textwrap.dedent(code)
+        filename = "<cell-%d>" % kernel.execution_count
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        namespace = kernel.main.__dict__
+        try:
+            tree = ast.parse(code, filename, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, filename, "exec"), namespace)
+            value = eval(compile(last, filename, "eval"), namespace) if last is not None else None
+        except BaseException as e:  # noqa: B902 - exit() and KeyboardInterrupt end only the cell
+            error = kernel.error_message(None, e)
+            kernel.cell_error = {k: error[k] for k in ("name", "value", "traceback")}
+            return
+        if value is not None:
+            namespace["_"] = value
+            kernel.send_result(mime_bundle(value), True)
+
+    def show(self, obj):
+        self.kernel.send_result(mime_bundle(obj), False)
+
+
+MIME_METHODS = [
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+]
+
+
+def mime_bundle(obj):
+    """The plain shell's result: repr and the object's `_repr_*_` methods (a figure as PNG)."""
+    try:
+        data = {"text/plain": repr(obj)}
+    except Exception as e:
+        data = {"text/plain": "<repr failed: %s>" % safe_str(e)}
+    if is_figure(obj):
+        data["image/png"] = figure_png(obj)
+        return data
+    for mime, method in MIME_METHODS:
+        fn = getattr(type(obj), method, None)
+        if not callable(fn):
+            continue
+        try:
+            value = fn(obj)
+        except Exception:
+            continue
+        if isinstance(value, tuple):
+            value = value[0]
+        if value is not None:
+            data[mime] = value
+    return data
+
+
+def raise_exit(code=None):
+    raise SystemExit(code)
+
+
+def add_formatters(shell):
+    """E2B's extra result fields: `e2b/data` (a DataFrame's columns), `e2b/chart` (a matplotlib
+    figure's chart, by E2B's own extractor `e2b_charts`), and PNG for figures."""
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            pandas = sys.modules.get("pandas")
+            if pandas is not None and isinstance(obj, pandas.DataFrame):
+                try:
+                    columns = obj.to_dict(orient="list")
+                    return {str(k): [iso_or_value(v) for v in vs] for k, vs in columns.items()}
+                except Exception:
+                    return None
+            return super().__call__(obj)
+
+    class ChartFormatter(BaseFormatter):
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            if is_figure(obj):
+                try:
+                    from e2b_charts import chart_figure_to_dict
+                except ImportError:
+                    return None  # no extractor in this sandbox: the figure comes without a chart
+                try:
+                    return chart_figure_to_dict(obj)
+                except Exception:
+                    return {}  # as E2B's: a figure the extractor cannot read has an empty chart
+            return super().__call__(obj)
+
+    formatter = shell.display_formatter
+    formatter.formatters["e2b/data"] = DataFormatter(parent=formatter)
+    formatter.formatters["e2b/chart"] = ChartFormatter(parent=formatter)
+    formatter.formatters["image/png"].for_type_by_name("matplotlib.figure", "Figure", figure_png)
+
+
+def is_figure(obj):
+    cls = type(obj)
+    return cls.__module__ == "matplotlib.figure" and cls.__name__ == "Figure"
+
+
+def figure_png(figure):
+    buf = io.BytesIO()
+    figure.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def iso_or_value(value):
+    return value.isoformat() if hasattr(value, "isoformat") else value
+
+
+def watch_imports(kernel):
+    """Patch modules when cell code imports them: `plt.show()` displays the figures (IPython's
+    inline backend), a PIL image's show() and save(path) display it (as E2B's images do)."""
+    import importlib.abc
+    import importlib.util
+
+    def patch_pyplot(plt):
+        def show(*args, **kwargs):
+            kernel.display_figures()
+
+        plt.show = show
+
+    def patch_pil(image_module):
+        from IPython.display import display
+
+        original_save = image_module.Image.save
+
+        def show(self, *args, **kwargs):
+            display(self)
+
+        def save(self, fp, format=None, **params):
+            if isinstance(fp, (str, os.PathLike)):
+                display(self)
+            return original_save(self, fp, format, **params)
+
+        image_module.Image.show = show
+        image_module.Image.save = save
+
+    patches = {"matplotlib.pyplot": patch_pyplot, "PIL.Image": patch_pil}
+    if any(type(finder).__name__ == "WaxellPatches" for finder in sys.meta_path):
+        return
+
+    class WaxellPatches(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            patch = patches.get(fullname)
+            if patch is None:
+                return None
+            sys.meta_path.remove(self)
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
+            if spec is None or spec.loader is None:
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_and_patch(module):
+                exec_module(module)
+                try:
+                    patch(module)
+                except Exception:
+                    pass
+
+            spec.loader.exec_module = exec_and_patch
+            return spec
+
+    for name, patch in patches.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    sys.meta_path.insert(0, WaxellPatches())
+
+
+# ---- other languages: a runtime child answering on a private pipe --------------------------------
+class Runner:
+    """A long-lived runtime process reading requests on one pipe (fd `fds[0]` in it) and writing
+    output to the kernel's fds 1/2 and, after each cell, one JSON line on its answer pipe
+    (`fds[1]`). Interrupted, it is killed and restarted (its state is lost)."""
+
+    name = ""
+    default_runtime = ""
+
+    def __init__(self, kernel, runtime=None):
+        self.kernel = kernel
+        # The runtime's executable as the host found it (a path that needs no /etc/alternatives).
+        self.runtime = str(runtime or self.default_runtime)
+        self.process = None
+        self.requests = None
+        self.answers = None
+
+    def argv(self):
+        raise NotImplementedError
+
+    def start(self):
+        import subprocess
+
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        self.fds = (req_r, ans_w)
+        try:
+            self.process = subprocess.Popen(
+                self.argv(),
+                stdin=subprocess.DEVNULL,
+                pass_fds=self.fds,
+                start_new_session=True,
+                env=self.env(),
+            )
+        finally:
+            os.close(req_r)
+            os.close(ans_w)
+        self.requests = os.fdopen(req_w, "wb")
+        self.answers = os.fdopen(ans_r, "rb")
+
+    def env(self):
+        return dict(os.environ)
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def run(self, code, env):
+        if not self.alive():
+            self.stop()
+            self.start()
+        nonce = os.urandom(8).hex()
+        try:
+            self.requests.write(self.request(code, env, nonce))
+            self.requests.flush()
+        except OSError:
+            pass
+        while True:
+            line = self.answers.readline()
+            if not line:
+                status = self.process.wait()
+                self.stop()
+                self.kernel.cell_error = {
+                    "name": "KernelDied",
+                    "value": "the %s runtime exited (status %s); its state is lost and it restarts on the next run"
+                    % (self.name, status),
+                    "traceback": "",
+                }
+                return
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(answer, dict) or answer.get("nonce") != nonce:
+                continue
+            if "stream" in answer:
+                self.kernel.emit_stream("stderr" if answer["stream"] == "stderr" else "stdout", str(answer.get("text", "")))
+                continue
+            if answer.get("result") is not None:
+                self.kernel.send_result(answer["result"], True)
+            if answer.get("status"):
+                self.kernel.cell_error = {
+                    "name": "ExitCode",
+                    "value": "exit status %s" % answer["status"],
+                    "traceback": "",
+                }
+            if answer.get("error"):
+                error = answer["error"]
+                self.kernel.cell_error = {
+                    "name": str(error.get("name", "Error")),
+                    "value": str(error.get("value", "")),
+                    "traceback": str(error.get("traceback", "")),
+                }
+            return
+
+    def request(self, code, env, nonce):
+        raise NotImplementedError
+
+    def interrupt(self):
+        self.stop()
+
+    def stop(self):
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.process.wait()
+            except Exception:
+                pass
+        for f in (self.requests, self.answers):
+            try:
+                f and f.close()
+            except OSError:
+                pass
+        self.process = self.requests = self.answers = None
+
+
+class NodeRunner(Runner):
+    name = "javascript"
+    default_runtime = NODE
+    typescript = False
+
+    def argv(self):
+        return [self.runtime, "-e", NODE_DRIVER, str(self.fds[0]), str(self.fds[1])]
+
+    def env(self):
+        env = dict(os.environ)
+        if self.typescript:
+            env["WAXELL_TYPESCRIPT"] = TYPESCRIPT
+        return env
+
+    def request(self, code, env, nonce):
+        return json.dumps({"code": code, "env": env, "nonce": nonce}).encode() + b"\n"
+
+
+class TypeScriptRunner(NodeRunner):
+    name = "typescript"
+    typescript = True
+
+
+class BashRunner(Runner):
+    """bash reading commands from its request pipe: each cell is sourced from a file (so `cd`, `export` and
+    functions persist), with the cell's own env vars set around it, then its status is answered."""
+
+    name = "bash"
+    default_runtime = BASH
+
+    def argv(self):
+        return [self.runtime, "--noprofile", "--norc", "/dev/fd/%d" % self.fds[0]]
+
+    def start(self):
+        import tempfile
+
+        self.cells = tempfile.mkdtemp(prefix=".waxell-bash-")
+        super().start()
+
+    def request(self, code, env, nonce):
+        path = os.path.join(self.cells, "cell.sh")
+        with open(path, "w") as f:
+            f.write(code)
+            if not code.endswith("\n"):
+                f.write("\n")
+        lines = ["__waxell_restore=''"]
+        for key, value in env.items():
+            if not is_shell_name(key):
+                continue
+            lines.append(
+                '__waxell_restore+="$(if [ -n "${%s+x}" ]; then printf "export %s=%%q;" "$%s"; else printf "unset %s;"; fi)"'
+                % (key, key, key, key)
+            )
+            lines.append("export %s=%s" % (key, shell_quote(str(value))))
+        lines.append("source %s </dev/null" % shell_quote(path))
+        lines.append("__waxell_status=$?")
+        lines.append('eval "$__waxell_restore"')
+        lines.append('printf \'{"nonce":"%s","status":%%d}\\n\' "$__waxell_status" >&%d' % (nonce, self.fds[1]))
+        return ("\n".join(lines) + "\n").encode()
+
+
+
+class JavaRunner(Runner):
+    """JShell's API in one JVM per context (`JAVA_DRIVER`); its System.out and System.err answer
+    as stream frames, one per write."""
+
+    name = "java"
+
+    def start(self):
+        import tempfile
+
+        self.source = os.path.join(tempfile.mkdtemp(prefix=".waxell-java-"), "WaxellJava.java")
+        with open(self.source, "w") as f:
+            f.write(JAVA_DRIVER)
+        super().start()
+
+    def argv(self):
+        # The serial collector and the client compiler: fewer threads and a faster start.
+        flags = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+        return [self.runtime] + flags + [self.source, str(self.fds[0]), str(self.fds[1])]
+
+    def request(self, code, env, nonce):
+        import base64
+
+        b64 = lambda text: base64.b64encode(str(text).encode("utf-8")).decode("ascii")
+        fields = [nonce, b64(code)] + ["%s:%s" % (b64(k), b64(v)) for k, v in env.items()]
+        return ("\t".join(fields) + "\n").encode()
+
+
+def is_shell_name(name):
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
+
+
+def shell_quote(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+RUNNERS = {"javascript": NodeRunner, "typescript": TypeScriptRunner, "bash": BashRunner, "java": JavaRunner}
+
+# The Node.js side: a REPL server's evaluator (top-level await, persistent declarations) on a
+# context of its own, static imports rewritten to dynamic ones, TypeScript transpiled by the
+# TypeScript compiler when given. One JSON request per line on the request fd, one answer per line
+# on the answer fd (both from argv).
+NODE_DRIVER = r"""
+'use strict';
+const fs = require('fs'), repl = require('repl'), util = require('util'), readline = require('readline');
+const { PassThrough } = require('stream');
+const ts = process.env.WAXELL_TYPESCRIPT ? require(process.env.WAXELL_TYPESCRIPT) : null;
+delete process.env.WAXELL_TYPESCRIPT;
+const sink = new PassThrough(); sink.resume();
+const server = repl.start({ input: new PassThrough(), output: sink, terminal: false, prompt: '', useGlobal: false });
+const [requestFd, answerFd] = process.argv.slice(1).map(Number);
+// The REPL's context logs to the REPL's output: cells log to the process's fds 1/2.
+server.context.console = console;
+// The REPL reports a cell's exceptions (thrown, or rejected after an await) to its domain, not to
+// the evaluator's callback: they end the running cell. Later ones (a timer's) have no cell to go to.
+let current = null;
+server._domain.removeAllListeners('error');
+server._domain.on('error', (e) => { if (current) current({ error: describe(e) }); });
+const answer = (msg) => fs.writeSync(answerFd, JSON.stringify(msg) + '\n');
+const IMPORT = /^([ \t]*)import\s+(?:([\w$]+)\s*,?\s*)?(?:\*\s+as\s+([\w$]+)|\{([^}]*)\})?\s*(?:from\s*)?(['"][^'"\n]+['"])[ \t]*;?/gm;
+let imports = 0;
+function rewriteImports(code) {
+  return code.replace(IMPORT, (all, indent, def, star, named, spec) => {
+    const mod = '__waxell_import' + (imports++);
+    let out = indent + 'var ' + mod + ' = await import(' + spec + ');';
+    if (def) out += ' var ' + def + ' = ' + mod + '.default;';
+    if (star) out += ' var ' + star + ' = ' + mod + ';';
+    if (named && named.trim()) {
+      const names = named.split(',').map((n) => n.trim()).filter(Boolean)
+        .map((n) => n.replace(/^([\w$]+)\s+as\s+([\w$]+)$/, '$1: $2'));
+      out += ' var { ' + names.join(', ') + ' } = ' + mod + ';';
+    }
+    return out;
+  });
+}
+function transpile(code) {
+  if (!ts) return code;
+  const out = ts.transpileModule(code, { reportDiagnostics: false, compilerOptions: {
+    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, removeComments: false } }).outputText;
+  return out.replace(/^export \{\};\s*$/m, '');
+}
+function describe(err) {
+  if (err && err.err) err = err.err; // a REPL Recoverable wraps the SyntaxError
+  // Errors of the cell's context are of another realm's Error: not `instanceof Error` here.
+  if (util.types.isNativeError(err) || (err && typeof err === 'object' && 'message' in err && 'name' in err)) {
+    const stack = String(err.stack || err);
+    const cut = stack.split('\n').findIndex((l) => /\(node:(vm|repl|internal)/.test(l));
+    return { name: String(err.name), value: String(err.message), traceback: (cut > 0 ? stack.split('\n').slice(0, cut) : [stack]).join('\n') };
+  }
+  return { name: 'Error', value: util.inspect(err), traceback: '' };
+}
+const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: requestFd }) });
+let queue = Promise.resolve();
+lines.on('line', (line) => { queue = queue.then(() => run(JSON.parse(line))); });
+lines.on('close', () => process.exit(0));
+function run(req) {
+  return new Promise((resolve) => {
+    const saved = {};
+    for (const [k, v] of Object.entries(req.env || {})) { saved[k] = process.env[k]; process.env[k] = String(v); }
+    const done = (msg) => {
+      if (current !== done) return;
+      current = null;
+      for (const [k, v] of Object.entries(saved)) { if (v === undefined) delete process.env[k]; else process.env[k] = v; }
+      msg.nonce = req.nonce; answer(msg); resolve();
+    };
+    current = done;
+    let code;
+    try { code = rewriteImports(transpile(req.code)); } catch (e) { return done({ error: describe(e) }); }
+    if (!code.trim()) return done({});
+    try {
+      server.eval(code, server.context, 'cell', (err, value) => {
+        if (err) return done({ error: describe(err) });
+        if (value === undefined) return done({});
+        done({ result: { 'text/plain': typeof value === 'string' ? util.inspect(value) : util.inspect(value, { depth: 4 }) } });
+      });
+    } catch (e) { done({ error: describe(e) }); }
+  });
+}
+"""
+
+# The Java side, compiled by `java` from source at start: one request per line (nonce, code and
+# the run's env vars, base64, tab-separated), one JSON answer per line.
+JAVA_DRIVER = r"""
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.util.*;
+import jdk.jshell.*;
+
+/** waxell's Java runner: JShell in this JVM, one request per line, answers as JSON lines. */
+public class WaxellJava {
+    static volatile String nonce = "";
+    static OutputStream answers;
+
+    static synchronized void answer(String json) {
+        try {
+            answers.write((json + "\n").getBytes(StandardCharsets.UTF_8));
+            answers.flush();
+        } catch (IOException e) {
+            System.exit(1);
+        }
+    }
+
+    static String q(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            switch (c) {
+                case '"': b.append("\\\""); break;
+                case '\\': b.append("\\\\"); break;
+                case '\n': b.append("\\n"); break;
+                case '\r': b.append("\\r"); break;
+                case '\t': b.append("\\t"); break;
+                default:
+                    if (c < 0x20) b.append(String.format("\\u%04x", (int) c)); else b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    /** System.out and System.err: each write is one stream frame. */
+    static class Frames extends OutputStream {
+        final String name;
+        Frames(String name) { this.name = name; }
+        @Override public void write(int b) { write(new byte[] {(byte) b}, 0, 1); }
+        @Override public void write(byte[] b, int off, int len) {
+            String text = new String(b, off, len, StandardCharsets.UTF_8);
+            // A line's end is a frame of its own, as E2B's Java kernel sends `println`.
+            if (text.length() > 1 && text.endsWith("\n")) {
+                frame(text.substring(0, text.length() - 1));
+                frame("\n");
+            } else if (!text.isEmpty()) {
+                frame(text);
+            }
+        }
+        void frame(String text) {
+            answer("{\"nonce\":" + q(nonce) + ",\"stream\":" + q(name) + ",\"text\":" + q(text) + "}");
+        }
+    }
+
+    static String decode(String b64) { return new String(Base64.getDecoder().decode(b64), StandardCharsets.UTF_8); }
+
+    static String error(String name, String value, String traceback) {
+        return "\"error\":{\"name\":" + q(name) + ",\"value\":" + q(value) + ",\"traceback\":" + q(traceback) + "}";
+    }
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader requests = new BufferedReader(new InputStreamReader(new FileInputStream("/dev/fd/" + args[0]), StandardCharsets.UTF_8));
+        answers = new FileOutputStream("/dev/fd/" + args[1]);
+        PrintStream out = new PrintStream(new Frames("stdout"), true, "UTF-8");
+        PrintStream err = new PrintStream(new Frames("stderr"), true, "UTF-8");
+        System.setOut(out);
+        System.setErr(err);
+        // E2B's Java kernel shows the environment as system properties.
+        System.getenv().forEach(System::setProperty);
+        JShell shell = JShell.builder().executionEngine("local").out(out).err(err).build();
+        SourceCodeAnalysis analysis = shell.sourceCodeAnalysis();
+        String line;
+        while ((line = requests.readLine()) != null) {
+            String[] parts = line.split("\t", -1);
+            nonce = parts[0];
+            String code = decode(parts[1]);
+            Map<String, String> saved = new HashMap<>();
+            for (int i = 2; i < parts.length; i++) {
+                String[] kv = parts[i].split(":", 2);
+                if (kv.length != 2) continue;
+                String key = decode(kv[0]);
+                saved.put(key, System.getProperty(key));
+                System.setProperty(key, decode(kv[1]));
+            }
+            String result = null, failure = null;
+            String remaining = code;
+            cell:
+            while (!remaining.isBlank()) {
+                SourceCodeAnalysis.CompletionInfo info = analysis.analyzeCompletion(remaining);
+                String source = info.completeness().isComplete() ? info.source() : remaining;
+                remaining = info.completeness().isComplete() ? info.remaining() : "";
+                for (SnippetEvent event : shell.eval(source)) {
+                    if (event.causeSnippet() != null) continue;
+                    if (event.exception() != null) {
+                        JShellException e = event.exception();
+                        String name = e instanceof EvalException ? ((EvalException) e).getExceptionClassName() : e.getClass().getName();
+                        StringWriter trace = new StringWriter();
+                        e.printStackTrace(new PrintWriter(trace));
+                        failure = error(name, String.valueOf(e.getMessage()), trace.toString());
+                        break cell;
+                    }
+                    if (event.status() == Snippet.Status.REJECTED) {
+                        StringBuilder why = new StringBuilder();
+                        shell.diagnostics(event.snippet()).forEach(d -> why.append(d.getMessage(Locale.ROOT)).append('\n'));
+                        failure = error("CompilationException", why.toString().trim(), source);
+                        break cell;
+                    }
+                    Snippet.SubKind kind = event.snippet().subKind();
+                    boolean expression = kind == Snippet.SubKind.TEMP_VAR_EXPRESSION_SUBKIND
+                        || kind == Snippet.SubKind.VAR_VALUE_SUBKIND
+                        || kind == Snippet.SubKind.OTHER_EXPRESSION_SUBKIND;
+                    result = expression && event.value() != null && !event.value().isEmpty() ? event.value() : null;
+                }
+            }
+            saved.forEach((k, v) -> { if (v == null) System.clearProperty(k); else System.setProperty(k, v); });
+            String done = failure != null ? failure : result != null ? "\"result\":{\"text/plain\":" + q(result) + "}" : null;
+            answer("{\"nonce\":" + q(nonce) + (done != null ? "," + done : "") + "}");
+        }
+        System.exit(0);
+    }
+}
+"""
+
 
 class StreamWriter(io.TextIOBase):
-    """sys.stdout / sys.stderr: each write becomes a stream message at once."""
+    """sys.stdout / sys.stderr: whole lines become stream messages at once; a partial line waits
+    briefly for its end (so `print` is one message, as in IPython's kernel)."""
 
     def __init__(self, kernel, name, fd):
         self._kernel = kernel
         self._name = name
         self._fd = fd
+        self._buffer = []
+        self._buffered = 0
+        self._lock = threading.RLock()
+        self._timer = None
 
     @property
     def encoding(self):
@@ -344,8 +1139,31 @@ class StreamWriter(io.TextIOBase):
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
-        self._kernel.emit_stream(self._name, text)
+        if not text:
+            return 0
+        with self._lock:
+            self._buffer.append(text)
+            self._buffered += len(text)
+            # A long partial line is not held back (nor kept in memory) either.
+            whole_line = text.endswith("\n") or self._buffered >= STREAM_HOLD_LIMIT
+            if not whole_line and self._timer is None:
+                self._timer = threading.Timer(STREAM_FLUSH_DELAY, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if whole_line:
+            self.flush()
         return len(text)
+
+    def flush(self):
+        # Sent under the lock: a timer's flush and the next line's cannot swap places.
+        with self._lock:
+            text = "".join(self._buffer)
+            self._buffer = []
+            self._buffered = 0
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._kernel.emit_stream(self._name, text)
 
     @property
     def buffer(self):
@@ -371,39 +1189,37 @@ def safe_str(obj):
         return "<unprintable %s>" % type(obj).__name__
 
 
-def mime_bundle(obj):
-    import base64
-
-    try:
-        data = {"text/plain": repr(obj)}
-    except Exception as e:
-        data = {"text/plain": "<repr failed: %s>" % safe_str(e)}
-    cls = type(obj)
-    if cls.__module__ == "matplotlib.figure" and hasattr(obj, "savefig"):
-        buf = io.BytesIO()
-        obj.savefig(buf, format="png", bbox_inches="tight")
-        data["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
-        return data
-    for mime, method in MIME_METHODS:
-        fn = getattr(cls, method, None)
-        if not callable(fn):
-            continue
+def json_safe(value, depth=0):
+    """Plain JSON (the host parses strictly): NaN/inf as null, numpy scalars and arrays as numbers
+    and lists, anything else unknown as its str."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth > 64:
+        return safe_str(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, depth + 1) for v in value]
+    for method in ("tolist", "item"):
+        fn = getattr(value, method, None)
+        if callable(fn):
+            try:
+                return json_safe(fn(), depth + 1)
+            except Exception:
+                pass
+    if hasattr(value, "isoformat"):
         try:
-            value = fn(obj)
+            return value.isoformat()
         except Exception:
-            continue
-        if isinstance(value, tuple):
-            value = value[0]
-        if value is None:
-            continue
-        if isinstance(value, (bytes, bytearray)):
-            value = base64.b64encode(bytes(value)).decode("ascii")
-        data[mime] = value
-    return data
+            pass
+    return safe_str(value)
 
 
 def main():
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
+    warnings.filterwarnings("ignore", message="To exit: use")
     kernel = Kernel()
     signal.signal(signal.SIGINT, kernel.on_interrupt)
     kernel.serve()

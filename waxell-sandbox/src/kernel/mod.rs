@@ -8,6 +8,7 @@
 //! [`KernelProcess::from_parts`] the streams and a [`ProcessControl`], which is what differs (how
 //! to interrupt, confirm `done`, learn how it ended and kill).
 
+mod language;
 mod protocol;
 mod run;
 
@@ -19,6 +20,7 @@ use waxell::sandbox::RunOptions;
 
 use crate::config::Limits;
 use protocol::LineReader;
+pub use language::{Language, Languages};
 pub(crate) use protocol::{KernelReader, KernelWriter, ReadyInfo};
 
 /// The kernel script every backend runs (`kernel.py`), the same file for all of them.

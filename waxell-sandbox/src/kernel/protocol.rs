@@ -30,6 +30,10 @@ pub(crate) struct ReadyInfo {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum KernelMessage {
     Ready(ReadyInfo),
+    /// The answer to `setenv` or `language`: `error` says why the directory or runtime failed.
+    Configured {
+        error: Option<String>,
+    },
     /// The kernel began running the cell: from now on an interrupt ends it with a `done`.
     Started {
         id: Option<u64>,
@@ -158,6 +162,8 @@ pub(super) fn to_execution_result(data: serde_json::Map<String, serde_json::Valu
             "text/latex" => result.latex = text(),
             "application/json" => result.json = Some(value),
             "application/javascript" => result.javascript = text(),
+            "e2b/data" => result.data = Some(value),
+            "e2b/chart" => result.chart = Some(value),
             _ => {
                 result.extra.insert(mime, value);
             }

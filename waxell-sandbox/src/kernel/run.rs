@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -11,12 +12,17 @@ use tokio::time::Instant;
 use waxell::sandbox::{Execution, ExecutionError, OutputMessage, RunOptions, SandboxError};
 
 use super::protocol::{non_empty, report, to_execution_result, unguessable_id, KernelMessage};
-use super::{Abort, ExecLimits, KernelProcess, OomCounter, ReadyInfo};
+use super::{Abort, ExecLimits, KernelProcess, Language, OomCounter, ReadyInfo};
 
 /// Largest `ready` line accepted.
 const READY_LINE_LIMIT: usize = 64 << 10;
 /// Largest line read while draining an abandoned execution.
 const ABANDONED_LINE_LIMIT: usize = 64 << 20;
+/// How long a run may wait for its kernel to start it (a fresh kernel finishing its imports)
+/// beyond its own timeout. Bounded, so a kernel that never starts the cell still times out.
+const START_ALLOWANCE: Duration = Duration::from_secs(10);
+/// How long the kernel may take to set its environment or start a language runtime.
+const CONFIGURE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the main thread may take to go idle after a real `done`.
 const DONE_CONFIRM_LIMIT: Duration = Duration::from_millis(250);
 
@@ -87,7 +93,9 @@ impl KernelProcess {
         self.to_kernel.write_all(&line).await
     }
 
-    /// Set environment variables (and optionally the working directory) for all later executions.
+    /// Set environment variables (and optionally the working directory, made if missing and the
+    /// sandbox user may) for all later executions. Only before the first cell: the answer is read
+    /// as the next frame, which no cell code can have written yet.
     pub(crate) async fn configure(
         &mut self,
         env: &BTreeMap<String, String>,
@@ -95,7 +103,49 @@ impl KernelProcess {
     ) -> Result<(), SandboxError> {
         self.send(serde_json::json!({"type": "setenv", "env": env, "cwd": cwd}))
             .await?;
-        Ok(())
+        self.configured("setting the environment").await
+    }
+
+    /// Make the kernel run `language` (it starts the runtime, `runtime` if given). Before the first cell, as `configure`.
+    pub(crate) async fn set_language(&mut self, language: Language, runtime: Option<&Path>) -> Result<(), SandboxError> {
+        if language == Language::Python {
+            return Ok(());
+        }
+        self.send(serde_json::json!({"type": "language", "language": language.name(), "runtime": runtime}))
+            .await?;
+        self.configured("starting the language runtime").await
+    }
+
+    /// The kernel's `configured` answer (output frames before it, e.g. of a preloaded module, are
+    /// skipped).
+    async fn configured(&mut self, what: &str) -> Result<(), SandboxError> {
+        let read = async {
+            loop {
+                match self.from_kernel.next_line(READY_LINE_LIMIT).await {
+                    Ok(Some(line)) => {
+                        if let Ok(KernelMessage::Configured { error }) = serde_json::from_slice(&line) {
+                            return Ok(error);
+                        }
+                    }
+                    Ok(None) => return Err(format!("the kernel exited while {what}")),
+                    Err(e) => return Err(format!("reading the kernel's answer while {what}: {e}")),
+                }
+            }
+        };
+        match tokio::time::timeout(CONFIGURE_TIMEOUT, read).await {
+            Ok(Ok(None)) => Ok(()),
+            Ok(Ok(Some(error))) => Err(SandboxError::InvalidArgument(error)),
+            Ok(Err(message)) => {
+                self.kill();
+                Err(SandboxError::Unavailable(message))
+            }
+            Err(_) => {
+                self.kill();
+                Err(SandboxError::Timeout(format!(
+                    "the kernel did not answer within {CONFIGURE_TIMEOUT:?} while {what}"
+                )))
+            }
+        }
     }
 
     /// If an earlier `execute` was abandoned mid-run (its future dropped, e.g. a client went away),
@@ -164,7 +214,9 @@ impl KernelProcess {
         self.unfinished_started = false;
         // The timeout passed before the kernel started the cell: interrupt when it does.
         let mut interrupt_on_start = false;
-        let mut deadline = Instant::now() + limits.timeout;
+        // Until the kernel's `started` the run may also wait for the kernel to get ready (IPython
+        // still importing in a fresh kernel); from `started` on, the run's own timeout counts.
+        let mut deadline = Instant::now() + limits.timeout + START_ALLOWANCE;
         let finished = loop {
             let line = tokio::select! {
                 line = self.from_kernel.next_line(limits.hard_cap_bytes) => line,
@@ -206,6 +258,9 @@ impl KernelProcess {
             match message {
                 KernelMessage::Started { id: Some(mid) } if mid == id && !self.unfinished_started => {
                     self.unfinished_started = true;
+                    if !interrupted {
+                        deadline = Instant::now() + limits.timeout;
+                    }
                     if interrupt_on_start {
                         let _ = self.interrupt();
                     }
@@ -300,7 +355,8 @@ impl KernelProcess {
                 ),
                 traceback,
             ));
-        } else if oom && execution.error.is_none() {
+        } else if oom && execution.error.as_ref().is_none_or(|e| e.name == "KernelDied") {
+            // Also a language runtime the OOM killer ended (the kernel reports it died).
             execution.error = Some(report(
                 "OutOfMemory",
                 format!(

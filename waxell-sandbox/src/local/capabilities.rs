@@ -80,6 +80,8 @@ pub enum Feature {
     FileSize,
     /// Commands and terminals (E2B's process RPCs) under the same isolation as code.
     Processes,
+    /// The languages contexts run (their runtimes found on the host).
+    Languages,
 }
 
 impl Feature {
@@ -100,6 +102,7 @@ impl Feature {
             Feature::CpuTime => "cpu time",
             Feature::FileSize => "file size",
             Feature::Processes => "commands and terminals",
+            Feature::Languages => "languages",
         }
     }
 }
@@ -289,6 +292,35 @@ impl HostReport {
         }
     }
 
+    /// The report with a line saying which languages contexts run (`available`) and why not the
+    /// others (`missing`: each language with the reason and how to get it).
+    pub(crate) fn with_languages(mut self, available: &[&str], missing: &[(&str, String)]) -> Self {
+        if self.mode.is_none() {
+            return self;
+        }
+        let detail = if missing.is_empty() {
+            available.join(", ")
+        } else {
+            let names: Vec<&str> = missing.iter().map(|(name, _)| *name).collect();
+            format!("{}; not {}", available.join(", "), names.join(", "))
+        };
+        let fix = missing
+            .iter()
+            .map(|(name, why)| format!("{name}: {why}"))
+            .collect::<Vec<_>>();
+        self.checks.push(Check {
+            feature: Feature::Languages,
+            status: if missing.is_empty() {
+                Status::Enforced
+            } else {
+                Status::Partial
+            },
+            detail,
+            fix: (!fix.is_empty()).then(|| fix.join("; ")),
+        });
+        self
+    }
+
     /// The line for `feature`, if the report has one.
     pub fn check(&self, feature: Feature) -> Option<&Check> {
         self.checks.iter().find(|c| c.feature == feature)
@@ -321,7 +353,7 @@ impl HostReport {
         let weak = self
             .checks
             .iter()
-            .filter(|c| c.status != Status::Enforced)
+            .filter(|c| c.status != Status::Enforced && c.feature != Feature::Languages)
             .count();
         format!(
             "local sandbox, {} mode; memory: {}; processes: {}; cpu quota: {}{}",
@@ -516,5 +548,27 @@ mod tests {
         let report = HostReport::unavailable("bubblewrap not found: apt-get install bubblewrap".into());
         assert!(report.summary().contains("apt-get install bubblewrap"));
         assert!(report.to_string().contains("UNAVAILABLE"));
+    }
+
+    #[test]
+    fn the_report_names_the_languages_and_how_to_get_the_missing_ones() {
+        let build = || {
+            HostReport::build(
+                IsolationMode::Rootful,
+                0,
+                &LimitEnforcement::default(),
+                &Limits::default(),
+            )
+        };
+        let report = build().with_languages(
+            &["python", "javascript"],
+            &[("r", "/usr/bin/R not found: install R".into())],
+        );
+        let line = report.check(Feature::Languages).expect("a languages line");
+        assert_eq!(line.status, Status::Partial);
+        assert_eq!(line.detail, "python, javascript; not r");
+        assert_eq!(line.fix.as_deref(), Some("r: /usr/bin/R not found: install R"));
+        // A missing language is no weaker isolation: the summary's count leaves it out.
+        assert_eq!(report.summary(), build().summary());
     }
 }

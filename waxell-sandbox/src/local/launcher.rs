@@ -204,6 +204,10 @@ impl Launcher {
         // shared by its contexts: on the host, or rootless in the sandbox's own mount namespace.
         add(&mut args, &["--bind"]);
         args.extend([slot.tmp.into(), "/tmp".into()]);
+        // /root exists, empty and read-only (remounted below, after the Python installation, which may
+        // live under it, is bound on top): E2B's code runs as root there, and contexts may name it as
+        // their directory (paths::check_context_cwd).
+        add(&mut args, &["--perms", "0755", "--size", "4096", "--tmpfs", "/root"]);
         // The 0700 pitfall: bwrap creates missing parents of a bind target as root 0700, and the
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
@@ -239,6 +243,7 @@ impl Launcher {
                 }
             }
         }
+        add(&mut args, &["--remount-ro", "/root"]);
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
         add(
             &mut args,
@@ -271,13 +276,21 @@ impl Launcher {
                 "/etc/group",
             ],
         );
+        // Made 0755 first: bwrap would make the parent of /etc/ssl/certs 0700, and Node.js fails
+        // to start when it cannot read /etc/ssl/openssl.cnf.
+        add(&mut args, &["--perms", "0755", "--dir", "/etc/ssl"]);
         for shared in [
             "/etc/fonts",
             "/etc/localtime",
             "/etc/ssl/certs",
+            "/etc/ssl/openssl.cnf",
             "/etc/mime.types",
         ] {
             add(&mut args, &["--ro-bind-try", shared, shared]);
+        }
+        // Debian's JDKs keep their configuration (jvm.cfg, security) in /etc/java-<version>.
+        for java in java_config_dirs() {
+            args.extend(["--ro-bind".into(), java.clone().into(), java.into()]);
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
         // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
@@ -311,7 +324,7 @@ impl Launcher {
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
         let path = format!("{}:/usr/bin:/bin", venv_bin.display());
-        let env: [(&str, &str); 13] = [
+        let env: [(&str, &str); 14] = [
             ("PATH", &path),
             ("HOME", HOME_DIR),
             ("USER", "user"),
@@ -319,6 +332,8 @@ impl Launcher {
             ("LANG", "C.UTF-8"),
             ("MPLBACKEND", "Agg"),
             ("MPLCONFIGDIR", "/tmp/matplotlib"),
+            // IPython's profile stays out of the user's home (E2B's lists the home as it is).
+            ("IPYTHONDIR", "/tmp/.ipython"),
             ("OPENBLAS_NUM_THREADS", "1"),
             ("OMP_NUM_THREADS", "1"),
             ("PYTHONUNBUFFERED", "1"),
@@ -572,4 +587,19 @@ fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Res
     Err(SandboxError::IsolationCheck(format!(
         "the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
     )))
+}
+
+/// The host's `/etc/java-*` directories (Debian's JDK configuration, which Java needs to start).
+fn java_config_dirs() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/etc") else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("java-"))
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
 }

@@ -12,7 +12,7 @@ use waxell::sandbox::{DirWatch, EntryInfo, ProcessSpec, SandboxError, SandboxPro
 use crate::backend::{Backend, Prepared, Usage};
 use crate::command::PtyPermit;
 use crate::config::SandboxConfig;
-use crate::kernel::KernelProcess;
+use crate::kernel::{KernelProcess, Languages};
 use crate::local::capabilities::{HostReport, IsolationMode};
 use crate::local::cgroup::{Cgroup, CgroupLimits, Limiter};
 use crate::local::config::{LocalConfig, LocalOptions};
@@ -35,6 +35,8 @@ pub struct Local {
     limiter: Limiter,
     report: HostReport,
     scratch_root: PathBuf,
+    /// The languages whose runtimes the host has (sandboxes see the host's `/usr`).
+    languages: Languages,
 }
 
 /// What one local sandbox holds. Field order = drop order: the cgroup (kills stragglers), then
@@ -85,6 +87,7 @@ impl Pooled<Local> {
             limiter,
             report,
             scratch_root,
+            languages: Languages::detect(Path::new("/")),
         }))
     }
 
@@ -121,7 +124,10 @@ fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalCon
     } else {
         (IsolationMode::Rootful, 0)
     };
-    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits)
+    let languages = Languages::detect(Path::new("/"));
+    let available: Vec<&str> = languages.available().iter().map(|l| l.name()).collect();
+    let missing: Vec<(&str, String)> = languages.missing().iter().map(|(l, why)| (l.name(), why.clone())).collect();
+    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits).with_languages(&available, &missing)
 }
 
 impl Session<Local> {
@@ -177,6 +183,10 @@ impl Backend for Local {
 
     fn config(&self) -> &SandboxConfig<LocalOptions> {
         &self.launcher.config
+    }
+
+    fn languages(&self) -> &Languages {
+        &self.languages
     }
 
     /// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).

@@ -72,7 +72,11 @@ async fn execute_code(
             }
             execute::Target::Context(id)
         }
-        (None, Some(language)) => execute::Target::Language(normalize_language(&language)),
+        (None, Some(language)) => {
+            // Refused before the stream starts, with E2B's error shape, when the runtime is missing.
+            entry.session.check_language(&language)?;
+            execute::Target::Language(normalize_language(&language))
+        }
         (None, None) => execute::Target::Default,
     };
     Ok(execute::stream(

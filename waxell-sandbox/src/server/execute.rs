@@ -43,6 +43,9 @@ impl Target {
 
 const END_OF_EXECUTION: &[u8] = b"{\"type\": \"end_of_execution\"}\n";
 const KEEPALIVE: &[u8] = b"{\"type\": \"keepalive\"}\n";
+/// Sent by the run when the sandbox is gone: the body ends in an error (never a line of output:
+/// every line the stream sends ends in a newline).
+const SANDBOX_GONE: &[u8] = b"\0sandbox gone";
 
 /// Timeout of the empty run that interrupts an abandoned execution (see [`interrupt_abandoned`]).
 const INTERRUPT_RUN_TIMEOUT: Duration = Duration::from_millis(1);
@@ -112,6 +115,11 @@ struct Outbox {
 }
 
 impl Outbox {
+    /// Past the cap too: the marker that ends the stream.
+    fn send_unbounded(&self, bytes: Bytes) {
+        let _ = self.tx.send(bytes);
+    }
+
     fn send(&self, bytes: Bytes) {
         if self.overflow.load(Ordering::SeqCst) {
             return;
@@ -167,6 +175,13 @@ pub(crate) fn stream(
     let run_session = session.clone();
     let run = tokio::spawn(async move {
         let outcome = run_session.run_code(&code, &options).await;
+        if let Err(SandboxError::NotFound(message)) = &outcome {
+            // The sandbox was killed (or expired) mid-run: end the stream broken, as E2B's does, so
+            // the SDKs report the kill instead of a run that ended.
+            tracing::info!(%message, "sandbox gone mid-execution; cutting the stream");
+            tx.send_unbounded(Bytes::from_static(SANDBOX_GONE));
+            return;
+        }
         for bytes in closing_lines(outcome, streamed_results.load(Ordering::SeqCst)) {
             tx.send(bytes);
         }
@@ -199,6 +214,11 @@ pub(crate) fn stream(
                     "more than {} bytes of output waiting for a client that does not read them",
                     state.max_buffer_bytes
                 );
+                return Some((Err(std::io::Error::other(message)), state));
+            }
+            Ok(Some(bytes)) if bytes.as_ref() == SANDBOX_GONE => {
+                state.guard.finished = true;
+                let message = "the sandbox was killed while the code was running";
                 return Some((Err(std::io::Error::other(message)), state));
             }
             Ok(Some(bytes)) => {
@@ -300,6 +320,16 @@ mod tests {
                 self.interrupted.store(true, Ordering::SeqCst);
                 return Ok(Execution::default());
             }
+            if code == "killed" {
+                // The sandbox is killed while this run prints.
+                if let Some(callback) = &options.on_stdout {
+                    callback(&OutputMessage {
+                        line: "before\n".into(),
+                        error: false,
+                    });
+                }
+                return Err(SandboxError::NotFound("sandbox printer was killed".into()));
+            }
             let message = OutputMessage {
                 line: "x".repeat(1024),
                 error: false,
@@ -343,6 +373,39 @@ mod tests {
         async fn kill(&self) -> Result<(), SandboxError> {
             unimplemented!()
         }
+    }
+
+    /// A sandbox killed mid-run ends the stream broken after the output so far (no error line, no
+    /// `end_of_execution`), so E2B's SDKs report the kill rather than a finished run.
+    #[tokio::test]
+    async fn a_sandbox_killed_mid_run_ends_the_stream_with_an_error() {
+        let session = Arc::new(Printer {
+            lines: 0,
+            interrupted: Arc::new(AtomicBool::new(false)),
+        });
+        let response = stream(
+            session,
+            "killed".into(),
+            Target::Default,
+            Default::default(),
+            Duration::from_secs(60),
+            1 << 20,
+        );
+        let mut body = response.into_body().into_data_stream();
+        let mut text = Vec::new();
+        let error = loop {
+            match body.next().await.expect("the body ends in an error, not cleanly") {
+                Ok(chunk) => text.extend_from_slice(&chunk),
+                Err(e) => break e,
+            }
+        };
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("before"), "{text}");
+        assert!(
+            !text.contains("end_of_execution") && !text.contains("\"error\""),
+            "{text}"
+        );
+        assert!(error.to_string().contains("killed"), "{error}");
     }
 
     /// Output a client has not taken yet is capped: past the cap the body ends in an error (the

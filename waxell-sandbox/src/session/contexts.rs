@@ -1,20 +1,24 @@
-//! The contexts of one sandbox, each with its own kernel, starting with the default one.
+//! The contexts of one sandbox, each with its own kernel, listed as E2B lists them: the default
+//! Python context first, then the default JavaScript one (when the sandbox runs JavaScript), then
+//! the others in the order they were made. A language's default context (what a run with only a
+//! `language` uses) starts its kernel on its first run.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use waxell::sandbox::{CodeContext, SandboxError};
 
-use crate::kernel::KernelProcess;
+use crate::kernel::{KernelProcess, Language, Languages};
 use crate::paths::HOME_DIR;
 
 /// Id of the context every sandbox starts with.
 pub const DEFAULT_CONTEXT_ID: &str = "default";
 
-/// One context: its description and its kernel (`None` after a kill, until the next run starts one).
+/// One context: its description and its kernel (`None` until its first run, and after a kill
+/// until the next run starts one).
 pub(crate) struct Context {
     pub(crate) info: CodeContext,
+    pub(crate) language: Language,
     pub(crate) kernel: tokio::sync::Mutex<Option<KernelProcess>>,
 }
 
@@ -26,63 +30,93 @@ impl Context {
 }
 
 pub(crate) struct Contexts {
-    map: Mutex<BTreeMap<String, Arc<Context>>>,
+    /// In listing order.
+    list: Mutex<Vec<Arc<Context>>>,
     next_id: AtomicU64,
 }
 
+/// The id of `language`'s default context.
+fn default_id(language: Language) -> String {
+    match language {
+        Language::Python => DEFAULT_CONTEXT_ID.to_owned(),
+        other => format!("{DEFAULT_CONTEXT_ID}-{}", other.name()),
+    }
+}
+
+fn context(id: String, language: Language, cwd: Option<&str>, kernel: Option<KernelProcess>) -> Arc<Context> {
+    Arc::new(Context {
+        info: CodeContext {
+            id,
+            language: language.name().into(),
+            cwd: cwd.unwrap_or(HOME_DIR).into(),
+        },
+        language,
+        kernel: tokio::sync::Mutex::new(kernel),
+    })
+}
+
 impl Contexts {
-    /// The default context, running `kernel` in the home directory.
-    pub(crate) fn new(kernel: KernelProcess) -> Self {
-        let default = Arc::new(Context {
-            info: CodeContext {
-                id: DEFAULT_CONTEXT_ID.into(),
-                language: "python".into(),
-                cwd: HOME_DIR.into(),
-            },
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
+    /// The default context, running `kernel` in the home directory, and the default JavaScript
+    /// context (started on its first run) when the sandbox runs JavaScript.
+    pub(crate) fn new(kernel: KernelProcess, languages: &Languages) -> Self {
+        let mut list = vec![context(default_id(Language::Python), Language::Python, None, Some(kernel))];
+        if languages.has(Language::JavaScript) {
+            let language = Language::JavaScript;
+            list.push(context(default_id(language), language, None, None));
+        }
         Self {
-            map: Mutex::new(BTreeMap::from([(DEFAULT_CONTEXT_ID.to_owned(), default)])),
+            list: Mutex::new(list),
             next_id: AtomicU64::new(1),
         }
     }
 
-    fn map(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Context>>> {
-        // Nothing panics while holding it; a poisoned map is still consistent.
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn list_guard(&self) -> MutexGuard<'_, Vec<Arc<Context>>> {
+        // Nothing panics while holding it; a poisoned list is still consistent.
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn get(&self, id: &str) -> Result<Arc<Context>, SandboxError> {
-        self.map().get(id).cloned().ok_or_else(|| not_found(id))
+        self.list_guard()
+            .iter()
+            .find(|c| c.info.id == id)
+            .cloned()
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// `language`'s default context, made (without a kernel yet) on first use.
+    pub(crate) fn default_for(&self, language: Language) -> Arc<Context> {
+        let id = default_id(language);
+        let mut list = self.list_guard();
+        if let Some(found) = list.iter().find(|c| c.info.id == id) {
+            return found.clone();
+        }
+        let made = context(id, language, None, None);
+        list.push(made.clone());
+        made
     }
 
     /// A new context running `kernel` in `cwd` (`None` = home).
-    pub(crate) fn add(&self, kernel: KernelProcess, cwd: Option<&str>) -> CodeContext {
+    pub(crate) fn add(&self, kernel: KernelProcess, language: Language, cwd: Option<&str>) -> CodeContext {
         let id = format!("ctx-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
-        let info = CodeContext {
-            id: id.clone(),
-            language: "python".into(),
-            cwd: cwd.unwrap_or(HOME_DIR).into(),
-        };
-        let context = Arc::new(Context {
-            info: info.clone(),
-            kernel: tokio::sync::Mutex::new(Some(kernel)),
-        });
-        self.map().insert(id, context);
+        let made = context(id, language, cwd, Some(kernel));
+        let info = made.info.clone();
+        self.list_guard().push(made);
         info
     }
 
     pub(crate) fn list(&self) -> Vec<CodeContext> {
-        self.map().values().map(|c| c.info.clone()).collect()
+        self.list_guard().iter().map(|c| c.info.clone()).collect()
     }
 
     pub(crate) fn remove(&self, id: &str) -> Result<Arc<Context>, SandboxError> {
-        self.map().remove(id).ok_or_else(|| not_found(id))
+        let mut list = self.list_guard();
+        let index = list.iter().position(|c| c.info.id == id).ok_or_else(|| not_found(id))?;
+        Ok(list.remove(index))
     }
 
     /// Every context, removed from the sandbox (it is shutting down).
     pub(crate) fn take_all(&self) -> Vec<Arc<Context>> {
-        std::mem::take(&mut *self.map()).into_values().collect()
+        std::mem::take(&mut *self.list_guard())
     }
 }
 

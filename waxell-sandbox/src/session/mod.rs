@@ -18,8 +18,8 @@ use waxell::sandbox::{
 };
 
 use crate::backend::{Backend, Checkpoint, Prepared, Usage};
-use crate::kernel::{ExecLimits, KernelProcess, OomCounter};
-use crate::paths::check_cwd;
+use crate::kernel::{ExecLimits, KernelProcess, Language, OomCounter};
+use crate::paths::check_context_cwd;
 use crate::watch::{Counted, WatchSlots};
 use contexts::Contexts;
 pub use contexts::DEFAULT_CONTEXT_ID;
@@ -59,7 +59,7 @@ impl<B: Backend> Session<B> {
         }
         let lifetime = options.timeout.unwrap_or(backend.config().lifetime);
         let inner = Arc::new(Inner {
-            contexts: Contexts::new(kernel),
+            contexts: Contexts::new(kernel, backend.languages()),
             shell,
             backend,
             env: options.env_vars.clone(),
@@ -95,15 +95,15 @@ impl<B: Backend> Session<B> {
         }
     }
 
-    /// Only Python runs in these sandboxes.
-    fn check_language(language: &str) -> Result<(), SandboxError> {
-        match language.trim().to_ascii_lowercase().as_str() {
-            "" | "python" | "python3" => Ok(()),
-            other => Err(SandboxError::InvalidArgument(format!(
-                "language {other:?} is not supported by the {} backend (only python)",
-                B::NAME
-            ))),
-        }
+    /// The language named, if this sandbox runs it (else an error naming what is missing).
+    fn language(&self, name: &str) -> Result<Language, SandboxError> {
+        let checked = Language::parse(name).and_then(|l| self.inner.backend.languages().check(l).map(|()| l));
+        checked.map_err(|e| match e {
+            SandboxError::InvalidArgument(message) => {
+                SandboxError::InvalidArgument(format!("{message} ({} backend)", B::NAME))
+            }
+            other => other,
+        })
     }
 
     /// The limits of one run with these options.
@@ -112,16 +112,23 @@ impl<B: Backend> Session<B> {
         ExecLimits::for_run(options, config.run_timeout, config.interrupt_grace, &config.limits)
     }
 
-    /// Start a kernel with the sandbox's environment in `cwd` (`None` = home). If the backend says
-    /// the whole sandbox died meanwhile, shut it down and answer `NotFound`.
-    async fn start_kernel(&self, cwd: Option<&str>) -> Result<KernelProcess, SandboxError> {
+    /// Start a kernel of `language` with the sandbox's environment in `cwd` (`None` = home). If
+    /// the backend says the whole sandbox died meanwhile, shut it down and answer `NotFound`.
+    async fn start_kernel(&self, cwd: Option<&str>, language: Language) -> Result<KernelProcess, SandboxError> {
         let inner = &self.inner;
         let started = match inner.backend.start_kernel(&inner.shell).await {
             Ok(mut kernel) => {
-                if !inner.env.is_empty() || cwd.is_some() {
-                    kernel.configure(&inner.env, cwd).await.map(|()| kernel)
+                let configured = if !inner.env.is_empty() || cwd.is_some() {
+                    kernel.configure(&inner.env, cwd).await
                 } else {
-                    Ok(kernel)
+                    Ok(())
+                };
+                match configured {
+                    Ok(()) => {
+                        let runtime = inner.backend.languages().runtime(language);
+                        kernel.set_language(language, runtime).await.map(|()| kernel)
+                    }
+                    Err(e) => Err(e),
                 }
             }
             Err(e) => Err(e),
@@ -267,6 +274,10 @@ impl<B: Backend> SandboxSession for Session<B> {
         Some(self.inner.backend.runtime(&self.inner.shell))
     }
 
+    fn check_language(&self, language: &str) -> Result<(), SandboxError> {
+        self.language(language).map(|_| ())
+    }
+
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError> {
         self.check_alive()?;
         if options.language.is_some() && options.context_id.is_some() {
@@ -274,13 +285,13 @@ impl<B: Backend> SandboxSession for Session<B> {
                 "Only one of context_id or language can be provided".into(),
             ));
         }
-        if let Some(language) = &options.language {
-            Self::check_language(language)?;
-        }
-        let context = self
-            .inner
-            .contexts
-            .get(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?;
+        let context = match &options.language {
+            Some(language) => self.inner.contexts.default_for(self.language(language)?),
+            None => self
+                .inner
+                .contexts
+                .get(options.context_id.as_deref().unwrap_or(DEFAULT_CONTEXT_ID))?,
+        };
         let mut slot = context.kernel.lock().await;
         self.check_alive()?;
         let limits = self.exec_limits(options);
@@ -289,7 +300,7 @@ impl<B: Backend> SandboxSession for Session<B> {
         }
         // A kernel killed by a timeout, OOM or the output cap is replaced with a fresh one.
         if !slot.as_ref().is_some_and(KernelProcess::is_alive) {
-            *slot = Some(self.start_kernel(context.cwd()).await?);
+            *slot = Some(self.start_kernel(context.cwd(), context.language).await?);
         }
         let kernel = slot.as_mut().expect("kernel just ensured");
         let execution = kernel
@@ -302,14 +313,15 @@ impl<B: Backend> SandboxSession for Session<B> {
 
     async fn create_context(&self, language: Option<&str>, cwd: Option<&str>) -> Result<CodeContext, SandboxError> {
         self.check_alive()?;
-        if let Some(language) = language {
-            Self::check_language(language)?;
-        }
+        let language = match language {
+            Some(name) => self.language(name)?,
+            None => Language::Python,
+        };
         if let Some(cwd) = cwd {
-            check_cwd(cwd)?;
+            check_context_cwd(cwd)?;
         }
-        let kernel = self.start_kernel(cwd).await?;
-        Ok(self.inner.contexts.add(kernel, cwd))
+        let kernel = self.start_kernel(cwd, language).await?;
+        Ok(self.inner.contexts.add(kernel, language, cwd))
     }
 
     async fn list_contexts(&self) -> Result<Vec<CodeContext>, SandboxError> {
@@ -324,7 +336,7 @@ impl<B: Backend> SandboxSession for Session<B> {
         if let Some(mut old) = slot.take() {
             old.kill();
         }
-        *slot = Some(self.start_kernel(context.cwd()).await?);
+        *slot = Some(self.start_kernel(context.cwd(), context.language).await?);
         Ok(())
     }
 

@@ -114,6 +114,7 @@ async fn host_environment_does_not_leak() {
         "LANG",
         "MPLBACKEND",
         "MPLCONFIGDIR",
+        "IPYTHONDIR",
         "OPENBLAS_NUM_THREADS",
         "OMP_NUM_THREADS",
         "PYTHONUNBUFFERED",

@@ -54,6 +54,12 @@ pub trait SandboxSession: Send + Sync {
         None
     }
 
+    /// Whether this sandbox runs `language` (E2B's names), so a server can refuse a run before its
+    /// output starts streaming. The default accepts every language and lets the run say.
+    fn check_language(&self, _language: &str) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
     /// Run code; errors raised by the code come back in [`Execution::error`], not as `Err`.
     async fn run_code(&self, code: &str, options: &RunOptions) -> Result<Execution, SandboxError>;
 

@@ -262,7 +262,7 @@ pub struct EntryInfo {
     /// Where the entry points when it is a symbolic link (never followed by the host).
     #[serde(default)]
     pub symlink_target: Option<String>,
-    /// User metadata stored with the file ([`SandboxSession::set_metadata`](super::SandboxSession::set_metadata);
+    /// User metadata stored with the file ([`SandboxSession::write_file_with_metadata`](super::SandboxSession::write_file_with_metadata);
     /// E2B keeps it as `user.e2b.*` extended attributes).
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
