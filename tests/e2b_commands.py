@@ -115,15 +115,18 @@ def terminal(sbx):
         b"print('WAITING', flush=True); time.sleep(20)\"\n",
     )
     deadline = time.monotonic() + 20
-    handle = sbx.pty.connect(term.pid)
-    term.disconnect()
-    for _, _, pty in handle:
+    # Read the first stream until the program waits (Connect is live, not replayed: what the shell
+    # wrote before a second stream attaches is on this one), then attach a second stream and
+    # drop the first.
+    for _, _, pty in term:
         if pty:
             output += pty
         if b"WAITING" in output.replace(b"'WAITING'", b""):
             break
         if time.monotonic() > deadline:
             raise AssertionError(f"the terminal program did not start: {bytes(output)!r}")
+    handle = sbx.pty.connect(term.pid)
+    term.disconnect()
     sbx.pty.resize(term.pid, PtySize(rows=30, cols=100))
     sbx.pty.send_stdin(term.pid, b"stty size; exit 0\n")
     result = handle.wait(on_pty=lambda data: output.extend(data))

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use waxell::ui::{RunFilter, UiOptions, UiServer};
-use waxell_tests::browser::{chromium, dump_dom};
+use waxell_tests::browser::{chromium, dump_dom, dump_rendered_dom};
 
 fn temp_dir(name: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now()
@@ -353,7 +353,9 @@ fn planted_script_onerror_image_and_javascript_link_are_shown_as_text_and_never_
         pages.push(format!("{}#span={}", ui.run_url(&trace), id.repeat(8)));
     }
     for url in &pages {
-        let dom = dump_dom(&browser, url);
+        let dom = dump_rendered_dom(&browser, url, |dom| {
+            dom.contains("&lt;script&gt;document.title='PWNED'")
+        });
         let title = dom
             .split("<title>")
             .nth(1)

@@ -75,3 +75,18 @@ pub fn dump_dom(browser: &Path, url: &str) -> String {
     assert!(dom.contains("</html>"), "no DOM for {url}: {dom}");
     dom
 }
+
+/// [`dump_dom`] until `rendered` holds for the DOM (at most five loads), for pages that fill
+/// themselves from the server: on a loaded machine a headless load can end before the app's
+/// fetches have drawn the page. Returns the last DOM either way, for the caller's assertions.
+pub fn dump_rendered_dom(browser: &Path, url: &str, rendered: impl Fn(&str) -> bool) -> String {
+    let mut dom = dump_dom(browser, url);
+    for _ in 0..4 {
+        if rendered(&dom) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        dom = dump_dom(browser, url);
+    }
+    dom
+}
