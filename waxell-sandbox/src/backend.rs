@@ -123,7 +123,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Start a process in the sandbox under the same isolation and limits as a kernel. The core
     /// has checked `spec` (cwd, no NUL bytes) and merged the sandbox's environment into it; when
     /// `spec.pty` is set it took one of the sandbox's terminals (`pty`, held as long as the
-    /// process runs; [`crate::command`] opens a host terminal from it). Not supported by this
+    /// process runs; `crate::command` opens a host terminal from it). Not supported by this
     /// backend unless it overrides this.
     async fn start_process(
         &self,
