@@ -16,7 +16,6 @@ import gc
 import os
 import re
 import sys
-import traceback
 
 try:
     from e2b_code_interpreter import Sandbox
@@ -24,26 +23,7 @@ except ImportError as e:  # pragma: no cover - setup problem, not a conformance 
     print(f"e2b-code-interpreter is not installed ({e}): run scripts/setup-e2b-peer.sh", file=sys.stderr)
     sys.exit(2)
 
-failures = []
-
-
-def check(name, condition, detail=""):
-    if condition:
-        print(f"ok   - {name}")
-    else:
-        print(f"FAIL - {name}: {detail}")
-        failures.append(name)
-
-
-def step(name, fn):
-    """Run one step; an exception fails it (and is reported) instead of ending the script."""
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - every SDK error is a conformance failure here
-        print(f"FAIL - {name}: {type(e).__name__}: {e}")
-        traceback.print_exc()
-        failures.append(name)
-        return None
+from e2b_checks import check, failures, finish, step  # noqa: E402 - tests/ is on the path
 
 
 for var in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
@@ -234,7 +214,4 @@ try:
 except Exception as e:  # noqa: BLE001
     check("run after kill fails", True, type(e).__name__)
 
-if failures:
-    print(f"{len(failures)} check(s) failed: {', '.join(failures)}")
-    sys.exit(1)
-print("all checks passed")
+finish()

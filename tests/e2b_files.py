@@ -13,34 +13,14 @@ Prints one `ok` / `FAIL` line per check and exits 1 if any failed. tests/tests/e
 import asyncio
 import json
 import os
-import sys
 import time
-import traceback
 import urllib.error
 import urllib.request
 
 from e2b import AsyncSandbox, FileType, FilesystemEventType, Sandbox
 from e2b.exceptions import FileNotFoundException, SandboxException
 
-failures = []
-
-
-def check(name, condition, detail=""):
-    if condition:
-        print(f"ok   - {name}")
-    else:
-        print(f"FAIL - {name}: {detail}")
-        failures.append(name)
-
-
-def step(name, fn):
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - any SDK error fails the step
-        print(f"FAIL - {name}: {type(e).__name__}: {e}")
-        traceback.print_exc()
-        failures.append(name)
-        return None
+from e2b_checks import check, failures, finish, step  # noqa: E402 - tests/ is on the path
 
 
 def raises(fn, kind):
@@ -232,7 +212,4 @@ def signed_urls():
 step("signed urls", signed_urls)
 
 sbx.kill()
-if failures:
-    print(f"{len(failures)} check(s) failed: {', '.join(failures)}")
-    sys.exit(1)
-print("all checks passed")
+finish()

@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 
 try:
     from e2b import SandboxException, TimeoutException
@@ -22,25 +21,7 @@ except ImportError as e:  # pragma: no cover - setup problem
     print(f"e2b-code-interpreter is not installed ({e}): run scripts/setup-e2b-peer.sh", file=sys.stderr)
     sys.exit(2)
 
-failures = []
-
-
-def check(name, condition, detail=""):
-    if condition:
-        print(f"ok   - {name}")
-    else:
-        print(f"FAIL - {name}: {detail}")
-        failures.append(name)
-
-
-def step(name, fn):
-    """Run one group of checks; an exception fails it instead of ending the script."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - every SDK error is a failure here
-        print(f"FAIL - {name}: {type(e).__name__}: {e}")
-        traceback.print_exc()
-        failures.append(name)
+from e2b_checks import check, failures, finish, step  # noqa: E402 - tests/ is on the path
 
 
 for var in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
@@ -192,7 +173,4 @@ for name, fn in (("ipython", ipython), ("rich results", rich_results), ("javascr
     step(name, fn)
 sbx.kill()
 
-if failures:
-    print(f"{len(failures)} check(s) failed: {', '.join(failures)}")
-    sys.exit(1)
-print("all checks passed")
+finish()
