@@ -104,6 +104,7 @@ pub(crate) trait ProcessControl: Send + Sync {
     fn set_inner_pids(&mut self, _pids: [u32; 2]) {}
     /// After `ready`: find the interpreter among the host's processes where the backend can (a
     /// container under runc, with the engine on this host), so `main_thread_idle` can check it.
+    #[cfg(feature = "container")]
     async fn locate_on_host(&mut self) {}
 }
 
@@ -160,6 +161,7 @@ impl KernelProcess {
         self.process.set_inner_pids(pids);
     }
 
+    #[cfg(feature = "container")]
     pub(crate) async fn locate_on_host(&mut self) {
         self.process.locate_on_host().await;
     }
