@@ -441,7 +441,13 @@ pub async fn fork_bomb_is_contained(h: &dyn Harness) {
         );
         survived_or_gone_and_replaceable(sandbox.as_ref(), backend.as_ref()).await;
     } else {
-        assert_eq!(error.name, "TimeoutError");
+        // Rootless, without a cgroup, the memory watchdog sums the forks' resident memory (each
+        // child maps the parent's IPython), so it may end the bomb as out of memory before the
+        // run's timeout does: contained either way.
+        assert!(
+            ["TimeoutError", "OutOfMemory"].contains(&error.name.as_str()),
+            "{error:?}"
+        );
         assert_eq!(
             eval(sandbox.as_ref(), "1 + 1").await,
             "2",
