@@ -255,6 +255,7 @@ if __name__ == "__main__":
         print("all checks passed")
     elif mode == "pause-for-restart":
         pause_for_restart()
+        print("all checks passed")
     elif mode == "resume-after-restart":
         resume_after_restart(sys.argv[2], sys.argv[3])
         print("all checks passed")

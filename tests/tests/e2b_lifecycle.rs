@@ -3,7 +3,6 @@
 //! in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_lifecycle.py must pass. And a paused
 //! sandbox and a snapshot survive a restart of the server over the same state directory.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,32 +14,6 @@ use e2b_support::{client_config, local_backend, server_config, start_server, API
 use waxell::e2b::E2bBackend;
 use waxell::sandbox::{Sandbox, SandboxBackend, SandboxOptions};
 
-fn repo_root() -> PathBuf {
-    waxell_tests::manifest_dir!()
-        .parent()
-        .expect("tests/ has a parent")
-        .to_owned()
-}
-
-/// The peer venv's python, installing it with the setup script when missing (idempotent).
-fn peer_python() -> PathBuf {
-    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".local/share/waxell/e2b-peer-venv")
-        });
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        let status = std::process::Command::new("bash")
-            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
-            .status()
-            .expect("running scripts/setup-e2b-peer.sh");
-        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
-    }
-    python
-}
-
 fn config(state_dir: &std::path::Path) -> ServerConfig {
     ServerConfig::new()
         .with_api_key(API_KEY)
@@ -50,30 +23,7 @@ fn config(state_dir: &std::path::Path) -> ServerConfig {
 
 /// Run tests/e2b_lifecycle.py with `args` against `url`; its stdout, after asserting it passed.
 async fn script(url: &str, args: &[&str]) -> String {
-    let mut command = tokio::process::Command::new(peer_python());
-    command
-        .arg(repo_root().join("tests/e2b_lifecycle.py"))
-        .args(args)
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_DOMAIN")
-        .env("E2B_API_URL", url)
-        .env("E2B_SANDBOX_URL", url)
-        .env("E2B_API_KEY", API_KEY)
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(300), command.output())
-        .await
-        .expect("the lifecycle script took over 300 s")
-        .expect("running the lifecycle script");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    assert!(
-        output.status.success(),
-        "lifecycle script {args:?} failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-    stdout
+    e2b_support::run_peer_script("e2b_lifecycle.py", args, url, Duration::from_secs(300)).await
 }
 
 /// Serve the local backend until `stop` resolves; returns the URL and the server's task.
