@@ -283,10 +283,15 @@ struct SelectRequest {
 
 impl SelectRequest {
     fn selector(&self) -> Result<&Selector, ApiError> {
-        self.process
-            .as_ref()
-            .ok_or_else(|| ApiError::bad_request("the request names no process"))
+        named(&self.process)
     }
+}
+
+/// The process a request names (by pid or tag), or 400 when it names none.
+fn named(process: &Option<Selector>) -> Result<&Selector, ApiError> {
+    process
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("the request names no process"))
 }
 
 #[derive(Deserialize, Default)]
@@ -446,12 +451,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
         }
         "SendInput" => {
             let request: SendInputRequest = super::body::json(bytes)?;
-            let tracked = table.find(
-                request
-                    .process
-                    .as_ref()
-                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
-            )?;
+            let tracked = table.find(named(&request.process)?)?;
             let data = request.input.unwrap_or_default().bytes()?;
             tracked
                 .control
@@ -472,12 +472,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
         }
         "SendSignal" => {
             let request: SendSignalRequest = super::body::json(bytes)?;
-            let tracked = table.find(
-                request
-                    .process
-                    .as_ref()
-                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
-            )?;
+            let tracked = table.find(named(&request.process)?)?;
             tracked
                 .control
                 .signal(signal_of(&request.signal)?)
@@ -487,12 +482,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
         }
         "Update" => {
             let request: UpdateRequest = super::body::json(bytes)?;
-            let tracked = table.find(
-                request
-                    .process
-                    .as_ref()
-                    .ok_or_else(|| ApiError::bad_request("the request names no process"))?,
-            )?;
+            let tracked = table.find(named(&request.process)?)?;
             if let Some(pty) = &request.pty {
                 tracked
                     .control
