@@ -62,6 +62,13 @@ def pause_resume_cycles():
     try:
         sbx.files.write(MARKER, "kept")
         sbx.run_code("x = 41")
+        # What the files API does not carry: an executable bit, a private directory, a link, a
+        # modification time and user metadata.
+        sbx.files.write("/home/user/bin/tool.sh", "#!/bin/sh\necho tool ran\n", metadata={"owner": "agent-7"})
+        sbx.commands.run("chmod 755 /home/user/bin/tool.sh && mkdir -m 700 /home/user/private && "
+                         "ln -s bin/tool.sh /home/user/tool-link && touch -m -d @1700000000 /home/user/notes")
+        attributes_before = sbx.commands.run("stat -c '%n %a %Y' bin/tool.sh private notes; readlink -f tool-link",
+                                             cwd="/home/user").stdout
         for cycle in range(1, 4):
             sbx.files.write(f"/home/user/cycle{cycle}.txt", str(cycle))
             check(sbx.pause(), f"cycle {cycle}: paused")
@@ -75,6 +82,13 @@ def pause_resume_cycles():
             for earlier in range(1, cycle + 1):
                 check(sbx.files.read(f"/home/user/cycle{earlier}.txt") == str(earlier),
                       f"cycle {cycle}: file of cycle {earlier} survived")
+            attributes = sbx.commands.run("stat -c '%n %a %Y' bin/tool.sh private notes; readlink -f tool-link",
+                                          cwd="/home/user").stdout
+            check(attributes == attributes_before,
+                  f"cycle {cycle}: modes, times and the link survived ({attributes!r} vs {attributes_before!r})")
+            check(sbx.commands.run("/home/user/tool-link").stdout == "tool ran\n", f"cycle {cycle}: the script runs")
+            (tool,) = [e for e in sbx.files.list("/home/user/bin") if e.name == "tool.sh"]
+            check(tool.metadata == {"owner": "agent-7"}, f"cycle {cycle}: file metadata survived ({tool.metadata})")
         # Filesystem-only: the kernel is fresh, the code's variables are gone, and it runs.
         execution = sbx.run_code("x")
         check(execution.error is not None and execution.error.name == "NameError",

@@ -2,12 +2,17 @@
 //! sandbox's own file calls ([`SandboxSession`]'s list/read/write/make_dir): what a filesystem-only
 //! pause, a snapshot and a fork keep, for every backend alike. Bounded by the server's byte and
 //! entry caps; names are checked before anything is created on the host, and only regular files
-//! and directories are ever created there.
+//! and directories are ever created there. What the host copy does not carry (permission bits,
+//! modification times, symbolic links, user metadata) is kept beside it in `<copy>.attrs.json`
+//! and put back inside the sandbox, as the sandbox user, after the files.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
 
 use axum::http::StatusCode;
-use waxell::sandbox::{LimitKind, SandboxError, SandboxSession};
+use serde::{Deserialize, Serialize};
+use waxell::sandbox::{EntryInfo, LimitKind, ProcessSpec, SandboxError, SandboxSession};
 
 use super::error::ApiError;
 
@@ -27,10 +32,84 @@ pub(crate) struct SaveReport {
     pub(crate) bytes: u64,
     pub(crate) files: usize,
     pub(crate) dirs: usize,
-    /// Entries that are neither a regular file nor a directory (symlinks, sockets, ...), which
-    /// the file calls refuse to read: not kept, and logged.
+    /// Symbolic links, kept as their targets.
+    pub(crate) links: usize,
+    /// Entries that are neither a regular file, a directory nor a link the backend reports the
+    /// target of (sockets, fifos, ...), which the file calls refuse to read: not kept, and logged.
     pub(crate) skipped: Vec<String>,
 }
+
+/// One entry's attributes that the host copy does not carry, by its path below [`HOME`].
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct SavedAttributes {
+    /// Permission bits (`0o7777` at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mode: Option<u32>,
+    /// Modification time, nanoseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mtime_ns: Option<u64>,
+    /// A symbolic link's target, as an absolute path inside the sandbox (as the backends report
+    /// it; the link comes back pointing there). The link itself is never made on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    link: Option<String>,
+    /// User metadata (E2B's `X-Metadata-*`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    metadata: BTreeMap<String, String>,
+}
+
+impl SavedAttributes {
+    fn of(entry: &EntryInfo) -> Self {
+        Self {
+            mode: entry.mode.map(|mode| mode & 0o7777),
+            mtime_ns: entry
+                .modified
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            link: entry.symlink_target.clone(),
+            metadata: entry.metadata.clone(),
+        }
+    }
+
+    /// Whether restoring needs a step inside the sandbox (metadata goes with the file's write).
+    fn needs_fixup(&self) -> bool {
+        self.mode.is_some() || self.mtime_ns.is_some() || self.link.is_some()
+    }
+}
+
+/// Where the attributes of the saved copy `copy` live.
+fn attributes_path(copy: &Path) -> PathBuf {
+    let mut name = copy.as_os_str().to_owned();
+    name.push(".attrs.json");
+    PathBuf::from(name)
+}
+
+/// Puts modes, times and links back, run inside the sandbox as its user: links first, then every
+/// entry deepest first (so a directory's time is set after its children changed it). Reads the
+/// list of `[relative path, attributes]` on stdin; names what it could not restore on stderr.
+const FIXUP_SCRIPT: &str = r#"
+import json, os, sys
+home = "/home/user"
+entries = json.load(sys.stdin)
+failed = []
+for rel, a in entries:
+    if "link" in a:
+        try:
+            os.symlink(a["link"], os.path.join(home, rel))
+        except OSError as e:
+            failed.append(f"{rel}: {e}")
+for rel, a in sorted(entries, key=lambda e: e[0].count("/"), reverse=True):
+    path = os.path.join(home, rel)
+    try:
+        if "mode" in a and "link" not in a:
+            os.chmod(path, a["mode"])
+        if "mtime_ns" in a:
+            os.utime(path, ns=(a["mtime_ns"], a["mtime_ns"]), follow_symlinks=False)
+    except OSError as e:
+        failed.append(f"{rel}: {e}")
+if failed:
+    print("\n".join(failed[:20]), file=sys.stderr)
+    sys.exit(1)
+"#;
 
 /// 507: the sandbox holds more than one save may keep.
 fn too_much(what: String) -> ApiError {
@@ -57,6 +136,7 @@ pub(crate) async fn save_home(
     limits: SaveLimits,
 ) -> Result<SaveReport, ApiError> {
     let mut saved = SaveReport::default();
+    let mut attributes: BTreeMap<String, SavedAttributes> = BTreeMap::new();
     tokio::fs::create_dir(dest)
         .await
         .map_err(|e| host_io("cannot create", dest, e))?;
@@ -77,7 +157,7 @@ pub(crate) async fn save_home(
                 saved.skipped.push(format!("{dir}/{}", entry.name));
                 continue;
             };
-            if saved.files + saved.dirs >= limits.max_entries {
+            if saved.files + saved.dirs + saved.links >= limits.max_entries {
                 return Err(too_much(format!(
                     "{HOME} holds more than {} files and directories, more than this server saves",
                     limits.max_entries
@@ -85,11 +165,19 @@ pub(crate) async fn save_home(
             }
             let path = format!("{dir}/{name}");
             let host_path = host_dir.join(name);
+            let relative = path[HOME.len() + 1..].to_owned();
+            if entry.symlink_target.is_some() {
+                // Kept as its target only: nothing is followed and no link is made on the host.
+                attributes.insert(relative, SavedAttributes::of(&entry));
+                saved.links += 1;
+                continue;
+            }
             if entry.is_dir {
                 tokio::fs::create_dir(&host_path)
                     .await
                     .map_err(|e| host_io("cannot create", &host_path, e))?;
                 saved.dirs += 1;
+                attributes.insert(relative, SavedAttributes::of(&entry));
                 pending.push((path, host_path));
                 continue;
             }
@@ -127,8 +215,19 @@ pub(crate) async fn save_home(
                 .await
                 .map_err(|e| host_io("cannot write", &host_path, e))?;
             saved.files += 1;
+            attributes.insert(relative, SavedAttributes::of(&entry));
         }
     }
+    let attributes_file = attributes_path(dest);
+    let json = serde_json::to_vec(&attributes).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the saved attributes: {e}"),
+        )
+    })?;
+    tokio::fs::write(&attributes_file, json)
+        .await
+        .map_err(|e| host_io("cannot write", &attributes_file, e))?;
     if !saved.skipped.is_empty() {
         tracing::warn!(
             skipped = ?saved.skipped,
@@ -172,6 +271,7 @@ pub(crate) async fn restore_home(session: &dyn SandboxSession, saved: &Path) -> 
             )
         })?
         .map_err(|e| host_io("cannot read", saved, e))?;
+    let attributes = read_attributes(saved).await?;
     for (rel, is_dir) in entries {
         let Some(rel_str) = rel.to_str() else { continue };
         let path = format!("{HOME}/{rel_str}");
@@ -182,10 +282,62 @@ pub(crate) async fn restore_home(session: &dyn SandboxSession, saved: &Path) -> 
             let data = tokio::fs::read(&host_path)
                 .await
                 .map_err(|e| host_io("cannot read", &host_path, e))?;
-            session.write_file(&path, &data).await?;
+            match attributes.get(rel_str).filter(|a| !a.metadata.is_empty()) {
+                Some(a) => session.write_file_with_metadata(&path, &data, &a.metadata).await?,
+                None => session.write_file(&path, &data).await?,
+            };
         }
     }
+    restore_attributes(session, &attributes).await;
     Ok(())
+}
+
+/// The attributes saved beside `saved`; none for a copy saved before they were kept.
+async fn read_attributes(saved: &Path) -> Result<BTreeMap<String, SavedAttributes>, ApiError> {
+    let file = attributes_path(saved);
+    match tokio::fs::read(&file).await {
+        Ok(json) => serde_json::from_slice(&json).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("{} is not a saved attribute list: {e}", file.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(host_io("cannot read", &file, e)),
+    }
+}
+
+/// Put modes, times and links back inside the sandbox. The files are already there, so a
+/// backend that runs no processes, or an entry the sandbox refuses, costs only these attributes:
+/// logged, not fatal.
+async fn restore_attributes(session: &dyn SandboxSession, attributes: &BTreeMap<String, SavedAttributes>) {
+    let fixups: Vec<(&String, &SavedAttributes)> = attributes.iter().filter(|(_, a)| a.needs_fixup()).collect();
+    if fixups.is_empty() {
+        return;
+    }
+    let Ok(input) = serde_json::to_vec(&fixups) else { return };
+    let spec = ProcessSpec::new("python3")
+        .with_args(["-I", "-c", FIXUP_SCRIPT])
+        .with_stdin(true);
+    let outcome = async {
+        let process = session.start_process(&spec).await?;
+        process.control.write_stdin(&input).await?;
+        process.control.close_stdin().await?;
+        Ok::<_, SandboxError>(process.wait().await)
+    }
+    .await;
+    match outcome {
+        Ok(output) if output.exit.exit_code == 0 => {}
+        Ok(output) => tracing::warn!(
+            sandbox = session.sandbox_id(),
+            stderr = %output.stderr_text(),
+            "some saved modes, times or links could not be restored"
+        ),
+        Err(e) => tracing::warn!(
+            sandbox = session.sandbox_id(),
+            "saved modes, times and links not restored: {e}"
+        ),
+    }
 }
 
 /// Copy a saved tree (a paused sandbox's files into a snapshot).
@@ -193,6 +345,10 @@ pub(crate) async fn copy_saved(from: &Path, to: &Path) -> Result<(), ApiError> {
     let (from, to) = (from.to_path_buf(), to.to_path_buf());
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         std::fs::create_dir(&to)?;
+        match std::fs::copy(attributes_path(&from), attributes_path(&to)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         for (rel, is_dir) in saved_entries(&from)? {
             if is_dir {
                 std::fs::create_dir(to.join(&rel))?;

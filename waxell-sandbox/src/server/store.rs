@@ -3,7 +3,7 @@
 //! built in `<state>/staging/` and renamed into place whole, so a crash leaves either the old
 //! state or the new one (staging is emptied at start). With a configured state directory they
 //! survive a restart of the server; without one the store is a private temporary directory
-//! removed with the server.
+//! removed with the server. One server at a time: `<state>/lock` is held (`flock`) while it runs.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -84,6 +84,42 @@ pub(crate) struct Store {
     root: PathBuf,
     /// Made up for this server (no configured state directory): removed on drop.
     temporary: bool,
+    /// `<state>/lock`, locked for as long as this server runs (released when the file closes).
+    _lock: std::fs::File,
+}
+
+/// Lock `root` for this process: two servers on one state directory would resume the same
+/// paused sandbox twice and empty each other's staging.
+fn lock_state_dir(root: &Path) -> io::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join("lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)?;
+    if let Err(e) = rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        if e != rustix::io::Errno::WOULDBLOCK {
+            return Err(io::Error::other(format!("cannot lock {}: {e}", path.display())));
+        }
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "in use by another waxell-sandbox serve (pid {}); stop it or give this server \
+                 another --state-dir",
+                holder.trim()
+            ),
+        ));
+    }
+    file.set_len(0)?;
+    file.seek(io::SeekFrom::Start(0))?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(file)
 }
 
 fn private_dir(path: &Path) -> io::Result<()> {
@@ -110,8 +146,15 @@ impl Store {
         if temporary {
             // Not `recursive`: a directory someone else made at this (random) path is an error.
             std::fs::DirBuilder::new().mode(0o700).create(&root)?;
+        } else {
+            private_dir(&root)?;
         }
-        let store = Self { root, temporary };
+        let lock = lock_state_dir(&root)?;
+        let store = Self {
+            root,
+            temporary,
+            _lock: lock,
+        };
         for kind in [Kind::Paused, Kind::Snapshot] {
             private_dir(&store.root.join(kind.dir()))?;
         }
@@ -199,5 +242,32 @@ impl Drop for Store {
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_directory_serves_one_server_at_a_time() {
+        let dir = std::env::temp_dir().join(format!("waxell-store-lock-{}", std::process::id()));
+        let config = ServerConfig {
+            state_dir: Some(dir.clone()),
+            ..ServerConfig::default()
+        };
+        let first = Store::open(&config).expect("the first server opens the state directory");
+        let second = Store::open(&config).expect_err("a second server on the same directory is refused");
+        assert_eq!(second.kind(), io::ErrorKind::WouldBlock);
+        let message = second.to_string();
+        assert!(
+            message.contains("in use by another waxell-sandbox serve")
+                && message.contains(&format!("pid {}", std::process::id())),
+            "{message}"
+        );
+        drop(first);
+        let again = Store::open(&config).expect("free again once the first server is gone");
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
