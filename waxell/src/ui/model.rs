@@ -168,34 +168,9 @@ impl SpanRecord {
         }
     }
 
-    fn str_attr(&self, key: &str) -> Option<&str> {
-        self.attributes.get(key).and_then(Value::as_str)
-    }
-
-    fn num_attr(&self, key: &str) -> Option<f64> {
-        self.attributes.get(key).and_then(Value::as_f64)
-    }
-
-    fn operation(&self) -> &str {
-        self.str_attr(GEN_AI_OPERATION_NAME).unwrap_or_default()
-    }
-
     /// A model call: a GenAI inference operation or OpenInference kind `LLM`.
     pub fn is_llm(&self) -> bool {
-        matches!(
-            self.operation(),
-            "chat" | "text_completion" | "generate_content" | "embeddings"
-        ) || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_LLM)
-    }
-
-    fn is_agent(&self) -> bool {
-        self.operation() == OP_INVOKE_AGENT || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_AGENT)
-    }
-
-    fn agent_name(&self) -> Option<&str> {
-        self.str_attr(GEN_AI_AGENT_NAME)
-            .or_else(|| self.str_attr(OI_AGENT_NAME))
-            .or_else(|| self.str_attr(WAXELL_AGENT_NAME))
+        SpanFacts::is_llm(self)
     }
 }
 
@@ -312,20 +287,25 @@ impl RunSummary {
 
     /// Fold one newly stored span into the summary.
     pub fn add(&mut self, span: &SpanRecord) {
+        self.fold(span);
+    }
+
+    /// Fold one newly stored span, as a record or straight from OTLP, into the summary.
+    pub(crate) fn fold<S: SpanFacts + ?Sized>(&mut self, span: &S) {
         self.spans += 1;
-        if span.start > 0 {
-            self.start = self.start.min(span.start);
+        if span.start() > 0 {
+            self.start = self.start.min(span.start());
         }
-        self.end = self.end.max(span.end);
+        self.end = self.end.max(span.end());
         if self.service.is_empty() {
-            self.service = span.service.clone();
+            span.service().clone_into(&mut self.service);
         }
-        if span.status == "error" {
+        if span.is_error() {
             self.errors += 1;
         }
-        let is_root = span.parent_id.is_empty();
+        let is_root = span.is_root();
         if self.name.is_empty() || is_root {
-            self.name = span.name.clone();
+            span.name().clone_into(&mut self.name);
         }
         if span.is_agent() {
             if let Some(agent) = span.agent_name() {
@@ -333,7 +313,7 @@ impl RunSummary {
                     self.agents.push(agent.to_owned());
                 }
                 if self.agent.is_empty() || is_root {
-                    self.agent = agent.to_owned();
+                    agent.clone_into(&mut self.agent);
                 }
             }
         }
@@ -367,26 +347,12 @@ impl RunSummary {
                 self.cost = Some(self.cost.unwrap_or(0.0) + cost);
             }
         }
-        for event in span.events.iter().filter(|e| e.name == GEN_AI_EVALUATION_RESULT) {
-            let get = |k: &str| event.attributes.get(k);
-            let Some(name) = get(GEN_AI_EVALUATION_NAME).and_then(Value::as_str) else {
-                continue;
-            };
-            let score = Score {
-                value: get(GEN_AI_EVALUATION_SCORE_VALUE).and_then(Value::as_f64),
-                label: get(GEN_AI_EVALUATION_SCORE_LABEL)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                comment: get(GEN_AI_EVALUATION_EXPLANATION)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                time: event.time,
-            };
+        span.scores(&mut |name, score| {
             let keep = self.scores.get(name).is_none_or(|old| old.time <= score.time);
             if keep {
                 self.scores.insert(name.to_owned(), score);
             }
-        }
+        });
         for key in [OI_INPUT_VALUE, OI_OUTPUT_VALUE] {
             if let Some(text) = span.str_attr(key) {
                 if is_root {
@@ -406,9 +372,356 @@ impl RunSummary {
         }
         if is_root {
             self.root_seen = true;
-            self.status = if span.status == "error" { "error" } else { "ok" }.to_owned();
+            self.status = if span.is_error() { "error" } else { "ok" }.to_owned();
         }
     }
+}
+
+/// What a run's summary reads of a span: a [`SpanRecord`] or an OTLP span as it was decoded ([`OtlpSpan`]).
+pub(crate) trait SpanFacts {
+    fn start(&self) -> u64;
+    fn end(&self) -> u64;
+    fn service(&self) -> &str;
+    fn name(&self) -> &str;
+    fn is_error(&self) -> bool;
+    fn is_root(&self) -> bool;
+    /// A string attribute (the last one of that key).
+    fn str_attr(&self, key: &str) -> Option<&str>;
+    /// A numeric attribute (integer or finite double; the last one of that key).
+    fn num_attr(&self, key: &str) -> Option<f64>;
+    /// Each evaluation result among the span's events, by score name.
+    fn scores(&self, found: &mut dyn FnMut(&str, Score));
+
+    fn operation(&self) -> &str {
+        self.str_attr(GEN_AI_OPERATION_NAME).unwrap_or_default()
+    }
+
+    /// A model call: a GenAI inference operation or OpenInference kind `LLM`.
+    fn is_llm(&self) -> bool {
+        matches!(
+            self.operation(),
+            "chat" | "text_completion" | "generate_content" | "embeddings"
+        ) || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_LLM)
+    }
+
+    fn is_agent(&self) -> bool {
+        self.operation() == OP_INVOKE_AGENT || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_AGENT)
+    }
+
+    fn agent_name(&self) -> Option<&str> {
+        self.str_attr(GEN_AI_AGENT_NAME)
+            .or_else(|| self.str_attr(OI_AGENT_NAME))
+            .or_else(|| self.str_attr(WAXELL_AGENT_NAME))
+    }
+}
+
+impl SpanFacts for SpanRecord {
+    fn start(&self) -> u64 {
+        self.start
+    }
+    fn end(&self) -> u64 {
+        self.end
+    }
+    fn service(&self) -> &str {
+        &self.service
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn is_error(&self) -> bool {
+        self.status == "error"
+    }
+    fn is_root(&self) -> bool {
+        self.parent_id.is_empty()
+    }
+    fn str_attr(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).and_then(Value::as_str)
+    }
+    fn num_attr(&self, key: &str) -> Option<f64> {
+        self.attributes.get(key).and_then(Value::as_f64)
+    }
+    fn scores(&self, found: &mut dyn FnMut(&str, Score)) {
+        for event in self.events.iter().filter(|e| e.name == GEN_AI_EVALUATION_RESULT) {
+            let get = |k: &str| event.attributes.get(k);
+            let Some(name) = get(GEN_AI_EVALUATION_NAME).and_then(Value::as_str) else {
+                continue;
+            };
+            found(
+                name,
+                Score {
+                    value: get(GEN_AI_EVALUATION_SCORE_VALUE).and_then(Value::as_f64),
+                    label: get(GEN_AI_EVALUATION_SCORE_LABEL)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    comment: get(GEN_AI_EVALUATION_EXPLANATION)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    time: event.time,
+                },
+            );
+        }
+    }
+}
+
+/// One OTLP span as decoded, with its resource's service name and its scope's name: stored without first
+/// being turned into a [`SpanRecord`] (it serializes as one).
+pub(crate) struct OtlpSpan<'a> {
+    pub(crate) span: &'a Span,
+    pub(crate) service: &'a str,
+    pub(crate) scope: &'a str,
+}
+
+fn last<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    kvs.iter()
+        .rev()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+}
+
+fn as_str(v: Option<&any_value::Value>) -> Option<&str> {
+    match v {
+        Some(any_value::Value::StringValue(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn as_num(v: Option<&any_value::Value>) -> Option<f64> {
+    match v {
+        Some(any_value::Value::IntValue(i)) => Some(*i as f64),
+        Some(any_value::Value::DoubleValue(d)) if d.is_finite() => Some(*d),
+        _ => None,
+    }
+}
+
+impl OtlpSpan<'_> {
+    /// The trace and span ids in hex, `{trace}/{span}`: the span's key in the store.
+    pub(crate) fn key(&self) -> String {
+        let mut key = String::with_capacity(49);
+        push_hex(&mut key, &self.span.trace_id);
+        key.push('/');
+        push_hex(&mut key, &self.span.span_id);
+        key
+    }
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 15)] as char);
+    }
+}
+
+impl SpanFacts for OtlpSpan<'_> {
+    fn start(&self) -> u64 {
+        self.span.start_time_unix_nano
+    }
+    fn end(&self) -> u64 {
+        self.span.end_time_unix_nano.max(self.span.start_time_unix_nano)
+    }
+    fn service(&self) -> &str {
+        self.service
+    }
+    fn name(&self) -> &str {
+        &self.span.name
+    }
+    fn is_error(&self) -> bool {
+        self.span.status.as_ref().is_some_and(|s| s.code == status::StatusCode::Error as i32)
+    }
+    fn is_root(&self) -> bool {
+        self.span.parent_span_id.is_empty()
+    }
+    fn str_attr(&self, key: &str) -> Option<&str> {
+        as_str(last(&self.span.attributes, key))
+    }
+    fn num_attr(&self, key: &str) -> Option<f64> {
+        as_num(last(&self.span.attributes, key))
+    }
+    fn scores(&self, found: &mut dyn FnMut(&str, Score)) {
+        for event in self.span.events.iter().filter(|e| e.name == GEN_AI_EVALUATION_RESULT) {
+            let get = |k: &str| last(&event.attributes, k);
+            let Some(name) = as_str(get(GEN_AI_EVALUATION_NAME)) else {
+                continue;
+            };
+            found(
+                name,
+                Score {
+                    value: as_num(get(GEN_AI_EVALUATION_SCORE_VALUE)),
+                    label: as_str(get(GEN_AI_EVALUATION_SCORE_LABEL)).map(str::to_owned),
+                    comment: as_str(get(GEN_AI_EVALUATION_EXPLANATION)).map(str::to_owned),
+                    time: event.time_unix_nano,
+                },
+            );
+        }
+    }
+}
+
+/// Bytes as lowercase hex, written straight into the JSON output.
+struct HexStr<'a>(&'a [u8]);
+
+impl Serialize for HexStr<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 64];
+        if self.0.len() <= 32 {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            for (i, b) in self.0.iter().enumerate() {
+                buf[2 * i] = DIGITS[usize::from(b >> 4)];
+                buf[2 * i + 1] = DIGITS[usize::from(b & 15)];
+            }
+            s.serialize_str(std::str::from_utf8(&buf[..2 * self.0.len()]).unwrap_or_default())
+        } else {
+            s.serialize_str(&hex(self.0))
+        }
+    }
+}
+
+/// An OTLP value as JSON, as [`json_value`] makes it, without building the JSON value first.
+struct AnyJson<'a>(Option<&'a AnyValue>);
+
+impl Serialize for AnyJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(v)) => s.serialize_str(v),
+            Some(any_value::Value::BoolValue(b)) => s.serialize_bool(*b),
+            Some(any_value::Value::IntValue(i)) => s.serialize_i64(*i),
+            Some(any_value::Value::DoubleValue(d)) if d.is_finite() => s.serialize_f64(*d),
+            Some(any_value::Value::DoubleValue(d)) => s.serialize_str(&d.to_string()),
+            Some(any_value::Value::ArrayValue(a)) => s.collect_seq(a.values.iter().map(|v| AnyJson(Some(v)))),
+            // Nested maps keep JSON object semantics (sorted, the last of a key wins) as `json_value`'s.
+            Some(any_value::Value::KvlistValue(kv)) => attributes(&kv.values).serialize(s),
+            Some(any_value::Value::BytesValue(b)) => {
+                use base64::Engine;
+                s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(b))
+            }
+            #[allow(unreachable_patterns, reason = "newer OTLP value kinds are shown as null")]
+            _ => s.serialize_unit(),
+        }
+    }
+}
+
+/// Attributes as a JSON object. A key given twice appears twice; a JSON reader keeps the last, as the
+/// stored record's map does.
+struct AttrsJson<'a>(&'a [KeyValue]);
+
+impl Serialize for AttrsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|kv| (kv.key.as_str(), AnyJson(kv.value.as_ref()))))
+    }
+}
+
+impl Serialize for OtlpSpan<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Events<'a>(&'a [span::Event]);
+        impl Serialize for Events<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                for e in self.0 {
+                    struct Event<'a>(&'a span::Event);
+                    impl Serialize for Event<'_> {
+                        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                            let mut m = s.serialize_map(Some(3))?;
+                            m.serialize_entry("name", &self.0.name)?;
+                            m.serialize_entry("time", &self.0.time_unix_nano)?;
+                            m.serialize_entry("attributes", &AttrsJson(&self.0.attributes))?;
+                            m.end()
+                        }
+                    }
+                    seq.serialize_element(&Event(e))?;
+                }
+                seq.end()
+            }
+        }
+        struct Links<'a>(&'a [span::Link]);
+        impl Serialize for Links<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                for l in self.0 {
+                    struct Link<'a>(&'a span::Link);
+                    impl Serialize for Link<'_> {
+                        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                            let mut m = s.serialize_map(Some(2))?;
+                            m.serialize_entry("trace_id", &HexStr(&self.0.trace_id))?;
+                            m.serialize_entry("span_id", &HexStr(&self.0.span_id))?;
+                            m.end()
+                        }
+                    }
+                    seq.serialize_element(&Link(l))?;
+                }
+                seq.end()
+            }
+        }
+        let span = self.span;
+        let (status, message) = match &span.status {
+            Some(st) => (
+                match status::StatusCode::try_from(st.code).unwrap_or(status::StatusCode::Unset) {
+                    status::StatusCode::Ok => "ok",
+                    status::StatusCode::Error => "error",
+                    status::StatusCode::Unset => "unset",
+                },
+                st.message.as_str(),
+            ),
+            None => ("unset", ""),
+        };
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("trace_id", &HexStr(&span.trace_id))?;
+        m.serialize_entry("span_id", &HexStr(&span.span_id))?;
+        m.serialize_entry("parent_id", &HexStr(&span.parent_span_id))?;
+        m.serialize_entry("name", &span.name)?;
+        m.serialize_entry("kind", kind_name(span.kind))?;
+        m.serialize_entry("start", &span.start_time_unix_nano)?;
+        m.serialize_entry("end", &self.end())?;
+        m.serialize_entry("status", status)?;
+        if !message.is_empty() {
+            m.serialize_entry("status_message", message)?;
+        }
+        m.serialize_entry("attributes", &AttrsJson(&span.attributes))?;
+        if !span.events.is_empty() {
+            m.serialize_entry("events", &Events(&span.events))?;
+        }
+        if !span.links.is_empty() {
+            m.serialize_entry("links", &Links(&span.links))?;
+        }
+        if !self.service.is_empty() {
+            m.serialize_entry("service", self.service)?;
+        }
+        if !self.scope.is_empty() {
+            m.serialize_entry("scope", self.scope)?;
+        }
+        m.end()
+    }
+}
+
+fn kind_name(kind: i32) -> &'static str {
+    match span::SpanKind::try_from(kind).unwrap_or(span::SpanKind::Unspecified) {
+        span::SpanKind::Internal => "internal",
+        span::SpanKind::Server => "server",
+        span::SpanKind::Client => "client",
+        span::SpanKind::Producer => "producer",
+        span::SpanKind::Consumer => "consumer",
+        span::SpanKind::Unspecified => "unspecified",
+    }
+}
+
+/// Every span of some requests, as they were decoded.
+pub(crate) fn otlp_spans(requests: &[ExportTraceServiceRequest]) -> Vec<OtlpSpan<'_>> {
+    let mut out = Vec::new();
+    for rs in requests.iter().flat_map(|r| &r.resource_spans) {
+        let service = rs
+            .resource
+            .as_ref()
+            .and_then(|r| as_str(last(&r.attributes, "service.name")))
+            .unwrap_or_default();
+        for ss in &rs.scope_spans {
+            let scope = ss.scope.as_ref().map(|s| s.name.as_str()).unwrap_or_default();
+            out.extend(ss.spans.iter().map(|span| OtlpSpan {
+                span,
+                service,
+                scope,
+            }));
+        }
+    }
+    out
 }
 
 /// The run list's filters (all optional; an empty string matches everything).

@@ -3,13 +3,15 @@
 //! the file position it came from are committed in one transaction, so a restart neither loses nor repeats
 //! anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::model::{RunFilter, RunSummary, SpanRecord};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+
+use super::model::{otlp_spans, OtlpSpan, RunFilter, RunSummary, SpanFacts, SpanRecord};
 
 /// `{trace_id}/{span_id}` → the span as JSON.
 const SPANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("spans");
@@ -57,6 +59,26 @@ pub struct Store {
     db: Database,
     /// A commit since the last [`Store::sync`].
     unsynced: std::sync::atomic::AtomicBool,
+}
+
+/// A span the store can keep: its facts for the run's summary, and itself as a [`SpanRecord`]'s JSON.
+trait Storable: SpanFacts + Serialize {
+    /// `{trace}/{span}` and the trace id's length, or `None` for a span without both ids.
+    fn key(&self) -> Option<(String, usize)>;
+}
+
+impl Storable for SpanRecord {
+    fn key(&self) -> Option<(String, usize)> {
+        (!self.trace_id.is_empty() && !self.span_id.is_empty())
+            .then(|| (format!("{}/{}", self.trace_id, self.span_id), self.trace_id.len()))
+    }
+}
+
+impl Storable for OtlpSpan<'_> {
+    fn key(&self) -> Option<(String, usize)> {
+        (!self.span.trace_id.is_empty() && !self.span.span_id.is_empty())
+            .then(|| (OtlpSpan::key(self), 2 * self.span.trace_id.len()))
+    }
 }
 
 fn time_key(start: u64, trace: &str) -> Vec<u8> {
@@ -110,6 +132,26 @@ impl Store {
     /// Store `spans` (a span already stored is replaced) and update their runs; with `file`, record in the
     /// same transaction how far that file has been read. Returns the number of spans stored.
     pub fn ingest(&self, spans: &[SpanRecord], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
+        self.ingest_any(spans, file)
+    }
+
+    /// Store the spans of decoded OTLP requests, as [`Store::ingest`] does, without first turning each span
+    /// into a [`SpanRecord`].
+    pub fn ingest_otlp(
+        &self,
+        requests: &[ExportTraceServiceRequest],
+        file: Option<(&str, FilePos)>,
+    ) -> Result<usize, StoreError> {
+        self.ingest_any(&otlp_spans(requests), file)
+    }
+
+    fn ingest_any<S: Storable>(&self, spans: &[S], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
+        // The spans of a run together (in the order they came), the runs in the tree's order.
+        let mut keyed: Vec<(String, usize, &S)> = spans
+            .iter()
+            .filter_map(|s| s.key().map(|(key, len)| (key, len, s)))
+            .collect();
+        keyed.sort_by(|a, b| a.0[..a.1].cmp(&b.0[..b.1]));
         let mut txn = self.db.begin_write().map_err(err)?;
         txn.set_durability(Durability::None).map_err(err)?;
         let mut stored = 0;
@@ -121,14 +163,16 @@ impl Store {
             let mut runs = txn.open_table(RUNS).map_err(err)?;
             let mut by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
             let mut agents = txn.open_table(AGENTS).map_err(err)?;
-            let mut by_trace: BTreeMap<&str, Vec<&SpanRecord>> = BTreeMap::new();
-            for span in spans
-                .iter()
-                .filter(|s| !s.trace_id.is_empty() && !s.span_id.is_empty())
-            {
-                by_trace.entry(&span.trace_id).or_default().push(span);
-            }
-            for (trace, spans) in by_trace {
+            let mut bytes = Vec::with_capacity(1024);
+            let mut rest = keyed.as_slice();
+            while let Some((first, len, _)) = rest.first() {
+                let trace = &first[..*len];
+                let n = rest
+                    .iter()
+                    .position(|(k, len, _)| &k[..*len] != trace)
+                    .unwrap_or(rest.len());
+                let (group, later) = rest.split_at(n);
+                rest = later;
                 let mut summary = match runs.get(trace).map_err(err)? {
                     Some(v) => serde_json::from_slice(v.value()).map_err(err)?,
                     None => RunSummary::new(trace),
@@ -136,15 +180,15 @@ impl Store {
                 let old_start = summary.start;
                 let had_summary = summary.spans > 0;
                 let mut replaced = false;
-                for span in spans {
-                    let key = format!("{}/{}", span.trace_id, span.span_id);
-                    let bytes = serde_json::to_vec(span).map_err(err)?;
+                for (key, _, span) in group {
+                    bytes.clear();
+                    serde_json::to_writer(&mut bytes, span).map_err(err)?;
                     replaced |= span_table
                         .insert(key.as_str(), bytes.as_slice())
                         .map_err(err)?
                         .is_some();
                     if !replaced {
-                        summary.add(span);
+                        summary.fold(*span);
                     }
                     stored += 1;
                 }
@@ -162,15 +206,18 @@ impl Store {
                 for agent in &summary.agents {
                     agents.insert(agent.as_str(), seq).map_err(err)?;
                 }
-                if had_summary && old_start != summary.start {
+                if !had_summary || old_start != summary.start {
+                    if had_summary {
+                        by_start
+                            .remove(time_key(old_start, trace).as_slice())
+                            .map_err(err)?;
+                    }
                     by_start
-                        .remove(time_key(old_start, trace).as_slice())
+                        .insert(time_key(summary.start, trace).as_slice(), 0)
                         .map_err(err)?;
                 }
-                by_start
-                    .insert(time_key(summary.start, trace).as_slice(), 0)
-                    .map_err(err)?;
-                let bytes = serde_json::to_vec(&summary).map_err(err)?;
+                bytes.clear();
+                serde_json::to_writer(&mut bytes, &summary).map_err(err)?;
                 runs.insert(trace, bytes.as_slice()).map_err(err)?;
             }
             if let Some((path, pos)) = file {
@@ -253,6 +300,41 @@ impl Store {
         }
         spans.sort_by_key(|s| (s.start, s.end));
         Ok(Some((summary, spans)))
+    }
+
+    /// A run's summary and its spans as a JSON array (in start order), each as stored, without parsing
+    /// them into [`SpanRecord`]s and writing them again: what the run's page fetches.
+    pub fn run_json(&self, trace: &str) -> Result<Option<(RunSummary, Vec<u8>)>, StoreError> {
+        #[derive(Deserialize)]
+        struct Times {
+            start: u64,
+            end: u64,
+        }
+        let txn = self.db.begin_read().map_err(err)?;
+        let runs = txn.open_table(RUNS).map_err(err)?;
+        let Some(v) = runs.get(trace).map_err(err)? else {
+            return Ok(None);
+        };
+        let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
+        let span_table = txn.open_table(SPANS).map_err(err)?;
+        let (from, to) = span_range(trace);
+        let mut spans = Vec::new();
+        for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
+            let (_, v) = entry.map_err(err)?;
+            let t: Times = serde_json::from_slice(v.value()).map_err(err)?;
+            spans.push((t.start, t.end, v));
+        }
+        spans.sort_by_key(|s| (s.0, s.1));
+        let mut out = Vec::with_capacity(spans.iter().map(|s| s.2.value().len() + 1).sum::<usize>() + 2);
+        out.push(b'[');
+        for (i, (_, _, v)) in spans.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(v.value());
+        }
+        out.push(b']');
+        Ok(Some((summary, out)))
     }
 
     /// The change counter of one run (when it last changed), if it is stored.
