@@ -11,8 +11,9 @@
 //!   run alone (`GET /api/runs/{id}`). Target: the 10,000-span page under 1 s.
 //!
 //! - `receiver`: the receiver's own work per span, in process (no HTTP, no exporter): decoding requests of
-//!   512 spans as the exporter sends them and storing them with `Store::ingest_otlp`, beside decoding them and
-//!   storing them as `SpanRecord`s (`spans_of` + `Store::ingest`). Run it under
+//!   512 spans as the exporter sends them and storing them as the receiver does (`Store::ingest_protobuf`: read
+//!   in place, each span kept as its own bytes), beside decoding them with prost and storing them as
+//!   `SpanRecord`s' JSON (`spans_of` + `Store::ingest`, the receiver's path before). Run it under
 //!   `valgrind --tool=callgrind` for instruction counts.
 //!
 //! - `rest`: 1,000,000 spans stored (50,000 runs of 20 spans, written through the store's own ingest): the
@@ -613,15 +614,13 @@ fn bench_receiver(quick: bool) {
             let store = waxell::ui::Store::open(&dir.join("store.redb")).unwrap();
             let start = Instant::now();
             for body in &requests {
-                let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
                 if as_records {
+                    let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
                     store
                         .ingest(&waxell::ui::model::spans_of(&request), None)
                         .unwrap();
                 } else {
-                    store
-                        .ingest_otlp(std::slice::from_ref(&request), None)
-                        .unwrap();
+                    store.ingest_protobuf(body).unwrap();
                 }
             }
             let took = start.elapsed();
@@ -640,9 +639,9 @@ fn bench_receiver(quick: bool) {
     }
     let per_span = |d: Duration| d.as_secs_f64() * 1e6 / spans as f64;
     let (d, r) = (per_span(median(&mut direct)), per_span(median(&mut records)));
-    println!("receiver/ingest_otlp: {d:.2} us per span (decode + store, {spans} spans in requests of 512, {rounds} rounds, median)");
-    println!("receiver/as_records: {r:.2} us per span (decode + spans_of + Store::ingest)");
-    println!("receiver: ingest_otlp / as_records = {:.2}", d / r);
+    println!("receiver/ingest_protobuf: {d:.2} us per span (read + store, {spans} spans in requests of 512, {rounds} rounds, median)");
+    println!("receiver/as_records: {r:.2} us per span (prost decode + spans_of + Store::ingest)");
+    println!("receiver: ingest_protobuf / as_records = {:.2}", d / r);
 }
 
 fn rss_kib() -> u64 {

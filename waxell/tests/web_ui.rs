@@ -601,6 +601,7 @@ fn gzip_compressed_otlp_is_accepted_and_other_encodings_refused() {
 fn spans_stored_straight_from_otlp_match_their_records() {
     use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
     use opentelemetry_proto::tonic::trace::v1::{span, Status};
+    use prost::Message as _;
     let v = |value: any_value::Value| Some(AnyValue { value: Some(value) });
     let kv = |key: &str, value: Option<AnyValue>| PKeyValue {
         key: key.into(),
@@ -736,6 +737,14 @@ fn spans_stored_straight_from_otlp_match_their_records() {
     let (_, json) = direct.run_json(&trace).unwrap().unwrap();
     let served: Vec<waxell::ui::SpanRecord> = serde_json::from_slice(&json).unwrap();
     assert_eq!(served, direct_spans);
+    // A body that is not a trace request is refused whole, naming why.
+    let cut = request.encode_to_vec();
+    let refused = direct.ingest_protobuf(&cut[..cut.len() - 3]).unwrap_err();
+    assert!(
+        refused.to_string().contains("not an OTLP trace request"),
+        "{refused}"
+    );
+    assert_eq!(direct.counts().unwrap()["spans"], 2);
     drop((direct, records));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -410,25 +410,24 @@ async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: By
     } else {
         body
     };
-    let request = match encoding {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string()),
-        Encoding::Json => {
-            serde_json::from_slice::<ExportTraceServiceRequest>(&body).map_err(|e| e.to_string())
-        }
-    };
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                &format!("not an OTLP trace request: {e}"),
-            )
-        }
-    };
     let store = state.store.clone();
-    match blocking(move || store.ingest_otlp(std::slice::from_ref(&request), None)).await {
-        Ok(Ok(_)) => otlp_reply(encoding),
-        Ok(Err(e)) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    let stored = match encoding {
+        // Read in place: no message is built.
+        Encoding::Protobuf => blocking(move || store.ingest_body(&body).map_err(|e| e.to_string())).await,
+        Encoding::Json => match serde_json::from_slice::<ExportTraceServiceRequest>(&body) {
+            Ok(request) => {
+                blocking(move || Ok(store.ingest_otlp(std::slice::from_ref(&request), None))).await
+            }
+            Err(e) => Ok(Err(e.to_string())),
+        },
+    };
+    match stored {
+        Ok(Ok(Ok(_))) => otlp_reply(encoding),
+        Ok(Ok(Err(e))) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Ok(Err(e)) => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("not an OTLP trace request: {e}"),
+        ),
         Err(r) => r,
     }
 }

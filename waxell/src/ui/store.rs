@@ -10,8 +10,10 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableM
 use serde::{Deserialize, Serialize};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
 
-use super::model::{otlp_spans, OtlpSpan, RunFilter, RunSummary, SpanFacts, SpanRecord};
+use super::model::{RunFilter, RunSummary, SpanFacts, SpanRecord};
+use super::wire::{request_spans, WireError, WireSpan};
 
 /// `{trace_id}/{span_id}` → the span as JSON.
 const SPANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("spans");
@@ -61,10 +63,14 @@ pub struct Store {
     unsynced: std::sync::atomic::AtomicBool,
 }
 
-/// A span the store can keep: its facts for the run's summary, and itself as a [`SpanRecord`]'s JSON.
-trait Storable: SpanFacts + Serialize {
+/// A span the store can keep: its facts for the run's summary, and its stored form. A [`SpanRecord`] is kept
+/// as its JSON; an OTLP span as its own protobuf bytes with its service and scope names ([`WireSpan`]). A
+/// stored value starting with `{` is JSON (a span's protobuf starts with a field's tag, never `{`).
+trait Storable: SpanFacts {
     /// `{trace}/{span}` and the trace id's length, or `None` for a span without both ids.
     fn key(&self) -> Option<(String, usize)>;
+    /// The stored form, appended to `out`.
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError>;
 }
 
 impl Storable for SpanRecord {
@@ -72,12 +78,82 @@ impl Storable for SpanRecord {
         (!self.trace_id.is_empty() && !self.span_id.is_empty())
             .then(|| (format!("{}/{}", self.trace_id, self.span_id), self.trace_id.len()))
     }
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        serde_json::to_writer(out, self).map_err(err)
+    }
 }
 
-impl Storable for OtlpSpan<'_> {
+impl Storable for WireSpan<'_> {
     fn key(&self) -> Option<(String, usize)> {
-        (!self.span.trace_id.is_empty() && !self.span.span_id.is_empty())
-            .then(|| (OtlpSpan::key(self), 2 * self.span.trace_id.len()))
+        if self.trace_id.is_empty() || self.span_id.is_empty() {
+            return None;
+        }
+        let mut key = String::with_capacity(2 * (self.trace_id.len() + self.span_id.len()) + 1);
+        push_hex(&mut key, self.trace_id);
+        key.push('/');
+        push_hex(&mut key, self.span_id);
+        Some((key, 2 * self.trace_id.len()))
+    }
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        self.stored(out);
+        Ok(())
+    }
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+}
+
+/// A stored span, whichever its form.
+enum Stored<'a> {
+    Record(SpanRecord),
+    Wire(WireSpan<'a>),
+}
+
+fn read_stored(value: &[u8]) -> Result<Stored<'_>, StoreError> {
+    if value.first() == Some(&b'{') {
+        Ok(Stored::Record(serde_json::from_slice(value).map_err(err)?))
+    } else {
+        Ok(Stored::Wire(WireSpan::from_stored(value).map_err(err)?))
+    }
+}
+
+impl Stored<'_> {
+    fn fold_into(&self, summary: &mut RunSummary) {
+        match self {
+            Stored::Record(r) => summary.fold(r),
+            Stored::Wire(w) => summary.fold(w),
+        }
+    }
+
+    fn times(&self) -> (u64, u64) {
+        match self {
+            Stored::Record(r) => (r.start, r.end),
+            Stored::Wire(w) => (w.start(), w.end()),
+        }
+    }
+
+    fn record(self) -> Result<SpanRecord, StoreError> {
+        match self {
+            Stored::Record(r) => Ok(r),
+            Stored::Wire(w) => serde_json::to_vec(&w)
+                .and_then(|json| serde_json::from_slice(&json))
+                .map_err(err),
+        }
+    }
+
+    fn write_json(&self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+        match self {
+            Stored::Record(_) => {
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+            Stored::Wire(w) => serde_json::to_writer(out, w).map_err(err),
+        }
     }
 }
 
@@ -135,14 +211,31 @@ impl Store {
         self.ingest_any(spans, file)
     }
 
-    /// Store the spans of decoded OTLP requests, as [`Store::ingest`] does, without first turning each span
-    /// into a [`SpanRecord`].
+    /// Store the spans of decoded OTLP requests, as [`Store::ingest_protobuf`] does.
     pub fn ingest_otlp(
         &self,
         requests: &[ExportTraceServiceRequest],
         file: Option<(&str, FilePos)>,
     ) -> Result<usize, StoreError> {
-        self.ingest_any(&otlp_spans(requests), file)
+        let bodies: Vec<Vec<u8>> = requests.iter().map(Message::encode_to_vec).collect();
+        let mut spans = Vec::new();
+        for body in &bodies {
+            spans.extend(request_spans(body).map_err(err)?);
+        }
+        self.ingest_any(&spans, file)
+    }
+
+    /// Store the spans of a protobuf `ExportTraceServiceRequest` (the body of an OTLP/HTTP request), read in
+    /// place and each kept as its own bytes: no span is turned into a [`SpanRecord`] or JSON on the way in.
+    pub fn ingest_protobuf(&self, body: &[u8]) -> Result<usize, StoreError> {
+        self.ingest_body(body)
+            .map_err(|e| StoreError(format!("not an OTLP trace request: {e}")))?
+    }
+
+    /// [`Store::ingest_protobuf`], telling a body that is not a trace request from a failure of the store.
+    pub(crate) fn ingest_body(&self, body: &[u8]) -> Result<Result<usize, StoreError>, WireError> {
+        let spans = request_spans(body)?;
+        Ok(self.ingest_any(&spans, None))
     }
 
     fn ingest_any<S: Storable>(&self, spans: &[S], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
@@ -182,7 +275,7 @@ impl Store {
                 let mut replaced = false;
                 for (key, _, span) in group {
                     bytes.clear();
-                    serde_json::to_writer(&mut bytes, span).map_err(err)?;
+                    span.value(&mut bytes)?;
                     replaced |= span_table
                         .insert(key.as_str(), bytes.as_slice())
                         .map_err(err)?
@@ -198,8 +291,7 @@ impl Store {
                     let (from, to) = span_range(trace);
                     for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
                         let (_, v) = entry.map_err(err)?;
-                        let span: SpanRecord = serde_json::from_slice(v.value()).map_err(err)?;
-                        summary.add(&span);
+                        read_stored(v.value())?.fold_into(&mut summary);
                     }
                 }
                 summary.seq = seq;
@@ -296,20 +388,15 @@ impl Store {
         let mut spans = Vec::new();
         for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
             let (_, v) = entry.map_err(err)?;
-            spans.push(serde_json::from_slice::<SpanRecord>(v.value()).map_err(err)?);
+            spans.push(read_stored(v.value())?.record()?);
         }
         spans.sort_by_key(|s| (s.start, s.end));
         Ok(Some((summary, spans)))
     }
 
-    /// A run's summary and its spans as a JSON array (in start order), each as stored, without parsing
-    /// them into [`SpanRecord`]s and writing them again: what the run's page fetches.
+    /// A run's summary and its spans as a JSON array (in start order), written straight from their stored
+    /// form (no [`SpanRecord`] built): what the run's page fetches.
     pub fn run_json(&self, trace: &str) -> Result<Option<(RunSummary, Vec<u8>)>, StoreError> {
-        #[derive(Deserialize)]
-        struct Times {
-            start: u64,
-            end: u64,
-        }
         let txn = self.db.begin_read().map_err(err)?;
         let runs = txn.open_table(RUNS).map_err(err)?;
         let Some(v) = runs.get(trace).map_err(err)? else {
@@ -318,20 +405,24 @@ impl Store {
         let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
         let span_table = txn.open_table(SPANS).map_err(err)?;
         let (from, to) = span_range(trace);
-        let mut spans = Vec::new();
+        let mut values = Vec::new();
         for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
-            let (_, v) = entry.map_err(err)?;
-            let t: Times = serde_json::from_slice(v.value()).map_err(err)?;
-            spans.push((t.start, t.end, v));
+            values.push(entry.map_err(err)?.1);
+        }
+        let mut spans = Vec::with_capacity(values.len());
+        for v in &values {
+            let span = read_stored(v.value())?;
+            let (start, end) = span.times();
+            spans.push((start, end, span, v.value()));
         }
         spans.sort_by_key(|s| (s.0, s.1));
-        let mut out = Vec::with_capacity(spans.iter().map(|s| s.2.value().len() + 1).sum::<usize>() + 2);
+        let mut out = Vec::with_capacity(values.iter().map(|v| 2 * v.value().len()).sum::<usize>() + 2);
         out.push(b'[');
-        for (i, (_, _, v)) in spans.iter().enumerate() {
+        for (i, (_, _, span, raw)) in spans.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(v.value());
+            span.write_json(raw, &mut out)?;
         }
         out.push(b']');
         Ok(Some((summary, out)))
