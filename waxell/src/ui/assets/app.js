@@ -282,7 +282,7 @@
     return rows;
   }
 
-  const FIRST_ROWS = 2000;
+  const FIRST_ROWS = 500;
 
   function runView(id) {
     watched = id;
