@@ -694,12 +694,10 @@ fn spans_stored_straight_from_otlp_match_their_records() {
                 ..Default::default()
             }),
             scope_spans: vec![ScopeSpans {
-                scope: Some(
-                    opentelemetry_proto::tonic::common::v1::InstrumentationScope {
-                        name: "scope".into(),
-                        ..Default::default()
-                    },
-                ),
+                scope: Some(opentelemetry_proto::tonic::common::v1::InstrumentationScope {
+                    name: "scope".into(),
+                    ..Default::default()
+                }),
                 spans: vec![chat, root],
                 ..Default::default()
             }],
@@ -710,9 +708,7 @@ fn spans_stored_straight_from_otlp_match_their_records() {
     let direct = waxell::ui::Store::open(&dir.join("direct.redb")).unwrap();
     let records = waxell::ui::Store::open(&dir.join("records.redb")).unwrap();
     assert_eq!(
-        direct
-            .ingest_otlp(std::slice::from_ref(&request), None)
-            .unwrap(),
+        direct.ingest_otlp(std::slice::from_ref(&request), None).unwrap(),
         2
     );
     assert_eq!(
@@ -731,7 +727,10 @@ fn spans_stored_straight_from_otlp_match_their_records() {
     assert_eq!(direct_run.input_tokens, 11);
     assert_eq!(direct_run.cost, Some(0.125));
     assert_eq!(direct_run.scores["relevance"].value, Some(0.75));
-    assert_eq!(direct_spans[0].attributes["map"], serde_json::json!({"a": "1", "b": "3"}));
+    assert_eq!(
+        direct_spans[0].attributes["map"],
+        serde_json::json!({"a": "1", "b": "3"})
+    );
     assert_eq!(direct_spans[0].attributes["nan"], "NaN");
     // The page's answer carries the stored spans as they are, in start order.
     let (_, json) = direct.run_json(&trace).unwrap().unwrap();

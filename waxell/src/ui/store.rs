@@ -238,7 +238,11 @@ impl Store {
         Ok(self.ingest_any(&spans, None))
     }
 
-    fn ingest_any<S: Storable>(&self, spans: &[S], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
+    fn ingest_any<S: Storable>(
+        &self,
+        spans: &[S],
+        file: Option<(&str, FilePos)>,
+    ) -> Result<usize, StoreError> {
         // The spans of a run together (in the order they came), the runs in the tree's order.
         let mut keyed: Vec<(String, usize, &S)> = spans
             .iter()

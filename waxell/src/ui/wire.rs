@@ -227,7 +227,10 @@ fn attributes(buf: &[u8], field: u64) -> impl Iterator<Item = (&str, Any<'_>)> {
 }
 
 fn last<'a>(buf: &'a [u8], field: u64, key: &str) -> Option<Any<'a>> {
-    attributes(buf, field).filter(|(k, _)| *k == key).last().map(|(_, v)| v)
+    attributes(buf, field)
+        .filter(|(k, _)| *k == key)
+        .last()
+        .map(|(_, v)| v)
 }
 
 /// One span, read in place, with its service and scope names.
@@ -333,10 +336,7 @@ impl<'a> WireSpan<'a> {
         let (rest, lens) = value.split_last_chunk::<8>().ok_or_else(bad)?;
         let service_len = u32::from_le_bytes(lens[..4].try_into().unwrap_or_default()) as usize;
         let scope_len = u32::from_le_bytes(lens[4..].try_into().unwrap_or_default()) as usize;
-        let raw_len = rest
-            .len()
-            .checked_sub(service_len + scope_len)
-            .ok_or_else(bad)?;
+        let raw_len = rest.len().checked_sub(service_len + scope_len).ok_or_else(bad)?;
         let (raw, names) = rest.split_at(raw_len);
         let (service, scope) = names.split_at(service_len);
         let name = |b| std::str::from_utf8(b).map_err(|_| WireError("a stored name is not UTF-8"));
@@ -535,12 +535,14 @@ impl Serialize for Any<'_> {
             Any::Int(i) => s.serialize_i64(i),
             Any::Double(d) if d.is_finite() => s.serialize_f64(d),
             Any::Double(d) => s.serialize_str(&d.to_string()),
-            Any::Array(b) => s.collect_seq(
-                Fields(b)
-                    .filter_map(|f| f.ok())
-                    .filter(|(n, _)| *n == 1)
-                    .map(|(_, w)| bytes(w).ok().and_then(|b| Any::read(b, 0).ok()).unwrap_or_default()),
-            ),
+            Any::Array(b) => s.collect_seq(Fields(b).filter_map(|f| f.ok()).filter(|(n, _)| *n == 1).map(
+                |(_, w)| {
+                    bytes(w)
+                        .ok()
+                        .and_then(|b| Any::read(b, 0).ok())
+                        .unwrap_or_default()
+                },
+            )),
             Any::Map(b) => Attrs(b, 1).serialize(s),
             Any::Bytes(b) => {
                 use base64::Engine;
