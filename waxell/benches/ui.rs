@@ -5,10 +5,16 @@
 //!   the same exporter sending to a sink that answers at once without reading the body: the exporter's own
 //!   send rate, the ceiling; then waxell's own pipeline (`init()`) into the UI and into that sink, once each.
 //!   Target: the UI keeps up with the exporter.
-//! - `page`: a 10,000-span run's page loaded in headless chromium (`--dump-dom`: the DOM after the app
-//!   fetched the run and drew the tree and timeline) vs a 1-span run's page (browser start-up, the app's
-//!   assets and one fetch): the difference is what the 10,000 spans cost. Also the API's answer for the
-//!   run alone (`GET /api/runs/{id}`). Target: the 10,000-span page under 1 s.
+//! - `page`: a 10,000-span run's page vs a 1-span run's page, twice: in one headless chromium kept running
+//!   (driven over the DevTools protocol), from the navigation's start to the first span row drawn, as a page
+//!   load is timed; and from chromium's start to its DOM dump (`--dump-dom`), mostly the browser's own start.
+//!   Also the API's answer for the run alone (`GET /api/runs/{id}`). Target: the 10,000-span page under 1 s.
+//!
+//! - `receiver`: the receiver's own work per span, in process (no HTTP, no exporter): decoding requests of
+//!   512 spans as the exporter sends them and storing them as the receiver does (`Store::ingest_protobuf`: read
+//!   in place, each span kept as its own bytes), beside decoding them with prost and storing them as
+//!   `SpanRecord`s' JSON (`spans_of` + `Store::ingest`, the receiver's path before). Run it under
+//!   `valgrind --tool=callgrind` for instruction counts.
 //!
 //! - `rest`: 1,000,000 spans stored (50,000 runs of 20 spans, written through the store's own ingest): the
 //!   process's resident memory once idle beside its memory before, the store file's size, and the run
@@ -289,6 +295,130 @@ fn load_page(browser: &Path, url: &str, expect: &str) -> Duration {
     took
 }
 
+/// One headless chromium kept running, driven over the DevTools protocol on a pipe
+/// (`--remote-debugging-pipe`: commands on its fd 3, answers on its fd 4, each JSON ending in a NUL byte).
+struct Browser {
+    child: std::process::Child,
+    to: std::process::ChildStdin,
+    from: std::io::BufReader<std::process::ChildStdout>,
+    next_id: u64,
+    session: String,
+    profile: PathBuf,
+}
+
+impl Browser {
+    fn start(browser: &Path) -> Self {
+        let profile = temp_dir("cdp-profile");
+        // The shell hands chromium our pipes as its fds 3 and 4.
+        let script = format!(
+            "exec '{}' --headless --no-sandbox --disable-gpu --disable-background-networking \\
+             --disable-component-update --disable-sync --no-first-run --disable-dev-shm-usage \\
+             --user-data-dir='{}' --remote-debugging-pipe about:blank 3<&0 4>&1 0</dev/null 1>/dev/null",
+            browser.display(),
+            profile.display()
+        );
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium starts");
+        let to = child.stdin.take().unwrap();
+        let from = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut b = Self {
+            child,
+            to,
+            from,
+            next_id: 0,
+            session: String::new(),
+            profile,
+        };
+        let target = b.call(
+            None,
+            "Target.createTarget",
+            serde_json::json!({"url": "about:blank"}),
+        );
+        let target = target["targetId"].as_str().expect("a target").to_owned();
+        let attached = b.call(
+            None,
+            "Target.attachToTarget",
+            serde_json::json!({"targetId": target, "flatten": true}),
+        );
+        b.session = attached["sessionId"].as_str().expect("a session").to_owned();
+        b.call_page("Page.enable", serde_json::json!({}));
+        // Before any script of each page: note the time (ms since the navigation started) at which the
+        // first span row appears.
+        b.call_page(
+            "Page.addScriptToEvaluateOnNewDocument",
+            serde_json::json!({"source": "new MutationObserver((_, o) => { if (document.querySelector('.tree [data-span]')) { window.__drawn = performance.now(); o.disconnect(); } }).observe(document, {childList: true, subtree: true});"}),
+        );
+        b
+    }
+
+    fn call(&mut self, session: Option<&str>, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = serde_json::json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = s.into();
+        }
+        let mut bytes = serde_json::to_vec(&msg).unwrap();
+        bytes.push(0);
+        self.to.write_all(&bytes).unwrap();
+        self.to.flush().unwrap();
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).unwrap();
+            assert!(n > 0, "chromium closed the DevTools pipe");
+            buf.pop();
+            let reply: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+            if reply["id"].as_u64() == Some(id) {
+                assert!(reply.get("error").is_none(), "{method}: {reply}");
+                return reply["result"].clone();
+            }
+        }
+    }
+
+    fn call_page(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        let session = self.session.clone();
+        self.call(Some(&session), method, params)
+    }
+
+    /// Navigate to `url` and wait until the tree is drawn with `expect` in it: the time from the
+    /// navigation's start to the first span row, as the page's own clock measured it.
+    fn load(&mut self, url: &str, expect: &str) -> Duration {
+        self.call_page("Page.navigate", serde_json::json!({"url": url}));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let check = format!(
+            "window.__drawn && document.querySelector('.tree').textContent.includes({}) ? window.__drawn : 0",
+            serde_json::to_string(expect).unwrap()
+        );
+        loop {
+            let r = self.call_page(
+                "Runtime.evaluate",
+                serde_json::json!({"expression": check, "returnByValue": true}),
+            );
+            let ms = r["result"]["value"].as_f64().unwrap_or(0.0);
+            if ms > 0.0 {
+                return Duration::from_secs_f64(ms / 1000.0);
+            }
+            assert!(Instant::now() < deadline, "the page did not draw {expect:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
 fn get(addr: std::net::SocketAddr, path: &str) -> usize {
     let mut stream = TcpStream::connect(addr).unwrap();
     write!(
@@ -348,7 +478,21 @@ fn bench_page(quick: bool) {
         .clone();
 
     let (mut big_times, mut small_times, mut api_times) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut big_warm, mut small_warm) = (Vec::new(), Vec::new());
     let mut bytes = 0;
+    let mut running = Browser::start(&browser);
+    // A first navigation, not counted: the browser's own first-page start-up.
+    running.load(&ui.run_url(&small), "invoke_agent small");
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            big_warm.push(running.load(&ui.run_url(&big), "execute_tool step_49"));
+            small_warm.push(running.load(&ui.run_url(&small), "invoke_agent small"));
+        } else {
+            small_warm.push(running.load(&ui.run_url(&small), "invoke_agent small"));
+            big_warm.push(running.load(&ui.run_url(&big), "execute_tool step_49"));
+        }
+    }
+    drop(running);
     for round in 0..rounds {
         let big_page = || load_page(&browser, &ui.run_url(&big), "execute_tool step_49");
         let small_page = || load_page(&browser, &ui.run_url(&small), "invoke_agent small");
@@ -368,6 +512,9 @@ fn bench_page(quick: bool) {
         median(&mut small_times),
         median(&mut api_times),
     );
+    let (bw, sw) = (median(&mut big_warm), median(&mut small_warm));
+    println!("page/10000_spans_loaded: {bw:?} (in a running chromium: navigation start to the tree drawn, {rounds} rounds, median)");
+    println!("page/1_span_loaded: {sw:?} (the same for a 1-span run)");
     println!("page/10000_spans: {b:?} (chromium start to DOM dump, {rounds} rounds, median)");
     println!("page/1_span: {s:?} (the same for a 1-span run: browser start-up, assets, one fetch)");
     println!(
@@ -377,6 +524,133 @@ fn bench_page(quick: bool) {
     println!("page/api: GET /api/runs/{{id}} for 10,000 spans: {a:?} ({bytes} bytes)");
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Requests of 512 spans (runs of 20 as [`agent_run`] makes them), protobuf-encoded.
+fn encoded_requests(runs: usize) -> Vec<Vec<u8>> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue as Kv};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    let kv = |k: &str, v: String| Kv {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v)),
+        }),
+        ..Default::default()
+    };
+    let mut spans = Vec::new();
+    for run in 0..runs {
+        let mut trace = [0u8; 16];
+        trace[..8].copy_from_slice(&(run as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes());
+        trace[8..].copy_from_slice(&(run as u64 + 7).to_be_bytes());
+        for i in 0..=TOOLS_PER_RUN as u64 {
+            let attributes = if i == 0 {
+                vec![
+                    kv("gen_ai.operation.name", "invoke_agent".into()),
+                    kv("gen_ai.agent.name", "bench".into()),
+                    kv("openinference.span.kind", "AGENT".into()),
+                    kv("input.value", format!("{{\"run\":{run}}}")),
+                ]
+            } else {
+                vec![
+                    kv("gen_ai.operation.name", "execute_tool".into()),
+                    kv("gen_ai.tool.name", "step".into()),
+                    kv("openinference.span.kind", "TOOL".into()),
+                    kv("gen_ai.tool.call.arguments", format!("{{\"i\":{i}}}")),
+                    kv("output.value", (i * 3).to_string()),
+                ]
+            };
+            spans.push(Span {
+                trace_id: trace.to_vec(),
+                span_id: (run as u64 * 100 + i + 1).to_be_bytes().to_vec(),
+                parent_span_id: if i == 0 {
+                    Vec::new()
+                } else {
+                    (run as u64 * 100 + 1).to_be_bytes().to_vec()
+                },
+                name: if i == 0 {
+                    "invoke_agent bench"
+                } else {
+                    "execute_tool step"
+                }
+                .into(),
+                kind: 1,
+                start_time_unix_nano: 1_700_000_000_000_000_000 + run as u64 * 1_000_000 + i,
+                end_time_unix_nano: 1_700_000_000_000_000_000 + run as u64 * 1_000_000 + 500_000,
+                attributes,
+                ..Default::default()
+            });
+        }
+    }
+    spans
+        .chunks(512)
+        .map(|chunk| {
+            ExportTraceServiceRequest {
+                resource_spans: vec![ResourceSpans {
+                    resource: Some(Resource {
+                        attributes: vec![kv("service.name", "bench".into())],
+                        ..Default::default()
+                    }),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "bench".into(),
+                            ..Default::default()
+                        }),
+                        spans: chunk.to_vec(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+            }
+            .encode_to_vec()
+        })
+        .collect()
+}
+
+fn bench_receiver(quick: bool) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let runs = if quick { 500 } else { 2_000 };
+    let rounds = if quick { 1 } else { 5 };
+    let spans = runs * (TOOLS_PER_RUN + 1);
+    let requests = encoded_requests(runs);
+    let (mut direct, mut records) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let measure = |as_records: bool| {
+            let dir = temp_dir("receiver");
+            let store = waxell::ui::Store::open(&dir.join("store.redb")).unwrap();
+            let start = Instant::now();
+            for body in &requests {
+                if as_records {
+                    let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+                    store
+                        .ingest(&waxell::ui::model::spans_of(&request), None)
+                        .unwrap();
+                } else {
+                    store.ingest_protobuf(body).unwrap();
+                }
+            }
+            let took = start.elapsed();
+            assert_eq!(store.counts().unwrap()["spans"] as usize, spans);
+            drop(store);
+            let _ = std::fs::remove_dir_all(dir);
+            took
+        };
+        if round % 2 == 0 {
+            direct.push(measure(false));
+            records.push(measure(true));
+        } else {
+            records.push(measure(true));
+            direct.push(measure(false));
+        }
+    }
+    let per_span = |d: Duration| d.as_secs_f64() * 1e6 / spans as f64;
+    let (d, r) = (per_span(median(&mut direct)), per_span(median(&mut records)));
+    println!("receiver/ingest_protobuf: {d:.2} us per span (read + store, {spans} spans in requests of 512, {rounds} rounds, median)");
+    println!("receiver/as_records: {r:.2} us per span (prost decode + spans_of + Store::ingest)");
+    println!("receiver: ingest_protobuf / as_records = {:.2}", d / r);
 }
 
 fn rss_kib() -> u64 {
@@ -479,6 +753,9 @@ fn main() {
     }
     if only.is_empty() || only.contains("page") {
         bench_page(quick);
+    }
+    if only.is_empty() || only.contains("receiver") {
+        bench_receiver(quick);
     }
     if only.is_empty() || only.contains("rest") {
         bench_rest(quick);

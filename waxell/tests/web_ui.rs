@@ -593,3 +593,157 @@ fn gzip_compressed_otlp_is_accepted_and_other_encodings_refused() {
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// OTLP spans stored straight from the decoded request come back exactly as when they are first turned into
+/// `SpanRecord`s, with the same run summary: every value kind, events with a score, links, an error status,
+/// a key given twice (the last wins).
+#[test]
+fn spans_stored_straight_from_otlp_match_their_records() {
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+    use opentelemetry_proto::tonic::trace::v1::{span, Status};
+    use prost::Message as _;
+    let v = |value: any_value::Value| Some(AnyValue { value: Some(value) });
+    let kv = |key: &str, value: Option<AnyValue>| PKeyValue {
+        key: key.into(),
+        value,
+        ..Default::default()
+    };
+    let str_kv = |key: &str, s: &str| kv(key, v(any_value::Value::StringValue(s.into())));
+    let root = Span {
+        trace_id: vec![0xa7; 16],
+        span_id: vec![1; 8],
+        name: "invoke_agent both".into(),
+        kind: 3,
+        start_time_unix_nano: 1_700_000_000_000_000_000,
+        end_time_unix_nano: 1_700_000_000_500_000_000,
+        attributes: vec![
+            str_kv("gen_ai.operation.name", "invoke_agent"),
+            str_kv("gen_ai.agent.name", "first"),
+            str_kv("gen_ai.agent.name", "both"),
+            str_kv("input.value", "<b>Question?</b>"),
+            str_kv("session.id", "s-1"),
+            kv("flag", v(any_value::Value::BoolValue(true))),
+            kv("ratio", v(any_value::Value::DoubleValue(0.25))),
+            kv("nan", v(any_value::Value::DoubleValue(f64::NAN))),
+            kv("raw", v(any_value::Value::BytesValue(b"bytes here".to_vec()))),
+            kv("none", None),
+            kv(
+                "list",
+                v(any_value::Value::ArrayValue(ArrayValue {
+                    values: vec![
+                        AnyValue {
+                            value: Some(any_value::Value::IntValue(3)),
+                        },
+                        AnyValue {
+                            value: Some(any_value::Value::StringValue("x".into())),
+                        },
+                    ],
+                })),
+            ),
+            kv(
+                "map",
+                v(any_value::Value::KvlistValue(KeyValueList {
+                    values: vec![str_kv("b", "2"), str_kv("a", "1"), str_kv("b", "3")],
+                })),
+            ),
+        ],
+        events: vec![span::Event {
+            name: "gen_ai.evaluation.result".into(),
+            time_unix_nano: 1_700_000_000_400_000_000,
+            attributes: vec![
+                str_kv("gen_ai.evaluation.name", "relevance"),
+                kv(
+                    "gen_ai.evaluation.score.value",
+                    v(any_value::Value::DoubleValue(0.75)),
+                ),
+                str_kv("gen_ai.evaluation.score.label", "good"),
+            ],
+            ..Default::default()
+        }],
+        links: vec![span::Link {
+            trace_id: vec![0xb8; 16],
+            span_id: vec![2; 8],
+            ..Default::default()
+        }],
+        status: Some(Status {
+            message: "it failed".into(),
+            code: 2,
+        }),
+        ..Default::default()
+    };
+    let chat = Span {
+        trace_id: vec![0xa7; 16],
+        span_id: vec![3; 8],
+        parent_span_id: vec![1; 8],
+        name: "chat m".into(),
+        start_time_unix_nano: 1_700_000_000_100_000_000,
+        end_time_unix_nano: 1_700_000_000_050_000_000,
+        attributes: vec![
+            str_kv("gen_ai.operation.name", "chat"),
+            kv("gen_ai.usage.input_tokens", v(any_value::Value::IntValue(11))),
+            kv("gen_ai.usage.output_tokens", v(any_value::Value::IntValue(4))),
+            kv("waxell.llm.cost", v(any_value::Value::DoubleValue(0.125))),
+            str_kv("output.value", "Answer"),
+        ],
+        ..Default::default()
+    };
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(opentelemetry_proto::tonic::resource::v1::Resource {
+                attributes: vec![str_kv("service.name", "svc")],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(opentelemetry_proto::tonic::common::v1::InstrumentationScope {
+                    name: "scope".into(),
+                    ..Default::default()
+                }),
+                spans: vec![chat, root],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let dir = temp_dir("straight");
+    let direct = waxell::ui::Store::open(&dir.join("direct.redb")).unwrap();
+    let records = waxell::ui::Store::open(&dir.join("records.redb")).unwrap();
+    assert_eq!(
+        direct.ingest_otlp(std::slice::from_ref(&request), None).unwrap(),
+        2
+    );
+    assert_eq!(
+        records
+            .ingest(&waxell::ui::model::spans_of(&request), None)
+            .unwrap(),
+        2
+    );
+    let trace = "a7".repeat(16);
+    let (direct_run, direct_spans) = direct.run(&trace).unwrap().unwrap();
+    let (record_run, record_spans) = records.run(&trace).unwrap().unwrap();
+    assert_eq!(direct_spans, record_spans);
+    assert_eq!(direct_run, record_run);
+    assert_eq!(direct_run.agent, "both");
+    assert_eq!(direct_run.status, "error");
+    assert_eq!(direct_run.input_tokens, 11);
+    assert_eq!(direct_run.cost, Some(0.125));
+    assert_eq!(direct_run.scores["relevance"].value, Some(0.75));
+    assert_eq!(
+        direct_spans[0].attributes["map"],
+        serde_json::json!({"a": "1", "b": "3"})
+    );
+    assert_eq!(direct_spans[0].attributes["nan"], "NaN");
+    // The page's answer carries the stored spans as they are, in start order.
+    let (_, json) = direct.run_json(&trace).unwrap().unwrap();
+    let served: Vec<waxell::ui::SpanRecord> = serde_json::from_slice(&json).unwrap();
+    assert_eq!(served, direct_spans);
+    // A body that is not a trace request is refused whole, naming why.
+    let cut = request.encode_to_vec();
+    let refused = direct.ingest_protobuf(&cut[..cut.len() - 3]).unwrap_err();
+    assert!(
+        refused.to_string().contains("not an OTLP trace request"),
+        "{refused}"
+    );
+    assert_eq!(direct.counts().unwrap()["spans"], 2);
+    drop((direct, records));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use super::model::spans_of;
 use super::store::{FilePos, Store, StoreError};
 
 /// Reads the trace files of some directories (and single files) into the store.
@@ -66,7 +65,7 @@ impl Follower {
                 self.known.insert(path, pos);
                 continue;
             }
-            let Ok((spans, next, bad)) = read_from(&path, pos) else {
+            let Ok((requests, next, bad)) = read_from(&path, pos) else {
                 continue;
             };
             if bad > 0 && self.warned.get(&path) != Some(&next.line) {
@@ -77,7 +76,7 @@ impl Follower {
                 self.warned.insert(path.clone(), next.line);
             }
             if next != pos {
-                stored += store.ingest(&spans, Some((&key, next)))?;
+                stored += store.ingest_otlp(&requests, Some((&key, next)))?;
             }
             self.known.insert(path, next);
         }
@@ -85,15 +84,15 @@ impl Follower {
     }
 }
 
-/// The spans of the complete lines after `pos`, the position after them, and how many lines were not
+/// The trace requests of the complete lines after `pos`, the position after them, and how many lines were not
 /// trace requests. A last line without its newline is left for later: it may still be being written.
-fn read_from(path: &Path, pos: FilePos) -> std::io::Result<(Vec<super::model::SpanRecord>, FilePos, u64)> {
+fn read_from(path: &Path, pos: FilePos) -> std::io::Result<(Vec<ExportTraceServiceRequest>, FilePos, u64)> {
     let mut file = std::fs::File::open(path)?;
     file.seek(SeekFrom::Start(pos.offset))?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let mut spans = Vec::new();
+    let mut requests = Vec::new();
     let mut line = pos.line;
     let mut bad = 0;
     for text in bytes[..complete].split(|&b| b == b'\n') {
@@ -102,7 +101,7 @@ fn read_from(path: &Path, pos: FilePos) -> std::io::Result<(Vec<super::model::Sp
         }
         line += 1;
         match serde_json::from_slice::<ExportTraceServiceRequest>(text) {
-            Ok(request) => spans.extend(spans_of(&request)),
+            Ok(request) => requests.push(request),
             Err(_) => bad += 1,
         }
     }
@@ -110,5 +109,5 @@ fn read_from(path: &Path, pos: FilePos) -> std::io::Result<(Vec<super::model::Sp
         offset: pos.offset + complete as u64,
         line,
     };
-    Ok((spans, next, bad))
+    Ok((requests, next, bad))
 }

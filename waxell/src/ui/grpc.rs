@@ -12,7 +12,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 
 use super::http::Security;
-use super::model::spans_of;
 use super::store::Store;
 
 struct Receiver {
@@ -39,9 +38,11 @@ impl TraceService for Receiver {
                 ));
             }
         }
-        let spans = spans_of(request.get_ref());
+        let request = request.into_inner();
         let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || store.ingest(&spans, None)).await {
+        match tokio::task::spawn_blocking(move || store.ingest_otlp(std::slice::from_ref(&request), None))
+            .await
+        {
             Ok(Ok(_)) => Ok(tonic::Response::new(ExportTraceServiceResponse::default())),
             Ok(Err(e)) => Err(tonic::Status::unavailable(e.to_string())),
             Err(e) => Err(tonic::Status::internal(e.to_string())),

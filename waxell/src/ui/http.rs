@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 
-use super::model::{spans_of, RunFilter};
+use super::model::RunFilter;
 use super::store::Store;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -318,10 +318,18 @@ async fn api_run(State(state): State<AppState>, Path(id): Path<String>) -> Respo
         );
     }
     let store = state.store.clone();
-    match blocking(move || store.seq().and_then(|seq| Ok((seq, store.run(&id)?)))).await {
+    match blocking(move || store.seq().and_then(|seq| Ok((seq, store.run_json(&id)?)))).await {
         Ok(Ok((seq, Some((mut run, spans))))) => {
             run.search.clear();
-            Json(serde_json::json!({ "seq": seq, "run": run, "spans": spans })).into_response()
+            // The spans go out as stored (JSON the store wrote), not parsed and written again.
+            let mut body = format!("{{\"seq\":{seq},\"run\":").into_bytes();
+            if let Err(e) = serde_json::to_writer(&mut body, &run) {
+                return internal(e);
+            }
+            body.extend_from_slice(b",\"spans\":");
+            body.extend_from_slice(&spans);
+            body.push(b'}');
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
         }
         Ok(Ok((_, None))) => refuse(StatusCode::NOT_FOUND, "no such run"),
         Ok(Err(e)) => internal(e),
@@ -402,26 +410,24 @@ async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: By
     } else {
         body
     };
-    let request = match encoding {
-        Encoding::Protobuf => ExportTraceServiceRequest::decode(body).map_err(|e| e.to_string()),
-        Encoding::Json => {
-            serde_json::from_slice::<ExportTraceServiceRequest>(&body).map_err(|e| e.to_string())
-        }
-    };
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => {
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                &format!("not an OTLP trace request: {e}"),
-            )
-        }
-    };
-    let spans = spans_of(&request);
     let store = state.store.clone();
-    match blocking(move || store.ingest(&spans, None)).await {
-        Ok(Ok(_)) => otlp_reply(encoding),
-        Ok(Err(e)) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    let stored = match encoding {
+        // Read in place: no message is built.
+        Encoding::Protobuf => blocking(move || store.ingest_body(&body).map_err(|e| e.to_string())).await,
+        Encoding::Json => match serde_json::from_slice::<ExportTraceServiceRequest>(&body) {
+            Ok(request) => {
+                blocking(move || Ok(store.ingest_otlp(std::slice::from_ref(&request), None))).await
+            }
+            Err(e) => Ok(Err(e.to_string())),
+        },
+    };
+    match stored {
+        Ok(Ok(Ok(_))) => otlp_reply(encoding),
+        Ok(Ok(Err(e))) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+        Ok(Err(e)) => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("not an OTLP trace request: {e}"),
+        ),
         Err(r) => r,
     }
 }

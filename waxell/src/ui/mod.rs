@@ -21,6 +21,7 @@ mod grpc;
 mod http;
 pub mod model;
 pub mod store;
+mod wire;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;

@@ -168,34 +168,9 @@ impl SpanRecord {
         }
     }
 
-    fn str_attr(&self, key: &str) -> Option<&str> {
-        self.attributes.get(key).and_then(Value::as_str)
-    }
-
-    fn num_attr(&self, key: &str) -> Option<f64> {
-        self.attributes.get(key).and_then(Value::as_f64)
-    }
-
-    fn operation(&self) -> &str {
-        self.str_attr(GEN_AI_OPERATION_NAME).unwrap_or_default()
-    }
-
     /// A model call: a GenAI inference operation or OpenInference kind `LLM`.
     pub fn is_llm(&self) -> bool {
-        matches!(
-            self.operation(),
-            "chat" | "text_completion" | "generate_content" | "embeddings"
-        ) || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_LLM)
-    }
-
-    fn is_agent(&self) -> bool {
-        self.operation() == OP_INVOKE_AGENT || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_AGENT)
-    }
-
-    fn agent_name(&self) -> Option<&str> {
-        self.str_attr(GEN_AI_AGENT_NAME)
-            .or_else(|| self.str_attr(OI_AGENT_NAME))
-            .or_else(|| self.str_attr(WAXELL_AGENT_NAME))
+        SpanFacts::is_llm(self)
     }
 }
 
@@ -312,20 +287,25 @@ impl RunSummary {
 
     /// Fold one newly stored span into the summary.
     pub fn add(&mut self, span: &SpanRecord) {
+        self.fold(span);
+    }
+
+    /// Fold one newly stored span, as a record or straight from OTLP, into the summary.
+    pub(crate) fn fold<S: SpanFacts + ?Sized>(&mut self, span: &S) {
         self.spans += 1;
-        if span.start > 0 {
-            self.start = self.start.min(span.start);
+        if span.start() > 0 {
+            self.start = self.start.min(span.start());
         }
-        self.end = self.end.max(span.end);
+        self.end = self.end.max(span.end());
         if self.service.is_empty() {
-            self.service = span.service.clone();
+            span.service().clone_into(&mut self.service);
         }
-        if span.status == "error" {
+        if span.is_error() {
             self.errors += 1;
         }
-        let is_root = span.parent_id.is_empty();
+        let is_root = span.is_root();
         if self.name.is_empty() || is_root {
-            self.name = span.name.clone();
+            span.name().clone_into(&mut self.name);
         }
         if span.is_agent() {
             if let Some(agent) = span.agent_name() {
@@ -333,7 +313,7 @@ impl RunSummary {
                     self.agents.push(agent.to_owned());
                 }
                 if self.agent.is_empty() || is_root {
-                    self.agent = agent.to_owned();
+                    agent.clone_into(&mut self.agent);
                 }
             }
         }
@@ -367,26 +347,12 @@ impl RunSummary {
                 self.cost = Some(self.cost.unwrap_or(0.0) + cost);
             }
         }
-        for event in span.events.iter().filter(|e| e.name == GEN_AI_EVALUATION_RESULT) {
-            let get = |k: &str| event.attributes.get(k);
-            let Some(name) = get(GEN_AI_EVALUATION_NAME).and_then(Value::as_str) else {
-                continue;
-            };
-            let score = Score {
-                value: get(GEN_AI_EVALUATION_SCORE_VALUE).and_then(Value::as_f64),
-                label: get(GEN_AI_EVALUATION_SCORE_LABEL)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                comment: get(GEN_AI_EVALUATION_EXPLANATION)
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                time: event.time,
-            };
+        span.scores(&mut |name, score| {
             let keep = self.scores.get(name).is_none_or(|old| old.time <= score.time);
             if keep {
                 self.scores.insert(name.to_owned(), score);
             }
-        }
+        });
         for key in [OI_INPUT_VALUE, OI_OUTPUT_VALUE] {
             if let Some(text) = span.str_attr(key) {
                 if is_root {
@@ -406,7 +372,93 @@ impl RunSummary {
         }
         if is_root {
             self.root_seen = true;
-            self.status = if span.status == "error" { "error" } else { "ok" }.to_owned();
+            self.status = if span.is_error() { "error" } else { "ok" }.to_owned();
+        }
+    }
+}
+
+/// What a run's summary reads of a span: a [`SpanRecord`] or an OTLP span as it was decoded ([`OtlpSpan`]).
+pub(crate) trait SpanFacts {
+    fn start(&self) -> u64;
+    fn end(&self) -> u64;
+    fn service(&self) -> &str;
+    fn name(&self) -> &str;
+    fn is_error(&self) -> bool;
+    fn is_root(&self) -> bool;
+    /// A string attribute (the last one of that key).
+    fn str_attr(&self, key: &str) -> Option<&str>;
+    /// A numeric attribute (integer or finite double; the last one of that key).
+    fn num_attr(&self, key: &str) -> Option<f64>;
+    /// Each evaluation result among the span's events, by score name.
+    fn scores(&self, found: &mut dyn FnMut(&str, Score));
+
+    fn operation(&self) -> &str {
+        self.str_attr(GEN_AI_OPERATION_NAME).unwrap_or_default()
+    }
+
+    /// A model call: a GenAI inference operation or OpenInference kind `LLM`.
+    fn is_llm(&self) -> bool {
+        matches!(
+            self.operation(),
+            "chat" | "text_completion" | "generate_content" | "embeddings"
+        ) || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_LLM)
+    }
+
+    fn is_agent(&self) -> bool {
+        self.operation() == OP_INVOKE_AGENT || self.str_attr(OI_SPAN_KIND) == Some(OI_KIND_AGENT)
+    }
+
+    fn agent_name(&self) -> Option<&str> {
+        self.str_attr(GEN_AI_AGENT_NAME)
+            .or_else(|| self.str_attr(OI_AGENT_NAME))
+            .or_else(|| self.str_attr(WAXELL_AGENT_NAME))
+    }
+}
+
+impl SpanFacts for SpanRecord {
+    fn start(&self) -> u64 {
+        self.start
+    }
+    fn end(&self) -> u64 {
+        self.end
+    }
+    fn service(&self) -> &str {
+        &self.service
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn is_error(&self) -> bool {
+        self.status == "error"
+    }
+    fn is_root(&self) -> bool {
+        self.parent_id.is_empty()
+    }
+    fn str_attr(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).and_then(Value::as_str)
+    }
+    fn num_attr(&self, key: &str) -> Option<f64> {
+        self.attributes.get(key).and_then(Value::as_f64)
+    }
+    fn scores(&self, found: &mut dyn FnMut(&str, Score)) {
+        for event in self.events.iter().filter(|e| e.name == GEN_AI_EVALUATION_RESULT) {
+            let get = |k: &str| event.attributes.get(k);
+            let Some(name) = get(GEN_AI_EVALUATION_NAME).and_then(Value::as_str) else {
+                continue;
+            };
+            found(
+                name,
+                Score {
+                    value: get(GEN_AI_EVALUATION_SCORE_VALUE).and_then(Value::as_f64),
+                    label: get(GEN_AI_EVALUATION_SCORE_LABEL)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    comment: get(GEN_AI_EVALUATION_EXPLANATION)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    time: event.time,
+                },
+            );
         }
     }
 }

@@ -3,13 +3,17 @@
 //! the file position it came from are committed in one transaction, so a restart neither loses nor repeats
 //! anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use super::model::{RunFilter, RunSummary, SpanRecord};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+
+use super::model::{RunFilter, RunSummary, SpanFacts, SpanRecord};
+use super::wire::{request_spans, WireError, WireSpan};
 
 /// `{trace_id}/{span_id}` → the span as JSON.
 const SPANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("spans");
@@ -57,6 +61,100 @@ pub struct Store {
     db: Database,
     /// A commit since the last [`Store::sync`].
     unsynced: std::sync::atomic::AtomicBool,
+}
+
+/// A span the store can keep: its facts for the run's summary, and its stored form. A [`SpanRecord`] is kept
+/// as its JSON; an OTLP span as its own protobuf bytes with its service and scope names ([`WireSpan`]). A
+/// stored value starting with `{` is JSON (a span's protobuf starts with a field's tag, never `{`).
+trait Storable: SpanFacts {
+    /// `{trace}/{span}` and the trace id's length, or `None` for a span without both ids.
+    fn key(&self) -> Option<(String, usize)>;
+    /// The stored form, appended to `out`.
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError>;
+}
+
+impl Storable for SpanRecord {
+    fn key(&self) -> Option<(String, usize)> {
+        (!self.trace_id.is_empty() && !self.span_id.is_empty())
+            .then(|| (format!("{}/{}", self.trace_id, self.span_id), self.trace_id.len()))
+    }
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        serde_json::to_writer(out, self).map_err(err)
+    }
+}
+
+impl Storable for WireSpan<'_> {
+    fn key(&self) -> Option<(String, usize)> {
+        if self.trace_id.is_empty() || self.span_id.is_empty() {
+            return None;
+        }
+        let mut key = String::with_capacity(2 * (self.trace_id.len() + self.span_id.len()) + 1);
+        push_hex(&mut key, self.trace_id);
+        key.push('/');
+        push_hex(&mut key, self.span_id);
+        Some((key, 2 * self.trace_id.len()))
+    }
+    fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        self.stored(out);
+        Ok(())
+    }
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+}
+
+/// A stored span, whichever its form.
+enum Stored<'a> {
+    Record(SpanRecord),
+    Wire(WireSpan<'a>),
+}
+
+fn read_stored(value: &[u8]) -> Result<Stored<'_>, StoreError> {
+    if value.first() == Some(&b'{') {
+        Ok(Stored::Record(serde_json::from_slice(value).map_err(err)?))
+    } else {
+        Ok(Stored::Wire(WireSpan::from_stored(value).map_err(err)?))
+    }
+}
+
+impl Stored<'_> {
+    fn fold_into(&self, summary: &mut RunSummary) {
+        match self {
+            Stored::Record(r) => summary.fold(r),
+            Stored::Wire(w) => summary.fold(w),
+        }
+    }
+
+    fn times(&self) -> (u64, u64) {
+        match self {
+            Stored::Record(r) => (r.start, r.end),
+            Stored::Wire(w) => (w.start(), w.end()),
+        }
+    }
+
+    fn record(self) -> Result<SpanRecord, StoreError> {
+        match self {
+            Stored::Record(r) => Ok(r),
+            Stored::Wire(w) => serde_json::to_vec(&w)
+                .and_then(|json| serde_json::from_slice(&json))
+                .map_err(err),
+        }
+    }
+
+    fn write_json(&self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), StoreError> {
+        match self {
+            Stored::Record(_) => {
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+            Stored::Wire(w) => serde_json::to_writer(out, w).map_err(err),
+        }
+    }
 }
 
 fn time_key(start: u64, trace: &str) -> Vec<u8> {
@@ -110,6 +208,47 @@ impl Store {
     /// Store `spans` (a span already stored is replaced) and update their runs; with `file`, record in the
     /// same transaction how far that file has been read. Returns the number of spans stored.
     pub fn ingest(&self, spans: &[SpanRecord], file: Option<(&str, FilePos)>) -> Result<usize, StoreError> {
+        self.ingest_any(spans, file)
+    }
+
+    /// Store the spans of decoded OTLP requests, as [`Store::ingest_protobuf`] does.
+    pub fn ingest_otlp(
+        &self,
+        requests: &[ExportTraceServiceRequest],
+        file: Option<(&str, FilePos)>,
+    ) -> Result<usize, StoreError> {
+        let bodies: Vec<Vec<u8>> = requests.iter().map(Message::encode_to_vec).collect();
+        let mut spans = Vec::new();
+        for body in &bodies {
+            spans.extend(request_spans(body).map_err(err)?);
+        }
+        self.ingest_any(&spans, file)
+    }
+
+    /// Store the spans of a protobuf `ExportTraceServiceRequest` (the body of an OTLP/HTTP request), read in
+    /// place and each kept as its own bytes: no span is turned into a [`SpanRecord`] or JSON on the way in.
+    pub fn ingest_protobuf(&self, body: &[u8]) -> Result<usize, StoreError> {
+        self.ingest_body(body)
+            .map_err(|e| StoreError(format!("not an OTLP trace request: {e}")))?
+    }
+
+    /// [`Store::ingest_protobuf`], telling a body that is not a trace request from a failure of the store.
+    pub(crate) fn ingest_body(&self, body: &[u8]) -> Result<Result<usize, StoreError>, WireError> {
+        let spans = request_spans(body)?;
+        Ok(self.ingest_any(&spans, None))
+    }
+
+    fn ingest_any<S: Storable>(
+        &self,
+        spans: &[S],
+        file: Option<(&str, FilePos)>,
+    ) -> Result<usize, StoreError> {
+        // The spans of a run together (in the order they came), the runs in the tree's order.
+        let mut keyed: Vec<(String, usize, &S)> = spans
+            .iter()
+            .filter_map(|s| s.key().map(|(key, len)| (key, len, s)))
+            .collect();
+        keyed.sort_by(|a, b| a.0[..a.1].cmp(&b.0[..b.1]));
         let mut txn = self.db.begin_write().map_err(err)?;
         txn.set_durability(Durability::None).map_err(err)?;
         let mut stored = 0;
@@ -121,14 +260,16 @@ impl Store {
             let mut runs = txn.open_table(RUNS).map_err(err)?;
             let mut by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
             let mut agents = txn.open_table(AGENTS).map_err(err)?;
-            let mut by_trace: BTreeMap<&str, Vec<&SpanRecord>> = BTreeMap::new();
-            for span in spans
-                .iter()
-                .filter(|s| !s.trace_id.is_empty() && !s.span_id.is_empty())
-            {
-                by_trace.entry(&span.trace_id).or_default().push(span);
-            }
-            for (trace, spans) in by_trace {
+            let mut bytes = Vec::with_capacity(1024);
+            let mut rest = keyed.as_slice();
+            while let Some((first, len, _)) = rest.first() {
+                let trace = &first[..*len];
+                let n = rest
+                    .iter()
+                    .position(|(k, len, _)| &k[..*len] != trace)
+                    .unwrap_or(rest.len());
+                let (group, later) = rest.split_at(n);
+                rest = later;
                 let mut summary = match runs.get(trace).map_err(err)? {
                     Some(v) => serde_json::from_slice(v.value()).map_err(err)?,
                     None => RunSummary::new(trace),
@@ -136,15 +277,15 @@ impl Store {
                 let old_start = summary.start;
                 let had_summary = summary.spans > 0;
                 let mut replaced = false;
-                for span in spans {
-                    let key = format!("{}/{}", span.trace_id, span.span_id);
-                    let bytes = serde_json::to_vec(span).map_err(err)?;
+                for (key, _, span) in group {
+                    bytes.clear();
+                    span.value(&mut bytes)?;
                     replaced |= span_table
                         .insert(key.as_str(), bytes.as_slice())
                         .map_err(err)?
                         .is_some();
                     if !replaced {
-                        summary.add(span);
+                        summary.fold(*span);
                     }
                     stored += 1;
                 }
@@ -154,23 +295,25 @@ impl Store {
                     let (from, to) = span_range(trace);
                     for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
                         let (_, v) = entry.map_err(err)?;
-                        let span: SpanRecord = serde_json::from_slice(v.value()).map_err(err)?;
-                        summary.add(&span);
+                        read_stored(v.value())?.fold_into(&mut summary);
                     }
                 }
                 summary.seq = seq;
                 for agent in &summary.agents {
                     agents.insert(agent.as_str(), seq).map_err(err)?;
                 }
-                if had_summary && old_start != summary.start {
+                if !had_summary || old_start != summary.start {
+                    if had_summary {
+                        by_start
+                            .remove(time_key(old_start, trace).as_slice())
+                            .map_err(err)?;
+                    }
                     by_start
-                        .remove(time_key(old_start, trace).as_slice())
+                        .insert(time_key(summary.start, trace).as_slice(), 0)
                         .map_err(err)?;
                 }
-                by_start
-                    .insert(time_key(summary.start, trace).as_slice(), 0)
-                    .map_err(err)?;
-                let bytes = serde_json::to_vec(&summary).map_err(err)?;
+                bytes.clear();
+                serde_json::to_writer(&mut bytes, &summary).map_err(err)?;
                 runs.insert(trace, bytes.as_slice()).map_err(err)?;
             }
             if let Some((path, pos)) = file {
@@ -249,10 +392,44 @@ impl Store {
         let mut spans = Vec::new();
         for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
             let (_, v) = entry.map_err(err)?;
-            spans.push(serde_json::from_slice::<SpanRecord>(v.value()).map_err(err)?);
+            spans.push(read_stored(v.value())?.record()?);
         }
         spans.sort_by_key(|s| (s.start, s.end));
         Ok(Some((summary, spans)))
+    }
+
+    /// A run's summary and its spans as a JSON array (in start order), written straight from their stored
+    /// form (no [`SpanRecord`] built): what the run's page fetches.
+    pub fn run_json(&self, trace: &str) -> Result<Option<(RunSummary, Vec<u8>)>, StoreError> {
+        let txn = self.db.begin_read().map_err(err)?;
+        let runs = txn.open_table(RUNS).map_err(err)?;
+        let Some(v) = runs.get(trace).map_err(err)? else {
+            return Ok(None);
+        };
+        let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
+        let span_table = txn.open_table(SPANS).map_err(err)?;
+        let (from, to) = span_range(trace);
+        let mut values = Vec::new();
+        for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
+            values.push(entry.map_err(err)?.1);
+        }
+        let mut spans = Vec::with_capacity(values.len());
+        for v in &values {
+            let span = read_stored(v.value())?;
+            let (start, end) = span.times();
+            spans.push((start, end, span, v.value()));
+        }
+        spans.sort_by_key(|s| (s.0, s.1));
+        let mut out = Vec::with_capacity(values.iter().map(|v| 2 * v.value().len()).sum::<usize>() + 2);
+        out.push(b'[');
+        for (i, (_, _, span, raw)) in spans.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            span.write_json(raw, &mut out)?;
+        }
+        out.push(b']');
+        Ok(Some((summary, out)))
     }
 
     /// The change counter of one run (when it last changed), if it is stored.

@@ -282,7 +282,7 @@
     return rows;
   }
 
-  const FIRST_ROWS = 2000;
+  const FIRST_ROWS = 500;
 
   function runView(id) {
     watched = id;
@@ -290,14 +290,21 @@
     let selected = decodeURIComponent(location.hash.replace(/^#span=/, '')) || '';
     let data = null;
     const header = el('section', { class: 'runhead' });
-    const tree = el('div', { class: 'tree', role: 'tree' });
+    // One click handler for every row: a large run draws thousands of them.
+    const tree = el('div', { class: 'tree', role: 'tree', onclick: (e) => {
+      const row = e.target instanceof Element ? e.target.closest('.row[data-span]') : null;
+      if (row) select(row.getAttribute('data-span'));
+    } });
     const detail = el('div', { class: 'detail' });
     main.replaceChildren(header, el('div', { class: 'runbody' }, el('div', { class: 'treepane' }, tree), detail));
 
     function select(spanId) {
       selected = spanId;
       history.replaceState(null, '', location.pathname + '#span=' + spanId);
-      for (const r of tree.querySelectorAll('.row')) r.classList.toggle('selected', r.getAttribute('data-span') === spanId);
+      for (const r of tree.querySelectorAll('.row.selected')) r.classList.remove('selected');
+      for (const r of tree.querySelectorAll('.row[data-span]')) {
+        if (r.getAttribute('data-span') === spanId) { r.classList.add('selected'); break; }
+      }
       const span = data.spans.find((s) => s.span_id === spanId);
       detail.replaceChildren(span ? spanDetail(span, data) : el('p', { class: 'muted' }, 'Select a span.'));
     }
@@ -330,22 +337,35 @@
         el('span', { class: 'dur' }, 'Duration'), el('span', { class: 'timeline' }, 'Timeline · ' + fmtDur(total))),
       ...(more > 0 ? [el('button', { class: 'more', type: 'button', onclick: () => { showAll = true; load(); } },
         'Show all ' + fmtNum(rows.length) + ' spans (' + fmtNum(more) + ' more below)')] : []),
-      ...shown.map((r) => {
-        const kind = classify(r.span);
-        const left = ((r.span.start - t0) / total) * 100;
-        const width = Math.max(((r.span.end - r.span.start) / total) * 100, 0.3);
-        return el('div', { class: 'row k-' + kind + (r.span.status === 'error' ? ' error' : ''), 'data-span': r.span.span_id,
-          role: 'treeitem', tabindex: 0, onclick: () => select(r.span.span_id) },
-        el('span', { class: 'label', style: { paddingLeft: (r.depth * 14 + 4) + 'px' } },
-          el('span', { class: 'badge b-' + kind }, BADGE[kind]), ' ', el('span', { class: 'sname' }, r.span.name)),
-        el('span', { class: 'dur' }, fmtDur(r.span.end - r.span.start)),
-        el('span', { class: 'timeline' }, el('span', { class: 'bar', style: { left: left + '%', width: width + '%' } })));
-      }));
+      ...shown.map((r) => treeRow(r, t0, total)));
       const root = rows.length ? rows[0].span.span_id : '';
       select(data.spans.some((s) => s.span_id === selected) ? selected : root);
     }
     refresh = load;
     return load();
+  }
+
+  // A tree row, built directly (no helper per element): span values go in as text nodes only.
+  function spanEl(cls, ...children) {
+    const e = document.createElement('span');
+    e.className = cls;
+    e.append(...children);
+    return e;
+  }
+  function treeRow(r, t0, total) {
+    const kind = classify(r.span);
+    const row = document.createElement('div');
+    row.className = 'row k-' + kind + (r.span.status === 'error' ? ' error' : '');
+    row.setAttribute('data-span', String(r.span.span_id));
+    row.setAttribute('role', 'treeitem');
+    row.tabIndex = 0;
+    const label = spanEl('label', spanEl('badge b-' + kind, BADGE[kind]), ' ', spanEl('sname', String(r.span.name)));
+    label.style.paddingLeft = (r.depth * 14 + 4) + 'px';
+    const bar = spanEl('bar');
+    bar.style.left = ((r.span.start - t0) / total) * 100 + '%';
+    bar.style.width = Math.max(((r.span.end - r.span.start) / total) * 100, 0.3) + '%';
+    row.append(label, spanEl('dur', fmtDur(r.span.end - r.span.start)), spanEl('timeline', bar));
+    return row;
   }
 
   function runHeader(run) {
