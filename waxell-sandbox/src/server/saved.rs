@@ -283,7 +283,11 @@ pub(crate) async fn restore_home(session: &dyn SandboxSession, saved: &Path) -> 
                 .await
                 .map_err(|e| host_io("cannot read", &host_path, e))?;
             match attributes.get(rel_str).filter(|a| !a.metadata.is_empty()) {
-                Some(a) => session.write_file_with_metadata(&path, &data, &a.metadata).await?,
+                Some(a) => {
+                    session
+                        .write_file_with_metadata(&path, &data, &a.metadata)
+                        .await?
+                }
                 None => session.write_file(&path, &data).await?,
             };
         }
@@ -311,11 +315,14 @@ async fn read_attributes(saved: &Path) -> Result<BTreeMap<String, SavedAttribute
 /// backend that runs no processes, or an entry the sandbox refuses, costs only these attributes:
 /// logged, not fatal.
 async fn restore_attributes(session: &dyn SandboxSession, attributes: &BTreeMap<String, SavedAttributes>) {
-    let fixups: Vec<(&String, &SavedAttributes)> = attributes.iter().filter(|(_, a)| a.needs_fixup()).collect();
+    let fixups: Vec<(&String, &SavedAttributes)> =
+        attributes.iter().filter(|(_, a)| a.needs_fixup()).collect();
     if fixups.is_empty() {
         return;
     }
-    let Ok(input) = serde_json::to_vec(&fixups) else { return };
+    let Ok(input) = serde_json::to_vec(&fixups) else {
+        return;
+    };
     let spec = ProcessSpec::new("python3")
         .with_args(["-I", "-c", FIXUP_SCRIPT])
         .with_stdin(true);
