@@ -2,8 +2,8 @@
 `waxell-sandbox serve` (E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY point at it). Run by
 tests/tests/e2b_commands.rs; each check prints one line, the last line is "all checks passed".
 
-Usage: e2b_commands.py [abuse | bench N]  (`abuse`: only the containment checks; `bench N`: the
-median of N `commands.run("echo hi")` round trips and N first terminal bytes, printed)
+Usage: e2b_commands.py [abuse]  (`abuse`: only the containment checks; the timings are
+scripts/bench-e2b-inside.py's)
 """
 
 import sys
@@ -186,39 +186,11 @@ def abuse(sbx):
     check("the sandbox still works", result.stdout == "42\n", result)
 
 
-def bench(sbx, rounds):
-    import statistics
-
-    def median_ms(measure):
-        measure()  # warm: first connection, first process
-        return statistics.median(measure() for _ in range(rounds)) * 1000
-
-    def echo():
-        started = time.perf_counter()
-        sbx.commands.run("echo hi")
-        return time.perf_counter() - started
-
-    def first_pty_byte():
-        started = time.perf_counter()
-        term = sbx.pty.create(PtySize(rows=24, cols=80))
-        for _, _, pty in term:
-            if pty:
-                break
-        elapsed = time.perf_counter() - started
-        sbx.pty.kill(term.pid)
-        return elapsed
-
-    print(f"commands.run('echo hi') median of {rounds}: {median_ms(echo):.1f} ms")
-    print(f"first PTY byte median of {rounds}: {median_ms(first_pty_byte):.1f} ms")
-
-
 def main():
     only_abuse = sys.argv[1:] == ["abuse"]
     sbx = Sandbox.create(timeout=300)
     try:
-        if sys.argv[1:2] == ["bench"]:
-            bench(sbx, int(sys.argv[2]))
-        elif only_abuse:
+        if only_abuse:
             abuse(sbx)
         else:
             foreground(sbx)
