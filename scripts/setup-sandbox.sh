@@ -119,7 +119,7 @@ import hashlib, json, os, re, shutil, stat, subprocess, sys, time
 root_link = sys.argv[1]
 pythons = [p for p in sys.argv[2:] if p]
 started = time.time()
-VERSION = "4"  # bump when what goes into a root changes (the cache key)
+VERSION = "5"  # bump when what goes into a root changes (the cache key)
 # Everything a shell command expects (Debian's Essential set is added below) and the runtimes.
 SEEDS = ("bash coreutils dash util-linux findutils grep sed mawk gawk diffutils tar gzip bzip2 xz-utils zstd "
          "procps psmisc file less which debianutils ncurses-bin hostname ca-certificates tzdata media-types "
@@ -300,7 +300,7 @@ def place(src, dst):
             counts["linked"] += 1
         except OSError:
             shutil.copy2(src, dst)
-            os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o755)
+            os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o555)  # read-only, even to its owner
             counts["copied"] += 1
 
 
