@@ -113,7 +113,8 @@ fi
 # generation that the root's symlink then points at. See docs/sandbox.md, "What the sandbox sees".
 ROOT="${WAXELL_SANDBOX_ROOT:-$HOME/.local/share/waxell/sandbox-root}"
 "${as_venv_owner[@]}" mkdir -p "$(dirname "$ROOT")"
-"${as_venv_owner[@]}" "$venv_python" -I - "$ROOT" "$venv_python" "${WAXELL_SANDBOX_PYTHON:-}" <<'PYTHON' | while read -r line; do log "$line"; done
+"${as_venv_owner[@]}" env WAXELL_SANDBOX_ROOT_PACKAGES="${WAXELL_SANDBOX_ROOT_PACKAGES:-}" \
+    "$venv_python" -I - "$ROOT" "$venv_python" "${WAXELL_SANDBOX_PYTHON:-}" <<'PYTHON' | while read -r line; do log "$line"; done
 import hashlib, json, os, re, shutil, stat, subprocess, sys, time
 
 root_link = sys.argv[1]

@@ -210,9 +210,9 @@ impl HostReport {
             Feature::ReadOnlyRuntime,
             Status::Enforced,
             match mode {
-                IsolationMode::Rootful => "/usr (the sandbox root) and the Python installation bound read-only".into(),
+                IsolationMode::Rootful => "the sandbox root at /usr and the Python installation bound read-only".into(),
                 IsolationMode::Rootless => {
-                    "/usr (the sandbox root) and the Python installation bound read-only, the sandbox's root \
+                    "the sandbox root at /usr and the Python installation bound read-only, the sandbox's root \
                      remounted read-only"
                         .into()
                 }
@@ -296,7 +296,11 @@ impl HostReport {
     /// The report with the read-only runtime line naming the sandbox root (`what`), and saying how
     /// to rebuild it when the host's packages changed after it was built (`stale`).
     pub(crate) fn with_runtime_root(mut self, what: &str, stale: Option<String>) -> Self {
-        if let Some(check) = self.checks.iter_mut().find(|c| c.feature == Feature::ReadOnlyRuntime) {
+        if let Some(check) = self
+            .checks
+            .iter_mut()
+            .find(|c| c.feature == Feature::ReadOnlyRuntime)
+        {
             check.detail = format!("{}; {what}", check.detail);
             if let Some(stale) = stale {
                 // Isolation is whole either way; what is missing is programs installed since.

@@ -43,14 +43,14 @@ impl SandboxRoot {
     /// not there (the sandbox never falls back to the host's `/usr`).
     pub fn detect() -> Result<Self, SandboxError> {
         let (path, how) = match std::env::var_os(ROOT_ENV_VAR) {
-            Some(path) => (PathBuf::from(path), format!("{ROOT_ENV_VAR} names")),
+            Some(path) => (PathBuf::from(path), format!("named by {ROOT_ENV_VAR}")),
             None => (
                 default_root().ok_or_else(|| {
                     SandboxError::Unavailable(format!(
                         "no sandbox root: HOME is not set and neither is {ROOT_ENV_VAR}"
                     ))
                 })?,
-                "the default".to_owned(),
+                "the default one".to_owned(),
             ),
         };
         Self::open(&path).map_err(|e| {
@@ -126,8 +126,7 @@ impl SandboxRoot {
     /// One line for the host report.
     pub(crate) fn describe(&self) -> String {
         format!(
-            "/usr is the sandbox root {} ({} Debian packages and their files only, nothing else of the host's /usr, \
-             /opt or /etc)",
+            "sandbox root {}: the files of {} Debian packages, nothing else of the host's /usr, /opt or /etc",
             self.path.display(),
             self.packages
         )
@@ -156,7 +155,7 @@ mod tests {
         assert!(SandboxRoot::open(&dir).unwrap_err().contains("usr/bin/sh"));
         std::os::unix::fs::symlink("dash", dir.join("usr/bin/sh")).unwrap();
         let root = SandboxRoot::open(&dir).unwrap();
-        assert!(root.describe().contains("2 Debian packages"), "{}", root.describe());
+        assert!(root.describe().contains("of 2 Debian packages"), "{}", root.describe());
         assert_eq!(root.host_path(Path::new("/usr/bin/sh")), dir.join("usr/bin/sh"));
         std::fs::remove_dir_all(dir).unwrap();
     }

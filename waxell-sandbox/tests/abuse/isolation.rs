@@ -462,7 +462,11 @@ async fn host_files_no_needed_package_owns_are_unreadable() {
             if !dir.exists() && std::fs::create_dir_all(&dir).is_ok() {
                 planted.0.push(dir.clone());
             }
-            let file = dir.join(if dir.ends_with(&tag) { ".env".to_owned() } else { format!("{tag}.txt") });
+            let file = dir.join(if dir.ends_with(&tag) {
+                ".env".to_owned()
+            } else {
+                format!("{tag}.txt")
+            });
             if std::fs::write(&file, "SECRET=planted\n").is_ok() {
                 planted.0.push(file.clone());
                 secrets.push(file.display().to_string());
@@ -486,7 +490,10 @@ async fn host_files_no_needed_package_owns_are_unreadable() {
             }
         }
     }
-    eprintln!("{} host files checked ({host_local} of the host's own under /usr/local)", secrets.len());
+    eprintln!(
+        "{} host files checked ({host_local} of the host's own under /usr/local)",
+        secrets.len()
+    );
 
     let backend = backend();
     let sandbox = abuse_sandbox(&backend).await;
@@ -501,7 +508,10 @@ async fn host_files_no_needed_package_owns_are_unreadable() {
     )
     .await;
     for secret in &secrets {
-        assert_eq!(result[secret], "ENOENT", "{secret} is readable in the sandbox: {result}");
+        assert_eq!(
+            result[secret], "ENOENT",
+            "{secret} is readable in the sandbox: {result}"
+        );
     }
     assert_eq!(result["/usr/local listing"], serde_json::json!([]), "{result}");
     assert_eq!(result["/opt listing"], serde_json::json!(["waxell"]), "{result}");
@@ -524,19 +534,30 @@ async fn host_files_no_needed_package_owns_are_unreadable() {
         .expect("start a command")
         .wait()
         .await;
-    assert_eq!(output.exit.exit_code, 0, "{:?}", output);
+    assert_eq!(output.exit.exit_code, 0, "{output:?}");
     assert_eq!(
         output.stdout_text(),
         format!("{}\npython\n/usr/share/zoneinfo\n1\ntar\n", sandbox.uid()),
         "{output:?}"
     );
     let bash = RunOptions::default().with_language("bash");
-    let execution = sandbox.run_code("echo $((6 * 7)) from $BASH_VERSION", &bash).await.unwrap();
+    let execution = sandbox
+        .run_code("echo $((6 * 7)) from $BASH_VERSION", &bash)
+        .await
+        .unwrap();
     assert!(execution.stdout().starts_with("42 from "), "{execution:?}");
     for (language, code, expected) in [
-        ("javascript", "require('os').platform() + ' ' + [1, 2, 3].map(x => x * 2).join(',')", "linux 2,4,6"),
+        (
+            "javascript",
+            "require('os').platform() + ' ' + [1, 2, 3].map(x => x * 2).join(',')",
+            "linux 2,4,6",
+        ),
         ("typescript", "const n: number = 40; n + 2", "42"),
-        ("java", "String.join(\",\", java.util.List.of(\"a\", \"b\")) + java.time.ZoneId.systemDefault()", "a,b"),
+        (
+            "java",
+            "String.join(\",\", java.util.List.of(\"a\", \"b\")) + java.time.ZoneId.systemDefault()",
+            "a,b",
+        ),
     ] {
         if sandbox.check_language(language).is_err() {
             eprintln!("{language}: not installed on this host, skipped");
