@@ -191,6 +191,9 @@ def owner_of(path):
 seeds = {b for b, p in packages.items() if p["essential"]}
 for name in SEEDS:
     seeds.update(by_name.get(name, []))
+for name in os.environ.get("WAXELL_SANDBOX_ROOT_PACKAGES", "").split():
+    if not by_name.get(name):
+        print(f"warning: WAXELL_SANDBOX_ROOT_PACKAGES names {name}, which is not installed: left out")
 elf_files = []
 for f in SEED_FILES:
     if os.path.exists(f):
