@@ -115,12 +115,40 @@ ROOT="${WAXELL_SANDBOX_ROOT:-$HOME/.local/share/waxell/sandbox-root}"
 "${as_venv_owner[@]}" mkdir -p "$(dirname "$ROOT")"
 "${as_venv_owner[@]}" env WAXELL_SANDBOX_ROOT_PACKAGES="${WAXELL_SANDBOX_ROOT_PACKAGES:-}" \
     "$venv_python" -I - "$ROOT" "$venv_python" "${WAXELL_SANDBOX_PYTHON:-}" <<'PYTHON' | while read -r line; do log "$line"; done
-import hashlib, json, os, re, shutil, stat, subprocess, sys, time
+import glob, hashlib, json, os, re, shutil, stat, subprocess, sys, time
 
 root_link = sys.argv[1]
 pythons = [p for p in sys.argv[2:] if p]
 started = time.time()
 VERSION = "5"  # bump when what goes into a root changes (the cache key)
+
+
+# Quick check first: nothing changed since the last build (the package database, the extra packages,
+# the interpreters and their package directories), so the root is current without recomputing it.
+def quick_key():
+    def st(path):
+        try:
+            m = os.stat(path)
+            return [m.st_mtime_ns, m.st_size]
+        except OSError:
+            return None
+    key = [VERSION, st("/var/lib/dpkg/status"), os.environ.get("WAXELL_SANDBOX_ROOT_PACKAGES", "")]
+    for python in pythons:
+        prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+        key += [python, os.path.realpath(python), st(os.path.realpath(python))]
+        for dirpath in sorted(glob.glob(prefix + "/lib/python3*/site-packages")):
+            key += [dirpath, st(dirpath)]
+    return json.dumps(key)
+
+
+stamp = os.path.join(root_link, "quick-key")
+try:
+    with open(stamp) as f:
+        if f.read() == quick_key():
+            print(f"sandbox root {root_link} is current (nothing changed since it was built)")
+            sys.exit(0)
+except OSError:
+    pass
 # Everything a shell command expects (Debian's Essential set is added below) and the runtimes.
 SEEDS = ("bash coreutils dash util-linux findutils grep sed mawk gawk diffutils tar gzip bzip2 xz-utils zstd "
          "procps psmisc file less which debianutils ncurses-bin hostname ca-certificates tzdata media-types "
@@ -261,6 +289,8 @@ digest = hashlib.sha256(manifest.encode()).hexdigest()[:16]
 store = root_link + ".d"
 target = os.path.join(store, digest)
 if os.path.islink(root_link) and os.readlink(root_link) == target and os.path.isfile(os.path.join(target, "manifest")):
+    with open(stamp, "w") as f:
+        f.write(quick_key())
     print(f"sandbox root {root_link} is current ({len(closure)} packages)")
     sys.exit(0)
 
@@ -357,6 +387,8 @@ for d in MERGED:  # as inside the sandbox (the launcher makes these links there)
     os.symlink("usr" + d, work + d)
 with open(os.path.join(work, "manifest"), "w") as f:
     f.write(manifest)
+with open(os.path.join(work, "quick-key"), "w") as f:
+    f.write(quick_key())
 shutil.rmtree(target, ignore_errors=True)
 os.rename(work, target)
 tmp_link = root_link + ".tmp"
