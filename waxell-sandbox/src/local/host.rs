@@ -253,7 +253,12 @@ impl PythonRuntime {
         if !venv {
             binds.extend(self.site.iter().cloned());
         }
-        binds.extend(self.libpython.iter().cloned());
+        // Under /usr, libpython only when the root has it: the setup script puts it there when the
+        // binary loads it (a Debian `python3` is linked statically, its libpython is another package's).
+        let libpython = self.libpython.iter().filter(|lib| {
+            !lib.starts_with("/usr") || std::fs::symlink_metadata(root.host_path(lib)).is_ok()
+        });
+        binds.extend(libpython.cloned());
         for bind in binds {
             let already = mounts
                 .iter()
