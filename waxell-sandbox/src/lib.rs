@@ -88,7 +88,9 @@ linux_only! {
     #[cfg(feature = "container")]
     pub use container::{removals_settled, ContainerConfig};
 
-    pub use local::{cgroup_subtree_dir, default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
+    pub use local::{
+        cgroup_subtree_dir, default_venv_python, PythonRuntime, SandboxRoot, PYTHON_ENV_VAR, SANDBOX_ROOT_ENV_VAR,
+    };
 
     /// Creates isolated local Python sandboxes (bubblewrap + seccomp + cgroups), optionally from
     /// a warm pool of pre-started interpreters. Cheap to clone; the pool is shared.

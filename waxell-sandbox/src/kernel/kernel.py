@@ -46,7 +46,7 @@ SYNC_MARKER = b"\x00\x1bwaxell-sync\x1b\x00"
 # IPython's kernel frames a `print`).
 STREAM_FLUSH_DELAY = 0.05
 STREAM_HOLD_LIMIT = 64 << 10
-# Where the language runtimes are (the host's /usr inside the local sandbox, the image's otherwise).
+# Where the language runtimes are (the sandbox root's /usr inside the local sandbox, the image's otherwise).
 NODE = "/usr/bin/node"
 TYPESCRIPT = "/usr/share/nodejs/typescript"
 BASH = "/bin/bash"

@@ -1,7 +1,7 @@
 //! The languages a context can run, by E2B's names, and which of them a sandbox has the runtime
 //! for. Python runs in the kernel itself (IPython); the others run in a runtime the kernel starts
-//! as its child (see `kernel.py`), found at the paths below inside the sandbox (the host's `/usr`
-//! on the local backend).
+//! as its child (see `kernel.py`), found at the paths below inside the sandbox (the sandbox root's
+//! `/usr` on the local backend).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -113,8 +113,8 @@ pub struct Languages {
 }
 
 impl Languages {
-    /// The languages whose runtimes are under `root` (`/` on the local backend, whose sandboxes
-    /// mount the host's `/usr`).
+    /// The languages whose runtimes are under `root` (the sandbox root on the local backend, which
+    /// its sandboxes see as `/`).
     pub(crate) fn detect(root: &Path) -> Self {
         let mut languages = Self {
             available: Vec::new(),

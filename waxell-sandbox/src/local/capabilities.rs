@@ -60,7 +60,7 @@ pub enum Feature {
     Seccomp,
     /// No network at all, loopback included.
     Network,
-    /// `/usr` and the Python installation mounted read-only.
+    /// `/usr` from the sandbox root (the needed packages' files) and the Python installation, read-only.
     ReadOnlyRuntime,
     /// A private, size-capped `/tmp`.
     PrivateTmp,
@@ -182,7 +182,7 @@ impl HostReport {
                     Feature::Groups,
                     Status::Partial,
                     "the invoking user's supplementary groups stay with the sandbox (an unprivileged process \
-                     cannot drop them; only /usr and the Python runtime are visible)"
+                     cannot drop them; only the sandbox root's /usr and the Python runtime are visible)"
                         .into(),
                     Some("run it as a user without extra groups, or as root"),
                 );
@@ -210,9 +210,10 @@ impl HostReport {
             Feature::ReadOnlyRuntime,
             Status::Enforced,
             match mode {
-                IsolationMode::Rootful => "/usr and the Python installation bound read-only".into(),
+                IsolationMode::Rootful => "the sandbox root at /usr and the Python installation bound read-only".into(),
                 IsolationMode::Rootless => {
-                    "/usr and the Python installation bound read-only, the sandbox's root remounted read-only"
+                    "the sandbox root at /usr and the Python installation bound read-only, the sandbox's root \
+                     remounted read-only"
                         .into()
                 }
             },
@@ -290,6 +291,23 @@ impl HostReport {
             unavailable: None,
             checks,
         }
+    }
+
+    /// The report with the read-only runtime line naming the sandbox root (`what`), and saying how
+    /// to rebuild it when the host's packages changed after it was built (`stale`).
+    pub(crate) fn with_runtime_root(mut self, what: &str, stale: Option<String>) -> Self {
+        if let Some(check) = self
+            .checks
+            .iter_mut()
+            .find(|c| c.feature == Feature::ReadOnlyRuntime)
+        {
+            check.detail = format!("{}; {what}", check.detail);
+            if let Some(stale) = stale {
+                // Isolation is whole either way; what is missing is programs installed since.
+                check.detail = format!("{}; note: {stale}", check.detail);
+            }
+        }
+        self
     }
 
     /// The report with a line saying which languages contexts run (`available`) and why not the

@@ -7,6 +7,8 @@ use std::process::Command;
 
 use waxell::sandbox::SandboxError;
 
+use crate::local::root::SandboxRoot;
+
 const SETUP_HINT: &str = "run scripts/setup-sandbox.sh";
 
 /// Tools and paths the launcher uses.
@@ -221,12 +223,14 @@ impl PythonRuntime {
     /// the chain of symlinks to the real binary and the binary, the standard library, libpython,
     /// and (without a venv) the package directories. The rest of the base installation (its own
     /// site-packages, other versions beside it, `bin/`, `include/`, `share/`) stays invisible.
-    /// Everything under `/usr` is skipped: `/usr` is bound whole.
-    pub(crate) fn mounts(&self) -> Vec<PythonMount> {
+    /// Under `/usr` (the sandbox root there) the pieces are bound from the host all the same (the
+    /// standard library's byte code is made by the package's scripts, not in the package), onto the
+    /// mount points the setup script left in the root; symlinks the root already has are skipped.
+    pub(crate) fn mounts(&self, root: &SandboxRoot) -> Vec<PythonMount> {
         let venv = self.prefix != self.base_prefix;
-        let covered = |p: &Path| p.starts_with("/usr") || (venv && p.starts_with(&self.prefix));
+        let in_venv = |p: &Path| venv && p.starts_with(&self.prefix);
         let mut mounts = Vec::new();
-        if venv && !self.prefix.starts_with("/usr") {
+        if venv {
             mounts.push(PythonMount::Bind(self.prefix.clone()));
         }
         let mut path = self.executable.clone();
@@ -235,7 +239,8 @@ impl PythonRuntime {
                 break;
             };
             let next = path.parent().unwrap_or(Path::new("/")).join(&target);
-            if !covered(&path) {
+            let in_root = path.starts_with("/usr") && std::fs::read_link(root.host_path(&path)).is_ok();
+            if !in_venv(&path) && !in_root {
                 mounts.push(PythonMount::Symlink {
                     link: path.clone(),
                     target,
@@ -248,24 +253,52 @@ impl PythonRuntime {
         if !venv {
             binds.extend(self.site.iter().cloned());
         }
-        binds.extend(self.libpython.iter().cloned());
+        // Under /usr, libpython only when the root has it: the setup script puts it there when the
+        // binary loads it (a Debian `python3` is linked statically, its libpython is another package's).
+        let libpython = self.libpython.iter().filter(|lib| {
+            !lib.starts_with("/usr") || std::fs::symlink_metadata(root.host_path(lib)).is_ok()
+        });
+        binds.extend(libpython.cloned());
         for bind in binds {
             let already = mounts
                 .iter()
                 .any(|m| matches!(m, PythonMount::Bind(b) if bind.starts_with(b)));
-            if !covered(&bind) && !already && bind.exists() {
+            if !in_venv(&bind) && !already && bind.exists() {
                 mounts.push(PythonMount::Bind(bind));
             }
         }
         if venv {
             for dir in &self.stdlib {
                 let site = dir.join("site-packages");
-                if !covered(&site) && site.is_dir() {
+                if !in_venv(&site) && site.is_dir() {
                     mounts.push(PythonMount::Hide(site));
                 }
             }
         }
         mounts
+    }
+
+    /// The mounts under `/usr` whose mount point the sandbox root lacks (bwrap cannot make one in
+    /// the read-only root): the root was built for another interpreter.
+    pub(crate) fn missing_mount_points(&self, root: &SandboxRoot) -> Vec<PathBuf> {
+        let mut bound: Vec<PathBuf> = Vec::new();
+        let mut missing = Vec::new();
+        for mount in self.mounts(root) {
+            let (path, bind) = match mount {
+                PythonMount::Bind(p) => (p, true),
+                // Inside a bound directory of the host's.
+                PythonMount::Hide(_) => continue,
+                PythonMount::Symlink { link, .. } => (link, false),
+            };
+            let inside_bind = bound.iter().any(|b| path.starts_with(b));
+            if path.starts_with("/usr") && !inside_bind && std::fs::symlink_metadata(root.host_path(&path)).is_err() {
+                missing.push(path.clone());
+            }
+            if bind {
+                bound.push(path);
+            }
+        }
+        missing
     }
 }
 

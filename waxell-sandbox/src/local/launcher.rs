@@ -17,6 +17,7 @@ use crate::local::cgroup::Cgroup;
 use crate::config::Limits;
 use crate::local::config::LocalConfig;
 use crate::local::host::{HostTools, PythonMount, PythonRuntime};
+use crate::local::root::SandboxRoot;
 use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
 use crate::kernel::{KernelProcess, KERNEL_PATH, KERNEL_SOURCE};
 use crate::local::child;
@@ -38,6 +39,8 @@ const FD_ARGS: RawFd = 16;
 pub(crate) struct Launcher {
     pub(crate) tools: HostTools,
     pub(crate) python: PythonRuntime,
+    /// The tree the sandbox sees as `/usr` (root.rs).
+    pub(crate) root: SandboxRoot,
     pub(crate) config: LocalConfig,
     seccomp_programs: Vec<Vec<u8>>,
 }
@@ -58,12 +61,25 @@ impl Launcher {
     pub(crate) fn new(
         tools: HostTools,
         python: PythonRuntime,
+        root: SandboxRoot,
         config: LocalConfig,
     ) -> Result<Self, SandboxError> {
+        let missing = python.missing_mount_points(&root);
+        if !missing.is_empty() {
+            return Err(SandboxError::Unavailable(format!(
+                "the sandbox root {} was built for another Python: it has no mount point for {} of {}; run \
+                 scripts/setup-sandbox.sh again (with {} set to that interpreter)",
+                root.path().display(),
+                missing.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+                python.executable.display(),
+                crate::local::host::PYTHON_ENV_VAR,
+            )));
+        }
         let seccomp_programs = crate::local::seccomp::programs().map_err(SandboxError::Unavailable)?;
         Ok(Self {
             tools,
             python,
+            root,
             config,
             seccomp_programs,
         })
@@ -191,7 +207,9 @@ impl Launcher {
             ],
         );
         add(&mut args, &["--hostname", "sandbox"]);
-        add(&mut args, &["--ro-bind", "/usr", "/usr"]);
+        // The sandbox root's /usr: the files of the packages the sandbox needs, nothing else of the
+        // host's (root.rs).
+        args.extend(["--ro-bind".into(), self.root.host_path(Path::new("/usr")).into(), "/usr".into()]);
         for (link, target) in [
             ("usr/lib", "/lib"),
             ("usr/lib64", "/lib64"),
@@ -212,8 +230,9 @@ impl Launcher {
         // dropped uid then cannot reach the stdlib (Python silently falls back to /usr/lib/python3).
         // Only the pieces the interpreter needs (see `PythonRuntime::mounts`).
         let mut made: Vec<PathBuf> = Vec::new();
-        let mut bound: Vec<PathBuf> = Vec::new();
-        for mount in self.python.mounts() {
+        // The setup script left 0755 mount points for the pieces under /usr.
+        let mut bound: Vec<PathBuf> = vec![PathBuf::from("/usr")];
+        for mount in self.python.mounts(&self.root) {
             let target = match &mount {
                 PythonMount::Bind(path) | PythonMount::Hide(path) => path.clone(),
                 PythonMount::Symlink { link, .. } => link.clone(),
@@ -279,18 +298,16 @@ impl Launcher {
         // Made 0755 first: bwrap would make the parent of /etc/ssl/certs 0700, and Node.js fails
         // to start when it cannot read /etc/ssl/openssl.cnf.
         add(&mut args, &["--perms", "0755", "--dir", "/etc/ssl"]);
-        for shared in [
-            "/etc/fonts",
-            "/etc/localtime",
-            "/etc/ssl/certs",
-            "/etc/ssl/openssl.cnf",
-            "/etc/mime.types",
-        ] {
-            add(&mut args, &["--ro-bind-try", shared, shared]);
-        }
-        // Debian's JDKs keep their configuration (jvm.cfg, security) in /etc/java-<version>.
-        for java in java_config_dirs() {
-            args.extend(["--ro-bind".into(), java.clone().into(), java.into()]);
+        // Fonts, time zone, CA certificates, OpenSSL's configuration, MIME types and the JDK's
+        // configuration (jvm.cfg, security) in /etc/java-<version>: from the sandbox root, which
+        // has only the packages' own files of these (and the CA links update-ca-certificates made).
+        for shared in self.root.etc_entries() {
+            let source = self.root.host_path(&shared);
+            match std::fs::read_link(&source) {
+                // /etc/localtime: a link into /usr/share/zoneinfo, resolved inside.
+                Ok(target) => args.extend(["--symlink".into(), target.into(), shared.into()]),
+                Err(_) => args.extend(["--ro-bind".into(), source.into(), shared.into()]),
+            }
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
         // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
@@ -587,19 +604,4 @@ fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Res
     Err(SandboxError::IsolationCheck(format!(
         "the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
     )))
-}
-
-/// The host's `/etc/java-*` directories (Debian's JDK configuration, which Java needs to start).
-fn java_config_dirs() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir("/etc") else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("java-"))
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
 }

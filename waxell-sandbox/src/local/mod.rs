@@ -2,8 +2,8 @@
 //! seccomp, cgroups (v1 or v2; rlimits and a memory watchdog without them) and a per-sandbox
 //! uid, rootful or rootless. This folder only says how a local sandbox and its kernels start
 //! (`launcher.rs`, `spawn.rs`, `child.rs`), are limited (`cgroup*.rs`, `seccomp.rs`,
-//! `watchdog.rs`, `rootless.rs`, `mounts.rs`, `uid_lease.rs`) and are removed; `host.rs` and
-//! `capabilities.rs` report what the host offers. The rest is the crate's shared core.
+//! `watchdog.rs`, `rootless.rs`, `mounts.rs`, `uid_lease.rs`) and are removed; `host.rs`,
+//! `root.rs` (the tree it sees as `/usr`) and `capabilities.rs` report what the host offers. The rest is the crate's shared core.
 
 // Used only by the Linux modules (and the stub's constructor) elsewhere.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -22,6 +22,7 @@ linux_only! {
     mod launcher;
     mod mounts;
     mod rootless;
+    mod root;
     mod sandbox;
     mod seccomp;
     // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
@@ -34,6 +35,7 @@ linux_only! {
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;
     pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};
+    pub use root::{SandboxRoot, ROOT_ENV_VAR as SANDBOX_ROOT_ENV_VAR};
     pub(crate) use sandbox::Local;
 }
 

@@ -20,6 +20,7 @@ use crate::local::files::ScratchFiles;
 use crate::local::host::{self, PythonRuntime};
 use crate::local::launcher::Launcher;
 use crate::local::mounts::{prepare_scratch_root, sweep_stale_scratch, SandboxMounts};
+use crate::local::root::SandboxRoot;
 use crate::local::rootless;
 use crate::local::uid_lease::{self, UidLease};
 use crate::local::watch;
@@ -72,22 +73,24 @@ impl Pooled<Local> {
                 .map_err(|e| SandboxError::Unavailable(format!("python {}: {e}", path.display())))?,
             None => PythonRuntime::detect()?,
         };
+        let root = SandboxRoot::detect()?;
         let scratch_root = if tools.rootless {
             rootless::scratch_root(config.scratch_root.as_deref())?
         } else {
             prepare_scratch_root(config.scratch_root.as_deref())?
         };
         let limiter = Limiter::detect(tools.rootless);
-        let report = host_report_for(&tools, &limiter, &config);
+        let report = host_report_for(&tools, &limiter, &config, &root);
         limiter.sweep_stale();
         sweep_stale_scratch(&scratch_root);
-        let launcher = Launcher::new(tools, python, config)?;
+        let languages = Languages::detect(&root.resolved());
+        let launcher = Launcher::new(tools, python, root, config)?;
         Ok(Pooled::with_backend(Local {
             launcher,
             limiter,
             report,
             scratch_root,
-            languages: Languages::detect(Path::new("/")),
+            languages,
         }))
     }
 
@@ -109,7 +112,11 @@ impl Pooled<Local> {
         } {
             return HostReport::unavailable(e);
         }
-        host_report_for(&tools, &Limiter::detect(tools.rootless), config)
+        let root = match SandboxRoot::detect() {
+            Ok(root) => root,
+            Err(e) => return HostReport::unavailable(e.to_string()),
+        };
+        host_report_for(&tools, &Limiter::detect(tools.rootless), config, &root)
     }
 
     /// The interpreter sandboxes run.
@@ -118,16 +125,18 @@ impl Pooled<Local> {
     }
 }
 
-fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalConfig) -> HostReport {
+fn host_report_for(tools: &host::HostTools, limiter: &Limiter, config: &LocalConfig, root: &SandboxRoot) -> HostReport {
     let (mode, uid) = if tools.rootless {
         (IsolationMode::Rootless, rootless::sandbox_uid())
     } else {
         (IsolationMode::Rootful, 0)
     };
-    let languages = Languages::detect(Path::new("/"));
+    let languages = Languages::detect(&root.resolved());
     let available: Vec<&str> = languages.available().iter().map(|l| l.name()).collect();
     let missing: Vec<(&str, String)> = languages.missing().iter().map(|(l, why)| (l.name(), why.clone())).collect();
-    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits).with_languages(&available, &missing)
+    HostReport::build(mode, uid, &limiter.enforcement(), &config.limits)
+        .with_runtime_root(&root.describe(), root.staleness())
+        .with_languages(&available, &missing)
 }
 
 impl Session<Local> {

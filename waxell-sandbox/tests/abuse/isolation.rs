@@ -427,3 +427,146 @@ fn a_prefix_that_is_a_home_or_the_root_is_refused() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Files the host keeps under `/usr`, `/opt` and `/etc` that no package the sandbox needs owns (an
+/// app deployed under `/usr/local` with its `.env`, a stray file in `/usr/lib`, a certificate
+/// directory's extra file) are not in the sandbox: it sees the sandbox root (the needed packages'
+/// files), not the host's `/usr`. As root the test plants such files; as any user it checks the
+/// host's own `/usr/local` files. Python, IPython, numpy, Node.js, TypeScript, bash, Java and a
+/// shell command still run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_files_no_needed_package_owns_are_unreadable() {
+    struct Planted(Vec<std::path::PathBuf>);
+    impl Drop for Planted {
+        fn drop(&mut self) {
+            for path in self.0.iter().rev() {
+                let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+            }
+        }
+    }
+    let tag = format!("waxell-planted-{}", std::process::id());
+    let mut planted = Planted(Vec::new());
+    let mut secrets: Vec<String> = Vec::new();
+    if euid() == 0 {
+        for dir in [
+            format!("/usr/local/{tag}"),
+            "/usr/lib".into(),
+            "/usr/lib/x86_64-linux-gnu".into(),
+            "/usr/bin".into(),
+            format!("/opt/{tag}"),
+            "/etc".into(),
+            "/etc/ssl/certs".into(),
+            "/etc/fonts".into(),
+        ] {
+            let dir = std::path::PathBuf::from(dir);
+            if !dir.exists() && std::fs::create_dir_all(&dir).is_ok() {
+                planted.0.push(dir.clone());
+            }
+            let file = dir.join(if dir.ends_with(&tag) {
+                ".env".to_owned()
+            } else {
+                format!("{tag}.txt")
+            });
+            if std::fs::write(&file, "SECRET=planted\n").is_ok() {
+                planted.0.push(file.clone());
+                secrets.push(file.display().to_string());
+            }
+        }
+        assert!(secrets.len() >= 6, "planted only {secrets:?}");
+    }
+    // The host's own files under /usr/local (no package owns any), whoever runs the test.
+    let mut stack = vec![std::path::PathBuf::from("/usr/local")];
+    let mut host_local = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() && host_local < 50 && std::fs::File::open(&path).is_ok() => {
+                    host_local += 1;
+                    secrets.push(path.display().to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+    eprintln!(
+        "{} host files checked ({host_local} of the host's own under /usr/local)",
+        secrets.len()
+    );
+
+    let backend = backend();
+    let sandbox = abuse_sandbox(&backend).await;
+    let result = json_of(
+        &sandbox,
+        &format!(
+            "paths = {}\nresult = {{p: attempt(lambda p=p: open(p).read()) for p in paths}}\n\
+             result['/usr/local listing'] = sorted(os.listdir('/usr/local')) if os.path.isdir('/usr/local') else []\n\
+             result['/opt listing'] = sorted(os.listdir('/opt'))",
+            serde_json::to_string(&secrets).unwrap()
+        ),
+    )
+    .await;
+    for secret in &secrets {
+        assert_eq!(
+            result[secret], "ENOENT",
+            "{secret} is readable in the sandbox: {result}"
+        );
+    }
+    assert_eq!(result["/usr/local listing"], serde_json::json!([]), "{result}");
+    assert_eq!(result["/opt listing"], serde_json::json!(["waxell"]), "{result}");
+
+    // What the sandbox runs still runs.
+    let libraries = "import IPython, numpy, pandas, matplotlib.pyplot as plt\n\
+                     (get_ipython() is not None, int(numpy.arange(4).sum()), len(pandas.DataFrame({'a': [1, 2]})))";
+    assert_eq!(eval(&sandbox, libraries).await, "(True, 6, 2)");
+    let shell = "import subprocess\nprint(subprocess.run(['sh', '-c', 'test $(ls /usr/bin | wc -l) -gt 100 && echo 1; \
+                 echo abc | sed s/b/x/ | tr a-z A-Z; date +%Y | wc -c; ps -o pid= -p 1 | xargs; \
+                 printf x | sha256sum | cut -c1-8'], capture_output=True, text=True).stdout, end='')";
+    let execution = run(&sandbox, shell).await;
+    assert_eq!(execution.stdout(), "1\nAXC\n5\n1\n2d711642\n", "{execution:?}");
+    let output = sandbox
+        .start_process(&waxell::sandbox::ProcessSpec::shell(
+            "id -u; command -v python3 >/dev/null && echo python; find /usr/share/zoneinfo -maxdepth 0; \
+             ls /etc/ssl/certs | grep -c pem | awk '{print ($1 > 10)}'; tar --version | head -1 | cut -d' ' -f1",
+        ))
+        .await
+        .expect("start a command")
+        .wait()
+        .await;
+    assert_eq!(output.exit.exit_code, 0, "{output:?}");
+    assert_eq!(
+        output.stdout_text(),
+        format!("{}\npython\n/usr/share/zoneinfo\n1\ntar\n", sandbox.uid()),
+        "{output:?}"
+    );
+    let bash = RunOptions::default().with_language("bash");
+    let execution = sandbox
+        .run_code("echo $((6 * 7)) from $BASH_VERSION", &bash)
+        .await
+        .unwrap();
+    assert!(execution.stdout().starts_with("42 from "), "{execution:?}");
+    for (language, code, expected) in [
+        (
+            "javascript",
+            "require('os').platform() + ' ' + [1, 2, 3].map(x => x * 2).join(',')",
+            "linux 2,4,6",
+        ),
+        ("typescript", "const n: number = 40; n + 2", "42"),
+        (
+            "java",
+            "String.join(\",\", java.util.List.of(\"a\", \"b\")) + java.time.ZoneId.systemDefault()",
+            "a,b",
+        ),
+    ] {
+        if sandbox.check_language(language).is_err() {
+            eprintln!("{language}: not installed on this host, skipped");
+            continue;
+        }
+        let options = RunOptions::default().with_language(language);
+        let execution = sandbox.run_code(code, &options).await.unwrap();
+        assert!(execution.error.is_none(), "{language}: {execution:?}");
+        let text = execution.text().unwrap_or_default();
+        assert!(text.contains(expected), "{language}: {text:?} {execution:?}");
+    }
+}
