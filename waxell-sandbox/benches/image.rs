@@ -1,8 +1,8 @@
 //! What IPython costs in a container sandbox: the image of scripts/setup-container.sh (IPython, E2B's
 //! chart extractor, Node.js, a JDK) against an image whose Python has no IPython (the kernel then
 //! runs cells in its plain shell), side by side in one run, creates interleaved: cold create to
-//! ready, the first `run_code("1+1")` after it (which waits for the kernel's IPython import), and
-//! the warm `run_code("1+1")`. Medians and the ratios, under runc (`DOCKER_HOST`) and, when
+//! ready, the first `run_code("1+1")` after it (which waits for the kernel's IPython import), the
+//! warm `run_code("1+1")`, and a create from a full warm pool plus its first `run_code("1+1")`. Medians and the ratios, under runc (`DOCKER_HOST`) and, when
 //! `WAXELL_RUNSC_DOCKER_HOST` is set, under gVisor.
 //!
 //!   eval "$(bash scripts/setup-container.sh)"
@@ -28,6 +28,24 @@ struct Figures {
     create: Vec<Duration>,
     first: Vec<Duration>,
     warm: Vec<Duration>,
+    /// From a full warm pool (size 1, refilled untimed): create plus the first `run_code("1+1")`.
+    pooled: Vec<Duration>,
+}
+
+async fn from_pool(backend: &ContainerBackend, figures: &mut Figures) {
+    backend.warm_up().await.expect("warm pool");
+    // The pooled kernel imports IPython in the background once ready; a pool refilled between
+    // requests has had that time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let start = Instant::now();
+    let sandbox = backend.create(&SandboxOptions::default()).await.expect("create");
+    let run = sandbox
+        .run_code("1+1", &RunOptions::default())
+        .await
+        .expect("first run");
+    figures.pooled.push(start.elapsed());
+    assert_eq!(run.text(), Some("2"));
+    sandbox.kill().await.expect("kill");
 }
 
 async fn once(backend: &ContainerBackend, figures: &mut Figures) {
@@ -53,7 +71,7 @@ async fn compare(label: &str, config: ContainerConfig, plain_image: &str) {
     let full = ContainerBackend::new(config.clone())
         .await
         .expect("the set-up script's image");
-    let plain = ContainerBackend::new(config.with_image(plain_image))
+    let plain = ContainerBackend::new(config.clone().with_image(plain_image))
         .await
         .expect("the plain image");
     let ipython = |b: &ContainerBackend| {
@@ -76,6 +94,16 @@ async fn compare(label: &str, config: ContainerConfig, plain_image: &str) {
         once(&full, &mut with).await;
         once(&plain, &mut without).await;
     }
+    let full_pool = ContainerBackend::new(config.clone().with_pool_size(1))
+        .await
+        .expect("pool");
+    let plain_pool = ContainerBackend::new(config.clone().with_image(plain_image).with_pool_size(1))
+        .await
+        .expect("pool");
+    for _ in 0..CREATES {
+        from_pool(&full_pool, &mut with).await;
+        from_pool(&plain_pool, &mut without).await;
+    }
     let row = |name: &str, a: Vec<Duration>, b: Vec<Duration>| {
         let (a, b) = (median(a), median(b));
         println!("{label:<8} {name:<28} {a:>10.1} ms {b:>10.1} ms {:>7.2}x", a / b);
@@ -83,6 +111,7 @@ async fn compare(label: &str, config: ContainerConfig, plain_image: &str) {
     row("cold create", with.create, without.create);
     row("first run_code(1+1)", with.first, without.first);
     row("warm run_code(1+1)", with.warm, without.warm);
+    row("pool create + first 1+1", with.pooled, without.pooled);
 }
 
 fn main() {

@@ -135,6 +135,7 @@ impl Languages {
 
     /// The files every language's runtime needs (absolute paths inside a sandbox), for a backend
     /// that looks for them itself (in a container image).
+    #[cfg(feature = "container")]
     pub(crate) fn runtime_files() -> Vec<&'static str> {
         let mut files: Vec<&'static str> = Language::ALL.iter().flat_map(|l| l.runtime_files().iter().copied()).collect();
         files.sort_unstable();
@@ -177,6 +178,7 @@ impl Languages {
 
     /// Note that `language` runs with less than its full runtime, and why (e.g. Python cells
     /// without IPython).
+    #[cfg(feature = "container")]
     pub(crate) fn limit(&mut self, language: Language, why: String) {
         self.limited.push((language, why));
     }
