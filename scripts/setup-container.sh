@@ -3,9 +3,11 @@
 # and benchmarks on Debian, with no container registry:
 #   * podman (Docker Engine API service), runc (Debian's default crun refuses hybrid cgroup v1 hosts),
 #     runsc (gVisor) and debootstrap, from Debian's packages;
-#   * the sandbox image (Python 3 + numpy + pandas + matplotlib, user 1000) built from Debian's packages
-#     with debootstrap and imported into podman; the rootfs tarball is cached, keyed by a hash of the
-#     recipe below, so later runs only re-import it (or do nothing when podman already has the image);
+#   * the sandbox image (Python 3 + IPython + numpy + pandas + matplotlib + E2B's chart extractor, Node.js
+#     + TypeScript, bash, a JDK with JShell, user 1000) built from Debian's packages with debootstrap
+#     (IPython and the chart extractor from PyPI) and imported into podman; the rootfs tarball is cached, keyed
+#     by a hash of the recipe below, so later runs only re-import it (or do nothing when podman already
+#     has the image);
 #   * Podman's Docker-compatible API service on a unix socket with runc, and a second one whose runtime
 #     is gVisor's runsc (Podman's Docker API ignores the per-container runtime, so one service per
 #     runtime), through a wrapper adding runsc's own `--network=none` (runsc refuses to start in the
@@ -77,8 +79,17 @@ EOF
 
 # --- image ---------------------------------------------------------------------------------------
 # The recipe: everything that changes the image is in this heredoc, and its hash names the cache.
-PACKAGES="python3,python3-numpy,python3-pandas,python3-matplotlib,fonts-dejavu-core"
-recipe="debootstrap --variant=minbase --include=$PACKAGES bookworm; trim docs/locales/caches; user 1000 'user' home /home/user; v2"
+# The runtimes are the local backend's (see waxell-sandbox/src/kernel/language.rs): IPython for Python
+# cells, Node.js and the TypeScript compiler, bash (in minbase already) and a JDK with JShell.
+# matplotlib's own dependencies come from Debian; matplotlib itself from PyPI (below).
+PACKAGES="python3,python3-numpy,python3-pandas,python3-cycler,python3-dateutil,python3-kiwisolver,python3-pil,python3-pyparsing,python3-fonttools,python3-packaging,python3-contourpy,fonts-dejavu-core,nodejs,node-typescript,bash,openjdk-17-jdk-headless"
+# From PyPI, pinned so the recipe names exactly what it holds, installed without dependencies (numpy
+# and pandas stay Debian's) into the rootfs's /usr/local dist-packages by the host's pip: IPython as the
+# local sandbox's venv has it (Debian's 8.5 imports about 3x and runs a cell about 1.5x slower), with
+# the matplotlib it needs (Debian's 3.6 imports what IPython 9 removed), and E2B's chart extractor,
+# which is on PyPI only and needs a newer pydantic than Debian's.
+PIP_PACKAGES="matplotlib==3.10.9 ipython==9.18.1 traitlets==5.16.1 prompt-toolkit==3.0.53 jedi==0.20.1 parso==0.8.7 pygments==2.21.0 stack-data==0.6.3 executing==2.3.0 asttokens==3.0.2 pure-eval==0.2.4 pexpect==4.9.0 ptyprocess==0.7.0 matplotlib-inline==0.2.2 wcwidth==0.9.4 ipython-pygments-lexers==1.1.1 psutil==7.2.2 e2b-charts==1.0.0 pydantic==2.14.4 pydantic-core==2.50.5 typing-extensions==4.16.0 annotated-types==0.8.0 typing-inspection==0.4.5"
+recipe="debootstrap --variant=minbase --include=$PACKAGES bookworm; pip --no-deps $PIP_PACKAGES; trim docs/locales/caches; user 1000 'user' home /home/user; /root empty 0755; v5"
 key="$(printf '%s' "$recipe" | sha256sum | cut -c1-16)"
 tarball="$CACHE/sandbox-rootfs-$key.tar"
 label="io.waxell.recipe=$key"
@@ -94,12 +105,25 @@ if ! have_image; then
         trap 'rm -rf "$rootfs"' EXIT
         debootstrap --variant=minbase --include="$PACKAGES" bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
             { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
+        pip_target="$(chroot "$rootfs" /usr/bin/python3 -c 'import sys; print("/usr/local/lib/python%d.%d/dist-packages" % sys.version_info[:2])')"
+        pyver="$(chroot "$rootfs" /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+        host_pip=(python3 -m pip)
+        "${host_pip[@]}" --version >/dev/null 2>&1 || host_pip=(pip3)
+        # Wheels for the rootfs's Python and architecture, whatever Python the host runs.
+        PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "${host_pip[@]}" install -q --no-cache-dir --no-deps \
+            --only-binary=:all: --implementation cp --python-version "$pyver" \
+            --platform "manylinux2014_$(uname -m)" --target "$rootfs$pip_target" $PIP_PACKAGES >&2
+        rm -rf "$rootfs$pip_target/bin"
         rm -rf "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
             "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*
         find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name 'C.UTF-8' -exec rm -rf {} + 2>/dev/null || true
         chroot "$rootfs" /usr/sbin/groupadd -g 1000 user
         chroot "$rootfs" /usr/sbin/useradd -u 1000 -g 1000 -d /home/user -M -s /bin/sh user
         install -d -m 0755 -o 1000 -g 1000 "$rootfs/home/user"
+        # E2B runs code as root, so its users name /root: as in the local sandbox, it is an empty
+        # directory the sandbox user may enter (and, the root file system being read-only, not write).
+        find "$rootfs/root" -mindepth 1 -delete
+        chmod 0755 "$rootfs/root"
         tar -C "$rootfs" --numeric-owner -cf "$tarball.part" .
         mv "$tarball.part" "$tarball"
         rm -rf "$rootfs"

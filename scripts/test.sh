@@ -19,7 +19,7 @@ cargo nextest run --workspace --all-features --profile ci
 if [ -n "${WAXELL_DOCKER_ENGINE_HOST:-}" ]; then
   DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" WAXELL_RUNSC_DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" \
     cargo nextest run --workspace --all-features --profile ci \
-    -E 'test(/^containers::|serve_backend_docker|conformance_script_against_containers|runs_in_a_container|falls_back_to_a_container/)'
+    -E 'test(/^containers::|serve_backend_docker|kernel_scripts_in_containers|conformance_script_against_containers|runs_in_a_container|falls_back_to_a_container/)'
 fi
 # The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
 # collector configured nothing leaves the machine.

@@ -390,13 +390,19 @@ pub mod faults;
 /// which `scripts/setup-container.sh` prints and `scripts/test.sh` exports. Without it a plain `cargo test`
 /// skips them with this reason, unless `WAXELL_REQUIRE_CONTAINER_TESTS=1` makes that a failure.
 pub fn container_engine_missing() -> Option<String> {
-    if std::env::var("DOCKER_HOST").is_ok_and(|v| !v.is_empty()) {
+    container_engine_missing_at("DOCKER_HOST")
+}
+
+/// [`container_engine_missing`] for the engine named by `env_var` (`DOCKER_HOST`, or
+/// `WAXELL_RUNSC_DOCKER_HOST` for the one running gVisor).
+pub fn container_engine_missing_at(env_var: &str) -> Option<String> {
+    if std::env::var(env_var).is_ok_and(|v| !v.is_empty()) {
         return None;
     }
-    let why =
-        "DOCKER_HOST is not set: run `eval \"$(bash scripts/setup-container.sh)\"` as root, or point it \
-               at a Docker or Podman socket"
-            .to_owned();
+    let why = format!(
+        "{env_var} is not set: run `eval \"$(bash scripts/setup-container.sh)\"` as root, or point it at a \
+         Docker or Podman socket"
+    );
     assert!(
         std::env::var("WAXELL_REQUIRE_CONTAINER_TESTS").as_deref() != Ok("1"),
         "WAXELL_REQUIRE_CONTAINER_TESTS=1 but {why}"

@@ -193,6 +193,7 @@ async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
             let backend = waxell_sandbox::ContainerBackend::new(config)
                 .await
                 .map_err(|e| e.to_string())?;
+            report_languages(&args.image, backend.languages());
             Ok(Arc::new(backend))
         }
         #[cfg(not(feature = "container"))]
@@ -200,6 +201,20 @@ async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
         _ => Ok(Arc::new(
             LocalBackend::new(local_config(args)).map_err(|e| e.to_string())?,
         )),
+    }
+}
+
+/// Which languages the image runs, and why not the others (the container backend's counterpart
+/// of `doctor`'s languages line).
+#[cfg(feature = "container")]
+fn report_languages(image: &str, languages: &waxell_sandbox::Languages) {
+    let available: Vec<&str> = languages.available().iter().map(|l| l.name()).collect();
+    tracing::info!("image {image:?} runs: {}", available.join(", "));
+    for (language, why) in languages.limited() {
+        tracing::warn!("{language} is limited: {why}");
+    }
+    for (language, why) in languages.missing() {
+        tracing::info!("{language} is not available: {why}");
     }
 }
 

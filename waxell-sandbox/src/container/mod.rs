@@ -18,6 +18,7 @@ mod config;
 mod engine;
 mod files;
 mod guard;
+mod probe;
 mod seccomp;
 mod process;
 mod spec;
@@ -31,7 +32,7 @@ use waxell::sandbox::{EntryInfo, ProcessSpec, SandboxError, SandboxProcess};
 
 use crate::backend::{Backend, Prepared, Usage};
 use crate::command::PtyPermit;
-use crate::kernel::{KernelProcess, KERNEL_BOOT, KERNEL_SOURCE};
+use crate::kernel::{KernelProcess, Languages, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
 use crate::paths::HOME_DIR;
 use crate::pool::Pooled;
@@ -54,6 +55,8 @@ pub struct Container {
     podman: bool,
     /// Our syscall policy, as this engine takes it.
     seccomp: seccomp::SeccompOption,
+    /// The languages the image has runtimes for (probed once per image, `probe.rs`).
+    languages: Languages,
 }
 
 impl Pooled<Container> {
@@ -65,8 +68,8 @@ impl Pooled<Container> {
         let endpoint = Endpoint::resolve(config.docker_host.as_deref())?;
         let docker = endpoint.connect().await?;
         let podman = engine::is_podman(&docker).await;
-        match docker.inspect_image(&config.image).await {
-            Ok(_) => {}
+        let image_id = match docker.inspect_image(&config.image).await {
+            Ok(image) => image.id.unwrap_or_else(|| config.image.clone()),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
                 return Err(SandboxError::Unavailable(format!(
                     "container image {:?} not found in the engine at {}: build it with `docker build -t {} \
@@ -78,17 +81,26 @@ impl Pooled<Container> {
                 )))
             }
             Err(e) => return Err(api_error("inspecting the sandbox image", e)),
-        }
+        };
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
         let seccomp = seccomp::SeccompOption::for_engine(podman)?;
-        Ok(Pooled::with_backend(Container {
+        let mut container = Container {
             docker,
             config,
             runtime_name,
             podman,
             seccomp,
-        }))
+            languages: Languages::python_only(),
+        };
+        container.languages = probe::languages(&container, &image_id).await?;
+        Ok(Pooled::with_backend(container))
+    }
+
+    /// The languages this backend's sandboxes run (what the image has runtimes for), why not the
+    /// others, and what Python lacks if the image has no IPython or chart extractor.
+    pub fn languages(&self) -> &Languages {
+        &self.backend().languages
     }
 
     /// The OCI runtime isolating the code (`runc`, `crun`, `runsc`, ...).
@@ -142,26 +154,8 @@ impl Container {
         }
     }
 
-    async fn container_running(&self, container: &ContainerGuard) -> bool {
-        match self.docker.inspect_container(&container.id, None).await {
-            Ok(inspect) => inspect.state.and_then(|s| s.running).unwrap_or(false),
-            Err(_) => false,
-        }
-    }
-}
-
-#[async_trait]
-impl Backend for Container {
-    type Options = ContainerOptions;
-    type Shell = ContainerGuard;
-    const NAME: &'static str = "docker";
-
-    fn config(&self) -> &ContainerConfig {
-        &self.config
-    }
-
-    /// Create and start a container and its default kernel (the cold path).
-    async fn prepare(&self) -> Result<Prepared<ContainerGuard>, SandboxError> {
+    /// Create and start a sandbox container (no kernel yet); how long creating and starting took.
+    async fn create_started(&self) -> Result<(ContainerGuard, std::time::Duration, std::time::Duration), SandboxError> {
         let inner = self;
         let began = Instant::now();
         let id = naming::new_sandbox_id();
@@ -192,7 +186,36 @@ impl Backend for Container {
             .await
             .map_err(|e| create_error(&inner.config, e))?;
         let started_at = began.elapsed();
-        let kernel = inner.start_bare_kernel(&container).await?;
+        Ok((container, created_at, started_at))
+    }
+
+    async fn container_running(&self, container: &ContainerGuard) -> bool {
+        match self.docker.inspect_container(&container.id, None).await {
+            Ok(inspect) => inspect.state.and_then(|s| s.running).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for Container {
+    type Options = ContainerOptions;
+    type Shell = ContainerGuard;
+    const NAME: &'static str = "docker";
+
+    fn config(&self) -> &ContainerConfig {
+        &self.config
+    }
+
+    fn languages(&self) -> &Languages {
+        &self.languages
+    }
+
+    /// Create and start a container and its default kernel (the cold path).
+    async fn prepare(&self) -> Result<Prepared<ContainerGuard>, SandboxError> {
+        let began = Instant::now();
+        let (container, created_at, started_at) = self.create_started().await?;
+        let kernel = self.start_bare_kernel(&container).await?;
         // Where a cold create goes (RUST_LOG=waxell_sandbox=debug), for docs/performance.md.
         tracing::debug!(
             create_ms = created_at.as_secs_f64() * 1e3,

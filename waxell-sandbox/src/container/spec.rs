@@ -170,6 +170,8 @@ pub(super) fn container_spec(
             "LANG=C.UTF-8".into(),
             "MPLBACKEND=Agg".into(),
             "MPLCONFIGDIR=/tmp/matplotlib".into(),
+            // IPython's profile stays out of the user's home (E2B's lists the home as it is).
+            "IPYTHONDIR=/tmp/.ipython".into(),
             "OPENBLAS_NUM_THREADS=1".into(),
             "OMP_NUM_THREADS=1".into(),
             "PYTHONUNBUFFERED=1".into(),

@@ -110,24 +110,52 @@ pub struct Languages {
     /// Each available language's executable, symlinks resolved (inside the sandbox there is no
     /// /etc/alternatives to resolve them through).
     runtimes: Vec<(Language, PathBuf)>,
+    /// Available languages that run with less than their full runtime, and why.
+    limited: Vec<(Language, String)>,
 }
 
 impl Languages {
     /// The languages whose runtimes are under `root` (the sandbox root on the local backend, which
     /// its sandboxes see as `/`).
     pub(crate) fn detect(root: &Path) -> Self {
+        Self::detect_with(|file| {
+            let path = root.join(file.trim_start_matches('/'));
+            if !path.exists() {
+                return None;
+            }
+            // Relative to `root` for the check, as the sandbox sees it for the kernel.
+            Some(
+                std::fs::canonicalize(&path)
+                    .ok()
+                    .and_then(|p| p.strip_prefix(root).ok().map(|p| Path::new("/").join(p)))
+                    .unwrap_or_else(|| PathBuf::from(file)),
+            )
+        })
+    }
+
+    /// The files every language's runtime needs (absolute paths inside a sandbox), for a backend
+    /// that looks for them itself (in a container image).
+    #[cfg(feature = "container")]
+    pub(crate) fn runtime_files() -> Vec<&'static str> {
+        let mut files: Vec<&'static str> = Language::ALL.iter().flat_map(|l| l.runtime_files().iter().copied()).collect();
+        files.sort_unstable();
+        files.dedup();
+        files
+    }
+
+    /// The languages whose runtime files `found` knows: it answers a file's path with symlinks
+    /// resolved (as the sandbox sees it), or `None` when the sandbox has no such file.
+    pub(crate) fn detect_with(mut found: impl FnMut(&str) -> Option<PathBuf>) -> Self {
         let mut languages = Self {
             available: Vec::new(),
             missing: Vec::new(),
             runtimes: Vec::new(),
+            limited: Vec::new(),
         };
         for language in Language::ALL {
-            let absent: Vec<&str> = language
-                .runtime_files()
-                .iter()
-                .copied()
-                .filter(|file| !root.join(file.trim_start_matches('/')).exists())
-                .collect();
+            let resolved: Vec<(&str, Option<PathBuf>)> =
+                language.runtime_files().iter().map(|&file| (file, found(file))).collect();
+            let absent: Vec<&str> = resolved.iter().filter(|(_, p)| p.is_none()).map(|(f, _)| *f).collect();
             if !absent.is_empty() {
                 languages.missing.push((
                     language,
@@ -140,17 +168,19 @@ impl Languages {
                 ));
             } else {
                 languages.available.push(language);
-                if let Some(first) = language.runtime_files().first() {
-                    // Relative to `root` for the check, as the sandbox sees it for the kernel.
-                    let resolved = std::fs::canonicalize(root.join(first.trim_start_matches('/')))
-                        .ok()
-                        .and_then(|path| path.strip_prefix(root).ok().map(|p| Path::new("/").join(p)))
-                        .unwrap_or_else(|| PathBuf::from(first));
-                    languages.runtimes.push((language, resolved));
+                if let Some((_, Some(executable))) = resolved.into_iter().next() {
+                    languages.runtimes.push((language, executable));
                 }
             }
         }
         languages
+    }
+
+    /// Note that `language` runs with less than its full runtime, and why (e.g. Python cells
+    /// without IPython).
+    #[cfg(feature = "container")]
+    pub(crate) fn limit(&mut self, language: Language, why: String) {
+        self.limited.push((language, why));
     }
 
     /// Python alone (a backend whose image carries no other runtime).
@@ -162,6 +192,7 @@ impl Languages {
                 .map(|&l| (l, "this backend's sandboxes run only Python".to_owned()))
                 .collect(),
             runtimes: Vec::new(),
+            limited: Vec::new(),
         }
     }
 
@@ -173,6 +204,12 @@ impl Languages {
     /// The languages they do not run, each with the reason and how to get it.
     pub fn missing(&self) -> &[(Language, String)] {
         &self.missing
+    }
+
+    /// Languages sandboxes run with less than their full runtime (Python cells without IPython, or
+    /// figures without E2B's chart data), each with why and how to get the rest.
+    pub fn limited(&self) -> &[(Language, String)] {
+        &self.limited
     }
 
     /// Whether sandboxes run `language`.
