@@ -5,11 +5,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 pub(crate) struct Lifetime {
     ended: AtomicBool,
+    /// Turns true at the end: what a run waits on beside its kernel (some engines keep a dead
+    /// container's exec stream open for half a minute).
+    ended_signal: watch::Sender<bool>,
     deadline: Mutex<Instant>,
     /// Shared with the watchdog, which waits on it without holding the sandbox.
     changed: Arc<Notify>,
@@ -19,6 +22,7 @@ impl Lifetime {
     pub(crate) fn new(lifetime: Duration) -> Self {
         Self {
             ended: AtomicBool::new(false),
+            ended_signal: watch::Sender::new(false),
             deadline: Mutex::new(Instant::now() + lifetime),
             changed: Arc::new(Notify::new()),
         }
@@ -32,7 +36,17 @@ impl Lifetime {
     /// Mark the sandbox ended and wake the watchdog so it exits.
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
+        self.ended_signal.send_replace(true);
         self.changed.notify_one();
+    }
+
+    /// Resolves once the sandbox has ended (at once if it already has).
+    pub(crate) fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut signal = self.ended_signal.subscribe();
+        async move {
+            // An error means the sender is gone with the sandbox: ended too.
+            let _ = signal.wait_for(|ended| *ended).await;
+        }
     }
 
     /// A new deadline, `timeout` from now.

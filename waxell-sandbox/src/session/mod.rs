@@ -86,13 +86,18 @@ impl<B: Backend> Session<B> {
     /// `NotFound` once the sandbox was killed or its lifetime expired.
     fn check_alive(&self) -> Result<(), SandboxError> {
         if self.inner.lifetime.has_ended() {
-            Err(SandboxError::NotFound(format!(
-                "sandbox {} was killed or its lifetime expired",
-                B::sandbox_id(&self.inner.shell)
-            )))
+            Err(self.gone())
         } else {
             Ok(())
         }
+    }
+
+    /// The error of a call on a sandbox that has ended.
+    fn gone(&self) -> SandboxError {
+        SandboxError::NotFound(format!(
+            "sandbox {} was killed or its lifetime expired",
+            B::sandbox_id(&self.inner.shell)
+        ))
     }
 
     /// The language named, if this sandbox runs it (else an error naming what is missing).
@@ -303,10 +308,19 @@ impl<B: Backend> SandboxSession for Session<B> {
             *slot = Some(self.start_kernel(context.cwd(), context.language).await?);
         }
         let kernel = slot.as_mut().expect("kernel just ensured");
-        let execution = kernel
-            .execute(code, options, &limits, &OomKills::<B>(&self.inner.shell))
-            .await?;
-        // Killed from outside (kill() or the lifetime) while running: report that, not a crash.
+        // Killed from outside (kill() or the lifetime) while running: report that, not a crash,
+        // as soon as it happens, not when the backend's stream of the dead kernel closes.
+        let ended = self.inner.lifetime.ended();
+        let oom_kills = OomKills::<B>(&self.inner.shell);
+        let outcome = tokio::select! {
+            execution = kernel.execute(code, options, &limits, &oom_kills) => Some(execution),
+            () = ended => None,
+        };
+        let Some(execution) = outcome else {
+            kernel.kill();
+            return Err(self.gone());
+        };
+        let execution = execution?;
         self.check_alive()?;
         Ok(execution)
     }
