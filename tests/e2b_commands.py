@@ -9,7 +9,7 @@ scripts/bench-e2b-inside.py's)
 import sys
 import time
 
-from e2b import CommandExitException, Sandbox, TimeoutException
+from e2b import CommandExitException, Sandbox, SandboxException, TimeoutException
 from e2b.sandbox.commands.command_handle import PtySize
 
 
@@ -175,6 +175,33 @@ def abuse(sbx):
     e = expect_exit(lambda: sbx.commands.run("head -c 100G /dev/zero > /home/user/fill", timeout=60))
     check("a disk fill is stopped", e.exit_code != 0, (e.exit_code, e.error, e.stderr[-300:]))
     sbx.commands.run("rm -f /home/user/fill")
+
+    # The same through terminals: a fork bomb and a memory bomb typed at a shell prompt are held by
+    # the same caps, and a sandbox's terminals are capped (the host's pty pool is shared).
+    term = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.send_stdin(term.pid, b"bomb() { bomb | bomb & }; bomb\n")
+    time.sleep(4)
+    sbx.pty.kill(term.pid)
+    check("the sandbox runs commands after a fork bomb in a terminal",
+          sbx.commands.run("echo alive").stdout == "alive\n")
+    term = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.send_stdin(term.pid, b"exec python3 -c 'a = []\nwhile True: a.append(bytearray(64 << 20))'\n")
+    try:
+        term.wait()
+        check("a memory bomb in a terminal is killed", False, "its shell exited 0")
+    except CommandExitException as e:
+        check("a memory bomb in a terminal is killed", e.exit_code != 0, (e.exit_code, e.error))
+    check("the sandbox runs commands after a memory bomb in a terminal",
+          sbx.commands.run("echo alive").stdout == "alive\n")
+    terms = []
+    try:
+        for _ in range(12):
+            terms.append(sbx.pty.create(PtySize(rows=24, cols=80)))
+        check("a sandbox's terminals are capped", False, f"{len(terms)} terminals opened")
+    except SandboxException as e:
+        check("a sandbox's terminals are capped", 1 <= len(terms) <= 8, (len(terms), str(e)[:200]))
+    for t in terms:
+        sbx.pty.kill(t.pid)
 
     e = expect_exit(
         lambda: sbx.commands.run(
