@@ -31,6 +31,9 @@ const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 /// redb's page cache.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
+/// One span as stored, borrowed from a read transaction.
+type StoredSpan = redb::AccessGuard<'static, &'static [u8]>;
+
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
 #[error("the UI's store: {0}")]
@@ -381,26 +384,19 @@ impl Store {
 
     /// A run's summary and spans (in start order), if it is stored.
     pub fn run(&self, trace: &str) -> Result<Option<(RunSummary, Vec<SpanRecord>)>, StoreError> {
-        let txn = self.db.begin_read().map_err(err)?;
-        let runs = txn.open_table(RUNS).map_err(err)?;
-        let Some(v) = runs.get(trace).map_err(err)? else {
+        let Some((summary, values)) = self.stored_run(trace)? else {
             return Ok(None);
         };
-        let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
-        let span_table = txn.open_table(SPANS).map_err(err)?;
-        let (from, to) = span_range(trace);
-        let mut spans = Vec::new();
-        for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
-            let (_, v) = entry.map_err(err)?;
+        let mut spans = Vec::with_capacity(values.len());
+        for v in &values {
             spans.push(read_stored(v.value())?.record()?);
         }
         spans.sort_by_key(|s| (s.start, s.end));
         Ok(Some((summary, spans)))
     }
 
-    /// A run's summary and its spans as a JSON array (in start order), written straight from their stored
-    /// form (no [`SpanRecord`] built): what the run's page fetches.
-    pub fn run_json(&self, trace: &str) -> Result<Option<(RunSummary, Vec<u8>)>, StoreError> {
+    /// A run's summary and its stored spans (in key order), read in one transaction.
+    fn stored_run(&self, trace: &str) -> Result<Option<(RunSummary, Vec<StoredSpan>)>, StoreError> {
         let txn = self.db.begin_read().map_err(err)?;
         let runs = txn.open_table(RUNS).map_err(err)?;
         let Some(v) = runs.get(trace).map_err(err)? else {
@@ -413,6 +409,15 @@ impl Store {
         for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
             values.push(entry.map_err(err)?.1);
         }
+        Ok(Some((summary, values)))
+    }
+
+    /// A run's summary and its spans as a JSON array (in start order), written straight from their stored
+    /// form (no [`SpanRecord`] built): what the run's page fetches.
+    pub fn run_json(&self, trace: &str) -> Result<Option<(RunSummary, Vec<u8>)>, StoreError> {
+        let Some((summary, values)) = self.stored_run(trace)? else {
+            return Ok(None);
+        };
         let mut spans = Vec::with_capacity(values.len());
         for v in &values {
             let span = read_stored(v.value())?;
