@@ -10,27 +10,16 @@ Run it against one server per configuration and compare the lines (docs/e2b.md, 
 """
 
 import os
-import statistics
 import sys
 import threading
 import time
 
 from e2b import PtySize
 from e2b_code_interpreter import Sandbox
+from e2b_bench_timing import summary, timed
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 LABEL = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("E2B_API_URL", "")
-
-
-def summary(samples):
-    s = sorted(samples)
-    return f"{statistics.median(s) * 1000:.2f} ms (min {s[0] * 1000:.2f}, max {s[-1] * 1000:.2f}, n={len(s)})"
-
-
-def timed(call):
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def cold_create():

@@ -7,28 +7,16 @@ and spread of N rounds each, and the bytes one pause saved.
 """
 
 import os
-import statistics
 import sys
-import time
 
 import httpx
 from e2b_code_interpreter import Sandbox
+from e2b_bench_timing import summary, timed
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 DATAFRAME_MB = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 API = os.environ["E2B_API_URL"]
 HEADERS = {"X-API-KEY": os.environ["E2B_API_KEY"]}
-
-
-def ms(samples):
-    s = sorted(samples)
-    return f"median {statistics.median(s) * 1000:.1f} ms (min {s[0] * 1000:.1f}, max {s[-1] * 1000:.1f}, n={len(s)})"
-
-
-def timed(call):
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def rounds(sbx, setup=None):
@@ -48,13 +36,13 @@ def main():
     try:
         sbx.run_code("1")
         pauses, resumes = rounds(sbx)
-        print(f"idle kernel: pause {ms(pauses)}; resume (connect) {ms(resumes)}")
+        print(f"idle kernel: pause {summary(pauses)}; resume (connect) {summary(resumes)}")
         sbx.files.write("/home/user/data.bin", b"\1" * (1 << 20))
         forks = []
         fork_times = [timed(lambda: forks.extend(sbx.fork())) for _ in range(ROUNDS)]
         for fork in forks:
             fork.kill()
-        print(f"fork (1 MiB of files): {ms(fork_times)}")
+        print(f"fork (1 MiB of files): {summary(fork_times)}")
 
         rows = DATAFRAME_MB * (1 << 20) // 16
 
@@ -66,7 +54,7 @@ def main():
         memory = sbx.get_metrics()[0].mem_used
         pauses, resumes = rounds(sbx, setup=load)
         print(f"kernel holding a {DATAFRAME_MB} MB DataFrame (mem_used {memory >> 20} MiB before pause): "
-              f"pause {ms(pauses)}; resume {ms(resumes)}; the DataFrame is not kept")
+              f"pause {summary(pauses)}; resume {summary(resumes)}; the DataFrame is not kept")
         sbx.pause()
         detail = httpx.get(f"{API}/v2/sandboxes", headers=HEADERS).json()
         print(f"paused sandboxes listed: {sum(1 for d in detail if d['state'] == 'paused')}")
