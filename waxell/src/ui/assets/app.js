@@ -145,7 +145,9 @@
     return r.json();
   }
 
-  // The list redraws when anything changed; a run's page only when that run did.
+  // The list redraws when anything changed; a run's page only when that run did. `seq` is the change
+  // counter of what the view last drew (null: a run not stored yet), set by the view itself, so a change
+  // that lands between drawing and the first poll still redraws.
   let seq = -1;
   let refresh = null;
   let watched = '';
@@ -155,8 +157,7 @@
       live.textContent = '● live · ' + fmtNum(s.runs) + ' runs · ' + fmtNum(s.spans) + ' spans';
       live.className = 'ok';
       const now = watched ? s.run_seq : s.seq;
-      if (seq !== -1 && now !== seq && refresh) await refresh();
-      seq = now;
+      if (now !== seq && refresh) await refresh();
     } catch (e) {
       live.textContent = '○ disconnected';
       live.className = 'err';
@@ -210,6 +211,7 @@
       }
       history.replaceState(null, '', shown.toString() ? '/?' + shown : '/');
       const data = await getJSON('/api/runs?' + q);
+      seq = data.seq;
       const current = agentSel.value || state.agent;
       agentSel.replaceChildren(el('option', { value: '', text: 'all agents' }), ...
         data.agents.map((a) => el('option', { value: a, text: a })));
@@ -313,9 +315,11 @@
       try {
         data = await getJSON('/api/runs/' + encodeURIComponent(id));
       } catch (e) {
+        seq = null;
         header.replaceChildren(el('p', { class: 'err' }, 'Run ' + id + ': ' + e.message));
         return;
       }
+      seq = data.run.seq;
       for (const s of data.spans) {
         s.attributes = s.attributes || {};
         s.events = s.events || [];
