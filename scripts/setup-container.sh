@@ -136,6 +136,8 @@ if ! have_image; then
         --change 'ENV=PATH=/usr/local/bin:/usr/bin:/bin' --change "LABEL=$label" \
         --change 'CMD=["python3"]' \
         "$tarball" "$IMAGE" >/dev/null
+    # The image it replaced (an older recipe) is left untagged: remove it, and only ours (1-2 GB each).
+    podman --runtime /usr/bin/runc image prune -f --filter label=io.waxell.recipe >/dev/null 2>&1 || true
 fi
 log "image $IMAGE ready (recipe $key)"
 
@@ -204,6 +206,7 @@ if [ "$(engine_label)" != "$key" ]; then
             DOCKER_HOST="unix://$DOCKERD_SOCKET" docker load >/dev/null
         DOCKER_HOST="unix://$DOCKERD_SOCKET" docker tag "localhost/$IMAGE" "$IMAGE"
     fi
+    DOCKER_HOST="unix://$DOCKERD_SOCKET" docker image prune -f --filter label=io.waxell.recipe >/dev/null 2>&1 || true
 fi
 log "Docker Engine on unix://$DOCKERD_SOCKET"
 
