@@ -119,6 +119,57 @@ fn collector_down_every_span_is_saved_and_replay_delivers_them() {
     );
 }
 
+/// Over `http/json`, a batch is kept as its encoded JSON body: what a failing collector did not take is saved
+/// from that body, every span whole (name, attributes, parent), and replays.
+#[test]
+fn a_failing_collector_over_http_json_gets_every_span_saved_whole() {
+    let dir_guard = temp_dir("json");
+    let file = dir_guard.path().join("run.jsonl");
+    let server = FaultServer::start(Fault::Status(500));
+    let url = server.traces_url();
+    let (stderr, _) = run_child(&[
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ("WAXELL_TRACE_FILE", file.to_str().unwrap()),
+    ]);
+    assert!(server.requests() > 0, "the collector was called: {stderr}");
+    assert!(stderr.contains("HTTP 500"), "{stderr}");
+    assert!(!stderr.contains("dropped"), "nothing dropped: {stderr}");
+    let requests = waxell::export::read_trace_file(&file).unwrap();
+    let spans: Vec<_> = requests
+        .iter()
+        .flat_map(|(_, r)| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .collect();
+    assert_eq!(spans.len(), SPANS);
+    let tools: Vec<_> = spans.iter().filter(|s| s.name == "execute_tool work").collect();
+    assert_eq!(tools.len(), (RUNS * 100) as usize);
+    assert!(tools
+        .iter()
+        .all(|s| s.parent_span_id.len() == 8 && s.trace_id.len() == 16));
+    let tool_name = |s: &&&opentelemetry_proto::tonic::trace::v1::Span| {
+        s.attributes.iter().any(|kv| {
+            kv.key == "gen_ai.tool.name"
+                && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                    == Some(
+                        &opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue("work".into()),
+                    )
+        })
+    };
+    assert!(tools.iter().all(tool_name), "attributes kept");
+
+    let receiver = OtlpReceiver::start_http();
+    let mut settings = OtlpSettings::from_env().unwrap();
+    settings.traces_endpoint = Some(receiver.traces_url());
+    let report = waxell::export::replay_with(&file, &settings).unwrap();
+    assert!(report.is_success(), "{report:?}");
+    assert_eq!(
+        receiver.wait_for_spans(SPANS, Duration::from_secs(10)).len(),
+        SPANS
+    );
+}
+
 #[test]
 fn a_hanging_collector_holds_the_exit_only_for_the_budget_and_the_exit_says_it_gave_up() {
     let dir_guard = temp_dir("hang");

@@ -143,6 +143,17 @@ pub(super) fn bench_export(mode: &Mode, rows: &mut Vec<Row>) {
     let bursts = mode.pick(2, 20);
     let rounds = mode.pick(1, 5);
     let spans = (bursts * BURST_RUNS * SPANS_PER_RUN) as f64;
+    // One side alone, to profile it (`perf record`, callgrind): no row.
+    if let Ok(side) = std::env::var("WAXELL_BENCH_EXPORT_SIDE") {
+        let run = match side.as_str() {
+            "waxell" => export_waxell,
+            "plain" => export_plain_sdk,
+            other => panic!("WAXELL_BENCH_EXPORT_SIDE={other}: expected waxell or plain"),
+        };
+        let took = median(&(0..rounds).map(|_| run(bursts)).collect::<Vec<_>>());
+        println!("export/{side} alone: {:.0} spans/s", spans / took.as_secs_f64());
+        return;
+    }
     let (mut waxell_times, mut plain_times) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         if round % 2 == 0 {

@@ -60,14 +60,23 @@ impl JsonLinesFile {
         let request = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(spans, resource),
         };
-        let line = serde_json::to_string(&request).map_err(std::io::Error::other)?;
+        self.write_request(&request, n)
+    }
+
+    /// Append one request (of `spans` spans) as one line.
+    pub(crate) fn write_request(
+        &self,
+        request: &ExportTraceServiceRequest,
+        spans: u64,
+    ) -> std::io::Result<()> {
+        let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
         let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(open(&self.path)?);
         }
         let w = guard.as_mut().expect("opened above");
         writeln!(w, "{line}").and_then(|_| w.flush())?;
-        self.written.fetch_add(n, Ordering::Relaxed);
+        self.written.fetch_add(spans, Ordering::Relaxed);
         Ok(())
     }
 }

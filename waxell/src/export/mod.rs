@@ -7,6 +7,10 @@ mod console;
 mod endpoint;
 pub(crate) mod fail_open;
 pub(crate) mod jsonl;
+#[cfg(feature = "otlp-http")]
+pub(crate) mod otlp_http;
+#[cfg(feature = "otlp-http")]
+mod otlp_proto;
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
 mod replay;
 mod show;

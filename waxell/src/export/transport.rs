@@ -1,8 +1,7 @@
-//! The OTLP/HTTP exporter's HTTP client, observed: it records what happened to the last request (connection
-//! refused, other network error, or the HTTP status and `Retry-After`), so the fail-open exporter can decide
-//! what to do with a failed batch. The OTLP exporter's own retry loop is turned off (it would retry a refused
-//! connection with back-off, which is what made a dead collector slow the exit); retries happen in
-//! `fail_open`, only where they can help and never during shutdown.
+//! What happened to the last export request (connection refused, other network error, or the HTTP status and
+//! `Retry-After`), recorded by the transport so the fail-open exporter can decide what to do with a failed
+//! batch. Retries happen in `fail_open`, only where they can help and never during shutdown (a refused
+//! connection is final: retrying it with back-off is what made a dead collector slow the exit).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -60,79 +59,34 @@ impl TransportLog {
     }
 }
 
+/// A transport error as a short reason, telling a refused connection from the rest.
 #[cfg(feature = "otlp-http")]
-pub(crate) use client::{classify, ObservedClient};
-
-#[cfg(feature = "otlp-http")]
-mod client {
-    use std::sync::Arc;
-
-    use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-
-    use super::{Outcome, TransportLog};
-
-    /// A blocking reqwest client that records each request's outcome in a [`TransportLog`].
-    #[derive(Debug)]
-    pub(crate) struct ObservedClient {
-        inner: reqwest::blocking::Client,
-        log: Arc<TransportLog>,
-    }
-
-    impl ObservedClient {
-        pub(crate) fn new(inner: reqwest::blocking::Client, log: Arc<TransportLog>) -> Self {
-            Self { inner, log }
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl HttpClient for ObservedClient {
-        async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-            let result = self.inner.send_bytes(request).await;
-            self.log.set(match &result {
-                Ok(response) => Outcome::Status {
-                    code: response.status().as_u16(),
-                    // Delta-seconds, the form collectors send; an HTTP-date falls back to the back-off.
-                    retry_after: response
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok()),
-                },
-                Err(e) => classify(e.as_ref()),
-            });
-            result
-        }
-    }
-
-    /// A transport error as a short reason, telling a refused connection from the rest.
-    pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> Outcome {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        let mut innermost = error.to_string();
-        while let Some(e) = source {
-            if let Some(io) = e.downcast_ref::<std::io::Error>() {
-                use std::io::ErrorKind::*;
-                match io.kind() {
-                    ConnectionRefused => {
-                        return Outcome::Refused("connection refused (is the collector running?)".into())
-                    }
-                    HostUnreachable | NetworkUnreachable | AddrNotAvailable => {
-                        return Outcome::Refused(format!("collector unreachable: {io}"))
-                    }
-                    TimedOut => return Outcome::Network("no answer before the export timeout".into()),
-                    _ => {}
+pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> Outcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut innermost = error.to_string();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            match io.kind() {
+                ConnectionRefused => {
+                    return Outcome::Refused("connection refused (is the collector running?)".into())
                 }
-            }
-            if let Some(r) = e.downcast_ref::<reqwest::Error>() {
-                if r.is_timeout() {
-                    return Outcome::Network("no answer before the export timeout".into());
+                HostUnreachable | NetworkUnreachable | AddrNotAvailable => {
+                    return Outcome::Refused(format!("collector unreachable: {io}"))
                 }
+                TimedOut => return Outcome::Network("no answer before the export timeout".into()),
+                _ => {}
             }
-            innermost = e.to_string();
-            source = e.source();
         }
-        Outcome::Network(innermost)
+        if let Some(r) = e.downcast_ref::<reqwest::Error>() {
+            if r.is_timeout() {
+                return Outcome::Network("no answer before the export timeout".into());
+            }
+        }
+        innermost = e.to_string();
+        source = e.source();
     }
+    Outcome::Network(innermost)
 }
 
 /// A gRPC export error, classified from its text (tonic reports a refused connection inside its status).

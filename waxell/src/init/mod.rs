@@ -22,7 +22,7 @@ use self::pipeline::Limits;
 use crate::config::{self, Capture, Env, OtlpSettings, Protocol};
 use crate::console::Console;
 use crate::error::InitError;
-use crate::export::fail_open::{DropCounters, FailOpenConfig, Spill};
+use crate::export::fail_open::{DropCounters, FailOpenConfig, SpanExporterDelivery, Spill};
 use crate::export::jsonl::JsonLinesFile;
 use crate::export::{default_trace_file, DropCounter, EmbeddedExporter};
 use crate::scrub::{self, Scrubber};
@@ -350,7 +350,8 @@ impl Builder {
                 None => {
                     let exporter =
                         EmbeddedExporter::new(self.console.unwrap_or(env.console), file, console.clone());
-                    provider = provider.with_span_processor(limits.pipeline(exporter, None)?);
+                    provider =
+                        provider.with_span_processor(limits.pipeline(SpanExporterDelivery(exporter), None)?);
                     target = Target::Embedded(file_path);
                 }
             }

@@ -7,7 +7,7 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SpanProce
 
 use crate::config::BatchSettings;
 use crate::error::InitError;
-use crate::export::fail_open::{DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
+use crate::export::fail_open::{Delivery, DropCounters, FailOpenConfig, FailOpenExporter, QueueGate};
 use crate::export::transport::TransportLog;
 use crate::limits::SpanCap;
 
@@ -22,12 +22,12 @@ pub(super) struct Limits {
 
 impl Limits {
     /// `SpanCap -> QueueGate -> BatchSpanProcessor -> FailOpenExporter -> exporter` (see `export::fail_open`).
-    pub(super) fn pipeline<E: opentelemetry_sdk::trace::SpanExporter + 'static>(
+    pub(super) fn pipeline(
         &self,
-        exporter: E,
+        delivery: impl Delivery,
         transport: Option<Arc<TransportLog>>,
     ) -> Result<impl SpanProcessor + 'static, InitError> {
-        let exporter = FailOpenExporter::new(exporter, self.fail_open, Arc::clone(&self.counters), transport)
+        let exporter = FailOpenExporter::new(delivery, self.fail_open, Arc::clone(&self.counters), transport)
             .map_err(|e| InitError::InvalidSetting {
                 setting: "export worker",
                 message: format!("could not start the export thread: {e}"),

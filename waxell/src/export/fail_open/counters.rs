@@ -11,6 +11,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 
+use super::delivery::Batch;
 use crate::export::jsonl::JsonLinesFile;
 
 /// Spans that never reached the collector and could not be saved either, by reason. Returned by
@@ -149,9 +150,18 @@ impl Spill {
         }
     }
 
-    pub(super) fn write(&self, spans: Vec<SpanData>) -> std::io::Result<()> {
-        let resource = self.resource.read().unwrap_or_else(|p| p.into_inner());
-        self.file.write(spans, &resource)
+    pub(super) fn write(&self, batch: Batch) -> std::io::Result<()> {
+        match batch {
+            Batch::Spans(spans) => {
+                let resource = self.resource.read().unwrap_or_else(|p| p.into_inner());
+                self.file.write(spans, &resource)
+            }
+            #[cfg(feature = "otlp-http")]
+            Batch::Request(encoded) => {
+                let request = encoded.decode().map_err(std::io::Error::other)?;
+                self.file.write_request(&request, encoded.spans as u64)
+            }
+        }
     }
 }
 
@@ -161,7 +171,7 @@ impl Spill {
 pub(super) struct InFlight {
     pub(super) busy: bool,
     /// A copy of the batch, to retry or save it; whoever takes it decides its fate, so it is saved once.
-    pub(super) copy: Option<Vec<SpanData>>,
+    pub(super) copy: Option<Batch>,
     pub(super) result: Option<OTelSdkResult>,
     /// The waiter stopped waiting: the worker then settles the batch itself.
     pub(super) abandoned: bool,
@@ -215,13 +225,13 @@ impl DropCounters {
     }
 
     /// Save `spans` to the trace file, or count them as dropped when there is none or writing fails.
-    pub(super) fn lose(&self, reason: Reason, spans: Vec<SpanData>) {
-        let n = spans.len() as u64;
+    pub(super) fn lose(&self, reason: Reason, batch: Batch) {
+        let n = batch.len() as u64;
         if n == 0 {
             return;
         }
         if let Some(spill) = &self.spill {
-            match spill.write(spans) {
+            match spill.write(batch) {
                 Ok(()) => return self.saved.add(reason, n),
                 Err(e) => self.set_error(format!(
                     "could not save spans to {}: {e}",
@@ -248,7 +258,7 @@ impl DropCounters {
     pub(super) fn drain_overflow(&self) {
         if let Some(spill) = &self.spill {
             let spans = std::mem::take(&mut *spill.overflow.lock().unwrap_or_else(|p| p.into_inner()));
-            self.lose(Reason::QueueFull, spans);
+            self.lose(Reason::QueueFull, spans.into());
         }
     }
 

@@ -17,6 +17,7 @@
 //!   are dropped; [`DropCounters`] tallies both, by reason.
 
 mod counters;
+mod delivery;
 #[cfg(test)]
 mod tests;
 
@@ -38,6 +39,9 @@ use super::transport::{self, Outcome, TransportLog};
 use self::counters::InFlight;
 pub use self::counters::{DropCounter, DroppedSpans, SavedSpans};
 pub(crate) use self::counters::{DropCounters, Reason, Spill};
+#[cfg(feature = "otlp-http")]
+pub(crate) use self::delivery::EncodedRequest;
+pub(crate) use self::delivery::{Batch, Delivery, SpanExporterDelivery};
 
 /// Settings of [`FailOpenExporter`].
 #[derive(Debug, Clone, Copy)]
@@ -106,21 +110,21 @@ struct Breaker {
 /// What one hand-over to the worker came to.
 enum Attempt {
     /// The export finished in time; with the batch's copy.
-    Done(OTelSdkResult, Option<Vec<SpanData>>),
+    Done(OTelSdkResult, Option<Batch>),
     /// The wait ended first (timeout, flush gave up, exit budget); the worker settles the batch.
     Abandoned,
     /// The worker is still busy with an earlier, abandoned export, or gone.
-    NotStarted(Vec<SpanData>, &'static str),
+    NotStarted(Batch, &'static str),
 }
 
-/// Wraps an exporter so that no export outlasts the timeout, repeated failures open a circuit breaker, and
+/// Wraps a delivery so that no export outlasts the timeout, repeated failures open a circuit breaker, and
 /// every span that does not arrive is saved or counted.
 #[derive(Debug)]
-pub(crate) struct FailOpenExporter<E> {
+pub(crate) struct FailOpenExporter<D> {
     /// Shared with the worker thread; the write lock is only taken by `set_resource`, before any export.
-    inner: Arc<RwLock<E>>,
+    inner: Arc<RwLock<D>>,
     /// To the worker thread; holds at most one job.
-    jobs: SyncSender<Vec<SpanData>>,
+    jobs: SyncSender<Batch>,
     /// The HTTP client's record of the last request (OTLP/HTTP only).
     transport: Option<Arc<TransportLog>>,
     config: FailOpenConfig,
@@ -132,15 +136,15 @@ pub(crate) struct FailOpenExporter<E> {
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_RETRIES: u32 = 3;
 
-impl<E: SpanExporter + 'static> FailOpenExporter<E> {
+impl<D: Delivery> FailOpenExporter<D> {
     pub(crate) fn new(
-        inner: E,
+        inner: D,
         config: FailOpenConfig,
         counters: Arc<DropCounters>,
         transport: Option<Arc<TransportLog>>,
     ) -> std::io::Result<Self> {
         let inner = Arc::new(RwLock::new(inner));
-        let (jobs, rx) = mpsc::sync_channel::<Vec<SpanData>>(1);
+        let (jobs, rx) = mpsc::sync_channel::<Batch>(1);
         let worker_inner = Arc::clone(&inner);
         let worker_counters = Arc::clone(&counters);
         std::thread::Builder::new()
@@ -150,11 +154,10 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
                 while let Ok(batch) = rx.recv() {
                     let n = batch.len() as u64;
                     let exporter = worker_inner.read().unwrap_or_else(|p| p.into_inner());
-                    let result =
-                        std::panic::catch_unwind(AssertUnwindSafe(|| block_on(exporter.export(batch))))
-                            .unwrap_or_else(|_| {
-                                Err(OTelSdkError::InternalFailure("the span exporter panicked".into()))
-                            });
+                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| exporter.deliver(batch)))
+                        .unwrap_or_else(|_| {
+                            Err(OTelSdkError::InternalFailure("the span exporter panicked".into()))
+                        });
                     drop(exporter);
                     let c = &worker_counters;
                     let mut f = c.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -229,17 +232,21 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
     }
 
     /// Export through the breaker and the timeout; a batch that does not arrive is saved or counted.
-    fn export_counted(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+    fn export_counted(&self, spans: Vec<SpanData>) -> OTelSdkResult {
         let c = &self.counters;
         if !self.may_call_collector() {
-            c.lose(Reason::CircuitOpen, batch);
+            c.lose(Reason::CircuitOpen, spans.into());
             return Err(OTelSdkError::InternalFailure(
                 "waxell: collector circuit open after failed exports; spans saved or counted".into(),
             ));
         }
-        let n = batch.len() as u64;
+        let n = spans.len() as u64;
         let deadline = Instant::now() + self.config.export_timeout;
-        let mut batch = batch;
+        let mut batch = self
+            .inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .prepare(spans);
         let mut backoff = FIRST_BACKOFF;
         let mut retries = 0;
         loop {
@@ -298,7 +305,7 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
 
     /// Hand the batch to the worker and wait for it until `deadline`, the exit budget's end, or a flush
     /// giving up, whichever comes first.
-    fn attempt(&self, batch: Vec<SpanData>, deadline: Instant) -> Attempt {
+    fn attempt(&self, batch: Batch, deadline: Instant) -> Attempt {
         let c = &self.counters;
         let epoch = c.abandon_epoch.load(Ordering::Acquire);
         {
@@ -347,7 +354,7 @@ impl<E: SpanExporter + 'static> FailOpenExporter<E> {
     }
 }
 
-impl<E: SpanExporter + 'static> SpanExporter for FailOpenExporter<E> {
+impl<D: Delivery> SpanExporter for FailOpenExporter<D> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
         // Called on the batch processor's own thread, never on the agent's: blocking here is fine.
         let n = batch.len();

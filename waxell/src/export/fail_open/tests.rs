@@ -57,7 +57,14 @@ fn spans(n: usize) -> Vec<SpanData> {
     exporter.get_finished_spans().unwrap()
 }
 
-fn wrapper(mode: &'static str, timeout_ms: u64) -> (FailOpenExporter<Scripted>, Scripted, Arc<DropCounters>) {
+fn wrapper(
+    mode: &'static str,
+    timeout_ms: u64,
+) -> (
+    FailOpenExporter<SpanExporterDelivery<Scripted>>,
+    Scripted,
+    Arc<DropCounters>,
+) {
     let scripted = Scripted {
         mode: Arc::new(Mutex::new(mode)),
         calls: Arc::new(AtomicU64::new(0)),
@@ -69,11 +76,17 @@ fn wrapper(mode: &'static str, timeout_ms: u64) -> (FailOpenExporter<Scripted>, 
         breaker_failures: 2,
         breaker_cooldown: Duration::from_millis(300),
     };
-    let exporter = FailOpenExporter::new(scripted.clone(), config, Arc::clone(&counters), None).unwrap();
+    let exporter = FailOpenExporter::new(
+        SpanExporterDelivery(scripted.clone()),
+        config,
+        Arc::clone(&counters),
+        None,
+    )
+    .unwrap();
     (exporter, scripted, counters)
 }
 
-fn export(e: &FailOpenExporter<Scripted>, c: &DropCounters, n: usize) -> OTelSdkResult {
+fn export(e: &FailOpenExporter<SpanExporterDelivery<Scripted>>, c: &DropCounters, n: usize) -> OTelSdkResult {
     c.queued.fetch_add(n, Ordering::AcqRel);
     block_on(e.export(spans(n)))
 }
@@ -160,7 +173,13 @@ fn a_refused_connection_opens_the_breaker_at_once() {
         breaker_failures: 3,
         breaker_cooldown: Duration::from_secs(30),
     };
-    let e = FailOpenExporter::new(scripted.clone(), config, Arc::clone(&counters), Some(log)).unwrap();
+    let e = FailOpenExporter::new(
+        SpanExporterDelivery(scripted.clone()),
+        config,
+        Arc::clone(&counters),
+        Some(log),
+    )
+    .unwrap();
     assert!(export(&e, &counters, 2).is_err());
     assert!(export(&e, &counters, 3).is_err());
     assert_eq!(
@@ -191,7 +210,13 @@ fn a_retryable_status_is_retried_within_the_timeout_but_not_while_closing() {
         breaker_failures: 10,
         breaker_cooldown: Duration::from_secs(30),
     };
-    let e = FailOpenExporter::new(scripted.clone(), config, Arc::clone(&counters), Some(log)).unwrap();
+    let e = FailOpenExporter::new(
+        SpanExporterDelivery(scripted.clone()),
+        config,
+        Arc::clone(&counters),
+        Some(log),
+    )
+    .unwrap();
     assert!(export(&e, &counters, 2).is_err());
     assert_eq!(
         scripted.calls.load(Ordering::Relaxed),
@@ -227,7 +252,13 @@ fn with_a_trace_file_every_batch_that_does_not_arrive_is_saved_there() {
         breaker_failures: 2,
         breaker_cooldown: Duration::from_millis(200),
     };
-    let e = FailOpenExporter::new(scripted.clone(), config, Arc::clone(&counters), None).unwrap();
+    let e = FailOpenExporter::new(
+        SpanExporterDelivery(scripted.clone()),
+        config,
+        Arc::clone(&counters),
+        None,
+    )
+    .unwrap();
     assert!(!path.exists(), "no file until something must be saved");
     assert!(export(&e, &counters, 3).is_err());
     assert!(export(&e, &counters, 3).is_err());

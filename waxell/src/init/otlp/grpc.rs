@@ -8,6 +8,7 @@ use opentelemetry_sdk::Resource;
 use super::{failed, Installed};
 use crate::config::OtlpSettings;
 use crate::error::InitError;
+use crate::export::fail_open::SpanExporterDelivery;
 use crate::init::pipeline::Limits;
 
 /// Metrics go to the same address as the traces; `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` is for HTTP.
@@ -31,7 +32,7 @@ pub(super) fn install(
         .with_metadata(metadata(&settings.headers).map_err(fail)?)
         .build()
         .map_err(|e| fail(e.to_string()))?;
-    let provider = provider.with_span_processor(limits.pipeline(exporter, None)?);
+    let provider = provider.with_span_processor(limits.pipeline(SpanExporterDelivery(exporter), None)?);
     let metrics = opentelemetry_otlp::MetricExporter::builder()
         .with_tonic()
         .with_endpoint(&url)

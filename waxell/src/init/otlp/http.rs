@@ -11,7 +11,8 @@ use opentelemetry_sdk::Resource;
 use super::{failed, Installed};
 use crate::config::{OtlpSettings, Protocol};
 use crate::error::InitError;
-use crate::export::transport::{ObservedClient, TransportLog};
+use crate::export::otlp_http::{OtlpHttp, Target};
+use crate::export::transport::TransportLog;
 use crate::init::pipeline::Limits;
 
 pub(super) fn install(
@@ -24,22 +25,13 @@ pub(super) fn install(
     let traces_url = settings.traces_endpoint.clone().unwrap_or_default();
     let fail = |message: String| failed(settings, message);
     let transport = Arc::new(TransportLog::default());
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(wire_protocol(settings.protocol))
-        .with_endpoint(&traces_url)
-        .with_timeout(settings.timeout)
-        // The exporter's own retry loop would back off on a refused connection (seconds at exit with the
-        // collector down); the fail-open exporter retries only what can help, from what this client observed.
-        .with_http_client(ObservedClient::new(
-            client(settings.timeout).map_err(fail)?,
-            Arc::clone(&transport),
-        ))
-        .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-        .with_headers(settings.headers.iter().cloned().collect())
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
-    let provider = provider.with_span_processor(limits.pipeline(exporter, Some(transport))?);
+    // Not opentelemetry-otlp's span exporter: the fail-open exporter keeps each batch to retry or save it,
+    // and the encoded request is a far cheaper copy than the spans (see `export::otlp_http`).
+    let delivery = OtlpHttp::new(
+        Target::new(&traces_url, settings).map_err(fail)?,
+        Arc::clone(&transport),
+    );
+    let provider = provider.with_span_processor(limits.pipeline(delivery, Some(transport))?);
 
     // Metrics go next to the traces: `/v1/metrics` beside `/v1/traces`.
     let metrics_url = metrics_endpoint.map_or_else(
