@@ -419,5 +419,50 @@ if [ "$(id -u)" -ne 0 ] && ! bwrap --unshare-user --ro-bind / / true 2>/dev/null
     fi
 fi
 
-# Warm matplotlib's font cache once on the host would not help: the sandbox has its own MPLCONFIGDIR.
+# --- matplotlib's font list ------------------------------------------------------------------------
+# matplotlib lists the fonts it can use on its first import into an empty MPLCONFIGDIR (about 100 ms),
+# and each sandbox starts with an empty one. Made once here, with only the fonts the sandbox sees (the
+# venv's and the sandbox root's), the kernel copies it into the sandbox's MPLCONFIGDIR at start.
+if [ "${WAXELL_SANDBOX_NO_PACKAGES:-0}" != "1" ]; then
+    mpl_tmp="$("${as_venv_owner[@]}" mktemp -d)"
+    "${as_venv_owner[@]}" env -i HOME=/nonexistent PATH=/usr/bin:/bin MPLCONFIGDIR="$mpl_tmp" \
+        "$venv_python" -I - "$ROOT" "$VENV/share/waxell/matplotlib" "$mpl_tmp" <<'PYTHON' | while read -r line; do log "$line"; done
+import glob, json, os, sys
+
+root, out, built = sys.argv[1:4]
+try:
+    import matplotlib.font_manager  # noqa: F401 - builds the list into MPLCONFIGDIR
+except ImportError:
+    sys.exit(0)
+[listing] = glob.glob(os.path.join(built, "fontlist-*.json"))
+with open(listing) as f:
+    fonts = json.load(f)
+data = matplotlib.get_data_path()
+
+
+def seen_by_sandbox(name):
+    path = name if os.path.isabs(name) else os.path.join(data, name)
+    if path.startswith(sys.prefix + os.sep):
+        return True
+    # The sandbox's /usr is the root's; nothing else of the host is there.
+    return path.startswith("/usr/") and os.path.exists(os.path.join(root, path[1:]))
+
+
+kept = {}
+for kind in ("ttflist", "afmlist"):
+    entries = fonts.get(kind, [])
+    fonts[kind] = [e for e in entries if seen_by_sandbox(e["fname"])]
+    kept[kind] = (len(fonts[kind]), len(entries))
+os.makedirs(out, exist_ok=True)
+for old in glob.glob(os.path.join(out, "fontlist-*.json")):
+    os.unlink(old)
+target = os.path.join(out, os.path.basename(listing))
+with open(target + ".tmp", "w") as f:
+    json.dump(fonts, f)
+os.replace(target + ".tmp", target)
+print(f"matplotlib font list for sandboxes: {kept['ttflist'][0]} of the host's {kept['ttflist'][1]} fonts")
+PYTHON
+    rm -rf "$mpl_tmp"
+fi
+
 log "ready: WAXELL_SANDBOX_PYTHON defaults to $venv_python ($("$venv_python" -V 2>&1))"

@@ -153,6 +153,18 @@ async fn pandas_and_matplotlib_when_installed() {
     // Figures are closed after being sent.
     let after = run(&sandbox, "1").await;
     assert!(after.results.iter().all(|r| r.png.is_none()));
+    // matplotlib started from the font list the set-up made (it rewrites the file when it lists the
+    // fonts itself), and that list holds only fonts the sandbox has.
+    let fonts = eval(
+        &sandbox,
+        "import glob, os, sys, matplotlib, matplotlib.font_manager as fm\n\
+         [seed] = glob.glob(os.path.join(sys.prefix, 'share/waxell/matplotlib/fontlist-*.json'))\n\
+         used = os.path.join(matplotlib.get_cachedir(), os.path.basename(seed))\n\
+         (open(seed, 'rb').read() == open(used, 'rb').read(), \
+          all(os.path.exists(f.fname) for f in fm.fontManager.ttflist), len(fm.fontManager.ttflist) > 0)",
+    )
+    .await;
+    assert_eq!(fonts, "(True, True, True)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
