@@ -73,7 +73,7 @@ fn row(
         added * 1e6,
         added / ROUND_TRIP.as_secs_f64() * 100.0,
     );
-    let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+    let us = |d: Duration| format!("{} µs", waxell_tests::bench_row::grouped(d.as_secs_f64() * 1e6));
     Row {
         id: id.into(),
         what: what.into(),

@@ -5,7 +5,8 @@
 //! The one shared place for the Rust benches: `waxell-tests` has it as `waxell_tests::bench_row`, and the
 //! benches of `waxell` and `waxell-sandbox` include this file with `#[path]` (it needs only `std` and
 //! `serde_json`). The Python and shell benches use `scripts/bench_rows.py`, which writes the same fields.
-#![allow(dead_code)] // each bench that includes this file uses part of it
+// Included with `#[path]`, its items are private to each bench, which uses part of them.
+#![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
 
@@ -38,6 +39,22 @@ pub fn load_1min() -> String {
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// `v` rounded to a whole number, with thousands separators: 1,160.
+pub fn grouped(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v.round() < 0.0 {
+        out.insert(0, '-');
+    }
+    out
 }
 
 /// Today's date (UTC), `YYYY-MM-DD`.

@@ -148,6 +148,15 @@ fn a_broken_table_is_an_error_naming_its_line() {
         .contains("no <!-- bench-all:begin -->"));
 }
 
+#[test]
+fn figures_are_grouped_by_thousands() {
+    assert_eq!(bench_row::grouped(2530.4), "2,530");
+    assert_eq!(bench_row::grouped(999.6), "1,000");
+    assert_eq!(bench_row::grouped(1_234_567.0), "1,234,567");
+    assert_eq!(bench_row::grouped(-1500.0), "-1,500");
+    assert_eq!(bench_row::grouped(7.0), "7");
+}
+
 /// The rows a bench writes through `bench_row` read back as the renderer's rows.
 #[test]
 fn rows_written_by_a_bench_are_read_back() {

@@ -244,7 +244,7 @@ fn main() {
     );
     let _ = hand_provider.shutdown();
     let _ = tracing_provider.shutdown();
-    let ns = |v: f64| format!("{v:.0} ns");
+    let ns = |v: f64| format!("{} ns", bench_row::grouped(v));
     rows.push(Row {
         id: "overhead.tool-vs-hand.wall".into(),
         what: format!("one `#[tool]` call (wall time, interleaved, median of {rounds} rounds)"),
