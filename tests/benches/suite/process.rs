@@ -126,16 +126,25 @@ fn workspace_binary(name: &str) -> Option<(PathBuf, String)> {
     })
 }
 
+/// A program timed by `exit`: its row id, its name, the binary, which build it is, its arguments, the runs.
+type Program = (
+    &'static str,
+    &'static str,
+    PathBuf,
+    String,
+    Vec<&'static str>,
+    usize,
+);
+
 pub(super) fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
     let receiver = OtlpReceiver::start_http();
     let work_dir = std::env::temp_dir().join("waxell-bench-exit");
     std::fs::create_dir_all(&work_dir).expect("work dir");
-    let mut programs: Vec<(&str, String, PathBuf, String, Vec<&str>, usize)> = Vec::new();
+    let mut programs: Vec<Program> = Vec::new();
     match workspace_binary("one-agent") {
         Some((path, which)) => programs.push((
             "one-agent",
-            "a minimal one-agent CLI (`tests/src/bin/one-agent.rs`: init, one agent, two tools, a score)"
-                .into(),
+            "a minimal one-agent CLI (`tests/src/bin/one-agent.rs`: init, one agent, two tools, a score)",
             path,
             which,
             vec![],
@@ -148,7 +157,7 @@ pub(super) fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
     match demo_binary() {
         Some((path, which)) => programs.push((
             "demo",
-            "`demos --dry-run --quiet`".into(),
+            "`demos --dry-run --quiet`",
             path,
             which,
             vec!["--dry-run", "--quiet"],
