@@ -103,10 +103,13 @@ fn collector_down_a_million_spans_keep_memory_bounded_and_every_drop_is_counted(
         let mut rows = waxell_tests::bench_row::Rows::start("[F]", false);
         rows.push(waxell_tests::bench_row::Row {
             id: "fail-open.million-spans".into(),
-            what: format!("{spans} spans with the collector down"),
+            what: format!(
+                "{} spans with the collector down",
+                waxell_tests::bench_row::grouped(spans as f64)
+            ),
             measured: format!(
                 "peak RSS +{grown_mib} MiB, all {} counted as dropped, {:.1} s agent time",
-                dropped.total(),
+                waxell_tests::bench_row::grouped(dropped.total() as f64),
                 took.as_secs_f64()
             ),
             anchor: "none".into(),
