@@ -6,6 +6,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 rounds="${1:-2}"
+load_start="$(python3 "$repo/scripts/bench_rows.py" --print-load)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
@@ -65,4 +66,12 @@ for i in $(seq "$rounds"); do
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mq=$(median "${q[@]}"); mp=$(median "${p[@]}")
-echo "median: quickstart $mq s, plain $mp s, ratio $(awk -v a="$mq" -v b="$mp" 'BEGIN {printf "%.2f", a / b}')"
+ratio="$(awk -v a="$mq" -v b="$mp" 'BEGIN {printf "%.2f", a / b}')"
+echo "median: quickstart $mq s, plain $mp s, ratio $ratio"
+# Its row of docs/performance.md (target/bench-rows/, or WAXELL_BENCH_ROWS_DIR; see scripts/bench-all.sh).
+python3 "$repo/scripts/bench_rows.py" --reproduce "[B]" --load-start "$load_start" \
+    --id build.quickstart-vs-plain \
+    --what "clean debug build of the README's quick start (waxell, default features), fresh target directory, \`CARGO_INCREMENTAL=0\`, median of $rounds, alternating" \
+    --measured "$mq s ($(count quickstart) crates)" \
+    --anchor "a plain \`opentelemetry-otlp\` HTTP/protobuf app with rustls, same run: $mp s ($(count plain) crates)" \
+    --ratio "**${ratio}x**" --target "none (build cost)" --verdict none

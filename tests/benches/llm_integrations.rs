@@ -24,6 +24,7 @@ use genai::resolver::{AuthData, Endpoint, ServiceTargetResolver};
 use genai::{ModelIden, ServiceTarget};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt as _;
+use waxell_tests::bench_row::{Row, Rows};
 use waxell_tests::fake_llm::{chat_chunks, chat_completion, FakeLlm, LlmReply};
 
 const ROUND_TRIP: Duration = Duration::from_millis(1);
@@ -56,7 +57,14 @@ fn compare(
     (median(xs), median(ys))
 }
 
-fn row(name: &str, bare: Duration, recorded: Duration, target: &str) {
+/// Prints the comparison and returns its row of docs/performance.md (`id`, `what`; `bare_name`: the anchor).
+fn row(
+    name: &str,
+    bare: Duration,
+    recorded: Duration,
+    target: &str,
+    [id, what, bare_name]: [&str; 3],
+) -> Row {
     let added = recorded.as_secs_f64() - bare.as_secs_f64();
     println!(
         "| {name} | {:.1} µs | {:.1} µs | {:+.1} µs ({:+.1} % of the 1 ms round trip) | {target} |",
@@ -65,6 +73,16 @@ fn row(name: &str, bare: Duration, recorded: Duration, target: &str) {
         added * 1e6,
         added / ROUND_TRIP.as_secs_f64() * 100.0,
     );
+    let us = |d: Duration| format!("{} µs", waxell_tests::bench_row::grouped(d.as_secs_f64() * 1e6));
+    Row {
+        id: id.into(),
+        what: what.into(),
+        measured: us(recorded),
+        anchor: format!("{bare_name}: {}", us(bare)),
+        ratio: format!("**{:+.1} µs**", added * 1e6),
+        target: "< 50 µs".into(),
+        verdict: Some(added < 50e-6),
+    }
 }
 
 /// The CPU the recording itself takes, no I/O: what each part of one call costs, to see where an
@@ -133,6 +151,7 @@ fn chat_request(stream: bool) -> CreateChatCompletionRequest {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick") || std::env::var_os("WAXELL_BENCH_QUICK").is_some();
     let rounds = if quick { 200 } else { 2000 };
+    let mut rows = Rows::start("[L]", quick);
     // Recorded as a user records: `waxell::init` exporting OTLP to a collector on 127.0.0.1 (batched, in
     // the background), so the figures include what the SDK does on the caller's path and nothing else.
     let collector = waxell_tests::OtlpReceiver::start_http();
@@ -161,19 +180,33 @@ fn main() {
     println!("| --- | ---: | ---: | ---: | --- |");
     recording_alone(rounds);
     let (a, b) = compare(rounds, || time_chat(&bare), || time_chat(&recorded));
-    row("async-openai chat", a, b, "< 5 % (50 µs)");
+    rows.push(row(
+        "async-openai chat",
+        a,
+        b,
+        "< 5 % (50 µs)",
+        [
+            "llm.async-openai.chat",
+            &format!("async-openai `chat().create` through waxell's layer, fake OpenAI server on 127.0.0.1 answering after 1 ms, {rounds} rounds per side"),
+            "bare async-openai",
+        ],
+    ));
 
     // Two streams: chunks 1 ms apart, as a model streams tokens (the target's case), and a burst with
     // every chunk at once, where the end of the stream comes while the caller is still being woken for
     // the first chunk.
-    for (case, gap) in [
+    for (case, gap, id, what) in [
         (
             "async-openai stream, first chunk (chunks 1 ms apart)",
             Duration::from_millis(1),
+            "llm.async-openai.stream-gapped",
+            "async-openai stream, time to the first chunk, chunks 1 ms apart",
         ),
         (
             "async-openai stream, first chunk (all chunks at once)",
             Duration::ZERO,
+            "llm.async-openai.stream-burst",
+            "async-openai stream, time to the first chunk, all chunks at once",
         ),
     ] {
         let stream_reply = LlmReply::Sse {
@@ -194,7 +227,7 @@ fn main() {
             })
         };
         let (a, b) = compare(rounds, || first_chunk(&bare), || first_chunk(&recorded));
-        row(case, a, b, "< 50 µs");
+        rows.push(row(case, a, b, "< 50 µs", [id, what, "bare"]));
     }
 
     let endpoint = format!("{}/", server.base_url());
@@ -227,7 +260,17 @@ fn main() {
         started.elapsed()
     };
     let (a, b) = compare(rounds, || time_genai(&plain), || time_genai(&waxell_dispatch));
-    row("genai chat (the rig/genai tracing path)", a, b, "< 5 % (50 µs)");
+    rows.push(row(
+        "genai chat (the rig/genai tracing path)",
+        a,
+        b,
+        "< 5 % (50 µs)",
+        [
+            "llm.genai.chat",
+            "genai `exec_chat` under `tracing_layer()`",
+            "bare genai",
+        ],
+    ));
 
     let rig_model = rig_core::providers::openai::OpenAIConfig::new("bench")
         .with_base_url(server.base_url())
@@ -241,7 +284,18 @@ fn main() {
         started.elapsed()
     };
     let (a, b) = compare(rounds, || time_rig(&plain), || time_rig(&waxell_dispatch));
-    row("rig chat (tracing_layer)", a, b, "< 5 % (50 µs)");
+    rows.push(row(
+        "rig chat (tracing_layer)",
+        a,
+        b,
+        "< 5 % (50 µs)",
+        [
+            "llm.rig.chat",
+            "rig-core `Model::call` under `tracing_layer()`",
+            "bare rig-core",
+        ],
+    ));
     drop(_waxell);
     eprintln!("the collector received {} spans", collector.spans().len());
+    rows.finish();
 }

@@ -4,6 +4,8 @@
 //! Each receiver runs on its own thread with its own Tokio runtime, so a test may use a plain `main`, a
 //! current-thread runtime or a multi-thread one without the receiver depending on it.
 
+pub mod bench_row;
+pub mod bench_table;
 pub mod browser;
 pub mod fake_llm;
 pub mod fake_model;

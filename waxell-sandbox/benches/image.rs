@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use waxell::sandbox::{RunOptions, SandboxBackend, SandboxOptions};
 use waxell_sandbox::{ContainerBackend, ContainerConfig, Language};
 
+#[path = "../../tests/src/bench_row.rs"]
+mod bench_row;
+
 const CREATES: usize = 9;
 const WARM_RUNS: usize = 50;
 
@@ -67,7 +70,7 @@ async fn once(backend: &ContainerBackend, figures: &mut Figures) {
     tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
-async fn compare(label: &str, config: ContainerConfig, plain_image: &str) {
+async fn compare(label: &str, config: ContainerConfig, plain_image: &str) -> bench_row::Row {
     let full = ContainerBackend::new(config.clone())
         .await
         .expect("the set-up script's image");
@@ -107,11 +110,35 @@ async fn compare(label: &str, config: ContainerConfig, plain_image: &str) {
     let row = |name: &str, a: Vec<Duration>, b: Vec<Duration>| {
         let (a, b) = (median(a), median(b));
         println!("{label:<8} {name:<28} {a:>10.1} ms {b:>10.1} ms {:>7.2}x", a / b);
+        (a, b)
     };
-    row("cold create", with.create, without.create);
-    row("first run_code(1+1)", with.first, without.first);
-    row("warm run_code(1+1)", with.warm, without.warm);
-    row("pool create + first 1+1", with.pooled, without.pooled);
+    let create = row("cold create", with.create, without.create);
+    let first = row("first run_code(1+1)", with.first, without.first);
+    let warm = row("warm run_code(1+1)", with.warm, without.warm);
+    let pooled = row("pool create + first 1+1", with.pooled, without.pooled);
+    let [create_ratio, warm_ratio] = [create.0 / create.1, warm.0 / warm.1];
+    bench_row::Row {
+        id: format!("image.ipython.{label}"),
+        what: format!(
+            "IPython's cost in a container (the set-up script's image) against an image whose Python has no IPython (the kernel's plain shell), {label}, interleaved, median of {CREATES} creates / {} warm runs",
+            CREATES * WARM_RUNS
+        ),
+        measured: format!(
+            "cold create **{:.1} ms**; first `run_code(\"1+1\")` after it {:.1} ms; warm `run_code` {:.1} ms; create from a full pool + first `1+1` {:.1} ms",
+            create.0, first.0, warm.0, pooled.0
+        ),
+        anchor: format!(
+            "plain image, same run: {:.1} ms; {:.1} ms; {:.1} ms; {:.1} ms",
+            create.1, first.1, warm.1, pooled.1
+        ),
+        ratio: format!(
+            "create **{create_ratio:.2}x**; create + first cell **{:.2}x**; warm cell **{warm_ratio:.2}x**; pool + first cell {:.1}x",
+            (create.0 + first.0) / (create.1 + first.1),
+            pooled.0 / pooled.1
+        ),
+        target: "create <= 1.5x and a warm cell <= 2x".into(),
+        verdict: Some(create_ratio <= 1.5 && warm_ratio <= 2.0),
+    }
 }
 
 fn main() {
@@ -126,6 +153,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let quick = std::env::args().any(|a| a == "--quick");
+    let mut rows = bench_row::Rows::start("[I]", quick);
     rt.block_on(async {
         println!(
             "load before: {}",
@@ -134,12 +163,12 @@ fn main() {
                 .trim()
         );
         println!("runtime  case                          IPython      plain   ratio");
-        compare("runc", ContainerConfig::default(), &plain_image).await;
+        rows.push(compare("runc", ContainerConfig::default(), &plain_image).await);
         if let Ok(host) = std::env::var("WAXELL_RUNSC_DOCKER_HOST") {
             let config = ContainerConfig::default()
                 .with_runtime("runsc")
                 .with_docker_host(host);
-            compare("runsc", config, &plain_image).await;
+            rows.push(compare("runsc", config, &plain_image).await);
         }
         println!(
             "load after: {}",
@@ -148,4 +177,5 @@ fn main() {
                 .trim()
         );
     });
+    rows.finish();
 }

@@ -20,6 +20,26 @@ use criterion::{criterion_group, Criterion};
 use waxell::sandbox::{RunOptions, SandboxOptions, SandboxSession};
 use waxell_sandbox::{LocalBackend, LocalConfig};
 
+#[path = "../../tests/src/bench_row.rs"]
+mod bench_row;
+use bench_row::Row;
+
+/// Median and p90 (ms) of each benchmark that ran, for the rows of docs/performance.md.
+static FIGURES: Mutex<Vec<(&str, [f64; 2])>> = Mutex::new(Vec::new());
+
+fn figure(name: &str) -> Option<[f64; 2]> {
+    FIGURES
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+}
+
+fn quick() -> bool {
+    std::env::args().any(|a| a == "--quick")
+}
+
 /// Every timed iteration, for the median/p90 printed after each benchmark.
 #[derive(Clone, Default)]
 struct Samples(Arc<Mutex<Vec<Duration>>>);
@@ -29,13 +49,17 @@ impl Samples {
         self.0.lock().unwrap().push(d);
     }
 
-    fn report(&self, name: &str) {
+    fn report(&self, name: &'static str) {
         let mut all = self.0.lock().unwrap().clone();
         all.sort();
         if all.is_empty() {
             return;
         }
         let at = |q: f64| all[((all.len() as f64 - 1.0) * q).round() as usize];
+        FIGURES
+            .lock()
+            .unwrap()
+            .push((name, [at(0.5).as_secs_f64() * 1e3, at(0.9).as_secs_f64() * 1e3]));
         println!(
             "{name}: median {:.3} ms, p90 {:.3} ms, n = {}",
             at(0.5).as_secs_f64() * 1e3,
@@ -190,6 +214,64 @@ mod side_by_side {
         median(all)
     }
 
+    /// The rows of docs/performance.md: `WAXELL_BENCH_ENGINE=docker-engine` when `DOCKER_HOST` is Docker
+    /// Engine's (default: Podman).
+    fn emit_backends(rows: &[(&str, (Duration, Duration)); 3], acquired: &[Duration; 3]) {
+        let docker_engine = std::env::var("WAXELL_BENCH_ENGINE").is_ok_and(|e| e == "docker-engine");
+        let (engine, name, case) = if docker_engine {
+            ("docker-engine", "Docker Engine", "[S] `docker-engine`")
+        } else {
+            ("podman", "Podman", "[S] `containers`")
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let [(_, (lc, lr)), (_, (cc, cr)), (_, (sc, sr))] = *rows;
+        let mut out = bench_row::Rows::start(case, quick());
+        out.push(Row {
+            id: format!("containers.{engine}.create"),
+            what: format!("container backend on {name}'s Docker API, create to ready, cold, median of 9"),
+            measured: format!("runc **{:.1} ms**, runsc (gVisor) **{:.1} ms**", ms(cc), ms(sc)),
+            anchor: format!("local backend, same run: {:.1} ms", ms(lc)),
+            ratio: format!(
+                "runc **{:.1}x**, runsc **{:.1}x**",
+                ms(cc) / ms(lc),
+                ms(sc) / ms(lc)
+            ),
+            target: "<= 1 s".into(),
+            verdict: Some(cc.max(sc) <= Duration::from_secs(1)),
+        });
+        out.push(Row {
+            id: format!("containers.{engine}.run-code"),
+            what: format!(
+                "container backend on {name}, warm `run_code(\"1+1\")`, median of 1,800 (9 sandboxes x 200)"
+            ),
+            measured: format!("runc {:.3} ms, runsc {:.3} ms", ms(cr), ms(sr)),
+            anchor: format!("local, same run: {:.3} ms", ms(lr)),
+            ratio: format!(
+                "runc **{:+.3} ms**, runsc **{:+.3} ms**",
+                ms(cr) - ms(lr),
+                ms(sr) - ms(lr)
+            ),
+            target: "<= local + 3 ms".into(),
+            verdict: Some(ms(cr).max(ms(sr)) - ms(lr) <= 3.0),
+        });
+        out.push(Row {
+            id: format!("containers.{engine}.pool"),
+            what: format!(
+                "warm pool acquire on {name} (pool size 1, refilled untimed between takes), median of 9"
+            ),
+            measured: format!("runc {:.3} ms, runsc {:.3} ms", ms(acquired[1]), ms(acquired[2])),
+            anchor: format!("local pool, same run: {:.3} ms", ms(acquired[0])),
+            ratio: format!(
+                "{:.1}x / {:.1}x",
+                ms(acquired[1]) / ms(acquired[0]),
+                ms(acquired[2]) / ms(acquired[0])
+            ),
+            target: "the warm pool works for every backend".into(),
+            verdict: Some(true),
+        });
+        out.finish();
+    }
+
     pub(crate) fn backends(_c: &mut Criterion) {
         let rt = runtime();
         rt.block_on(async {
@@ -246,6 +328,7 @@ mod side_by_side {
                 container_acquire(&runsc_pool).await,
             ];
             let (local_create, local_run) = rows[0].1;
+            emit_backends(&rows, &acquired);
             println!(
                 "backend              create median   run_code(1+1) median   create / local   run_code - local   pool acquire median"
             );
@@ -367,6 +450,26 @@ fn compare_modes() {
             return;
         }
     };
+    let mut rows = bench_row::Rows::start("[S] `modes`", quick());
+    rows.push(Row {
+        id: "sandbox.modes.create-cold".into(),
+        what: format!("sandbox create, cold, **rootless** (user namespace, watchdog limits) vs root mode, both with `/usr/bin/python3`, {COLD_N} creates per mode"),
+        measured: format!("{:.1} ms (p90 {:.1})", rootless[0], rootless[1]),
+        anchor: format!("root mode, same run: {:.1} ms (p90 {:.1})", root[0], root[1]),
+        ratio: format!("**{:.2}**", rootless[0] / root[0]),
+        target: "rootless <= 1.2x root".into(),
+        verdict: Some(rootless[0] / root[0] <= 1.2),
+    });
+    rows.push(Row {
+        id: "sandbox.modes.run-code".into(),
+        what: format!("warm `run_code(\"1+1\")`, rootless vs root mode, same run ({WARM_N} runs per mode)"),
+        measured: format!("{:.3} ms (p90 {:.3})", rootless[2], rootless[3]),
+        anchor: format!("root mode: {:.3} ms (p90 {:.3})", root[2], root[3]),
+        ratio: format!("{:.2}", rootless[2] / root[2]),
+        target: "none (sub-millisecond, noise-dominated)".into(),
+        verdict: None,
+    });
+    rows.finish();
     println!("mode comparison (python /usr/bin/python3; cold n = {COLD_N}, warm n = {WARM_N}; ms):");
     println!(
         "{:<16} {:>18} {:>18} {:>8}",
@@ -389,7 +492,42 @@ fn main() {
         println!("{}", serde_json::to_string(&measure_mode()).unwrap());
         return;
     }
+    let mut rows = bench_row::Rows::start("[S] `local`", quick());
     benches();
     Criterion::default().configure_from_args().final_summary();
+    if let (Some(cold), Some(warm), Some(run)) = (
+        figure("create/cold"),
+        figure("create/warm_pool"),
+        figure("run_code/1+1"),
+    ) {
+        rows.push(Row {
+            id: "sandbox.create-cold".into(),
+            what: "sandbox create, cold (cgroups, bwrap + seccomp, setpriv, Python, kernel `ready`)".into(),
+            measured: format!("{:.1} ms (p90 {:.1})", cold[0], cold[1]),
+            anchor: "E2B ~150 ms (third party, not this run); Daytona < 90 ms (vendor)".into(),
+            ratio: format!("{:.2}x E2B", cold[0] / 150.0),
+            target: "<= 80 ms".into(),
+            verdict: Some(cold[0] <= 80.0),
+        });
+        rows.push(Row {
+            id: "sandbox.create-warm-pool".into(),
+            what: "sandbox create, from the warm pool".into(),
+            measured: format!("{:.3} ms (p90 {:.2})", warm[0], warm[1]),
+            anchor: format!("cold create: {:.1} ms", cold[0]),
+            ratio: format!("{:.3}x", warm[0] / cold[0]),
+            target: "<= 5 ms".into(),
+            verdict: Some(warm[0] <= 5.0),
+        });
+        rows.push(Row {
+            id: "sandbox.run-code".into(),
+            what: "`run_code(\"1+1\")` round trip, in process".into(),
+            measured: format!("{:.2} ms (p90 {:.2})", run[0], run[1]),
+            anchor: "none".into(),
+            ratio: "none".into(),
+            target: "<= 1 ms".into(),
+            verdict: Some(run[0] <= 1.0),
+        });
+    }
+    rows.finish();
     compare_modes();
 }

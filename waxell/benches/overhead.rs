@@ -18,6 +18,10 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter};
 use tracing_subscriber::layer::SubscriberExt;
 
+#[path = "../../tests/src/bench_row.rs"]
+mod bench_row;
+use bench_row::Row;
+
 #[derive(Debug)]
 struct NoopExporter;
 
@@ -142,10 +146,13 @@ fn main() {
     tracing::subscriber::set_global_default(subscriber).expect("subscriber");
 
     let code = "print(sum(range(10)))";
-    // `WAXELL_BENCH_ONLY=hand|waxell|tracing` runs 100,000 calls of one case and exits: for instruction
-    // counts under `valgrind --tool=callgrind`, which are repeatable on a noisy machine.
+    // `WAXELL_BENCH_ONLY=hand|waxell|tracing` runs 100,000 calls (`WAXELL_BENCH_CALLS`) of one case and
+    // exits: for instruction counts under `valgrind --tool=callgrind`, which are repeatable on a noisy machine.
     if let Ok(only) = std::env::var("WAXELL_BENCH_ONLY") {
-        for _ in 0..100_000 {
+        let calls: u64 = std::env::var("WAXELL_BENCH_CALLS").map_or(100_000, |v| {
+            v.parse().expect("WAXELL_BENCH_CALLS: a number of calls")
+        });
+        for _ in 0..calls {
             match only.as_str() {
                 "hand" => drop(hand_written(&hand_tracer, black_box(code), black_box(1))),
                 "waxell" => drop(instrumented(black_box(code), black_box(1))),
@@ -169,6 +176,7 @@ fn main() {
         });
         group.finish();
     }
+    let mut rows = bench_row::Rows::start("[O1]", quick);
     let rounds = if quick { 5 } else { 21 };
     let iters = if quick { 2_000 } else { 20_000 };
     let mut hand = || {
@@ -236,4 +244,35 @@ fn main() {
     );
     let _ = hand_provider.shutdown();
     let _ = tracing_provider.shutdown();
+    let ns = |v: f64| format!("{} ns", bench_row::grouped(v));
+    rows.push(Row {
+        id: "overhead.tool-vs-hand.wall".into(),
+        what: format!("one `#[tool]` call (wall time, interleaved, median of {rounds} rounds)"),
+        measured: ns(on[1]),
+        anchor: format!("hand-written span: {}", ns(on[0])),
+        ratio: format!("**{:.2}**", on[1] / on[0]),
+        target: "<= 1.2x".into(),
+        verdict: Some(on[1] / on[0] <= 1.2),
+    });
+    rows.push(Row {
+        id: "overhead.tool-vs-tracing.wall".into(),
+        what: format!(
+            "one `#[tool]` call vs `#[tracing::instrument]` via `tracing-opentelemetry` (wall time, interleaved, median of {rounds} rounds)"
+        ),
+        measured: ns(on[1]),
+        anchor: format!("tracing: {}", ns(on[2])),
+        ratio: format!("**{:.2}**", on[1] / on[2]),
+        target: "<= 0.6x".into(),
+        verdict: Some(on[1] / on[2] <= 0.6),
+    });
+    rows.push(Row {
+        id: "overhead.disabled.wall".into(),
+        what: "one `#[tool]` call with `WAXELL_OBSERVE=false`".into(),
+        measured: format!("{:.1} ns", off[1]),
+        anchor: format!("bare call: {:.1} ns", off[0]),
+        ratio: format!("**{:+.1} ns**", off[1] - off[0]),
+        target: "<= +20 ns".into(),
+        verdict: Some(off[1] - off[0] <= 20.0),
+    });
+    rows.finish();
 }

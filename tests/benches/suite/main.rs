@@ -62,14 +62,8 @@ impl Mode {
     }
 }
 
-/// One row of the summary table.
-struct Row {
-    figure: String,
-    measured: String,
-    anchor: String,
-    ratio: String,
-    target: String,
-}
+/// One row of the summary table and of docs/performance.md's.
+use waxell_tests::bench_row::Row;
 
 fn median(samples: &[Duration]) -> Duration {
     quantile(samples, 0.5)
@@ -92,14 +86,6 @@ fn describe(name: &str, samples: &[Duration]) {
         ms(quantile(samples, 0.9)),
         samples.len()
     );
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "MISSED"
-    }
 }
 
 fn load_average() -> String {
@@ -126,7 +112,7 @@ fn main() {
         "waxell-tests suite ({} mode); load average before: {load_before}",
         if mode.quick { "quick" } else { "full" }
     );
-    let mut rows = Vec::new();
+    let mut all = Vec::new();
     type Case = fn(&Mode, &mut Vec<Row>);
     let cases: [(&str, Case); 6] = [
         ("run_code", bench_run_code),
@@ -140,7 +126,14 @@ fn main() {
         if mode.runs(name) {
             let start = Instant::now();
             println!("\n== {name} (load {})", load_average());
+            let mut written = waxell_tests::bench_row::Rows::start(&format!("[T] `{name}`"), mode.quick);
+            let mut rows = Vec::new();
             case(&mode, &mut rows);
+            for row in &rows {
+                written.push(row.clone());
+            }
+            written.finish();
+            all.extend(rows);
             println!("== {name} took {:.1} s", start.elapsed().as_secs_f64());
         }
     }
@@ -150,10 +143,15 @@ fn main() {
     );
     println!("| figure | measured (median) | anchor (same run) | ratio | target |");
     println!("| --- | --- | --- | --- | --- |");
-    for r in rows {
+    for r in all {
+        let verdict = match r.verdict {
+            Some(true) => ": met",
+            Some(false) => ": MISSED",
+            None => "",
+        };
         println!(
-            "| {} | {} | {} | {} | {} |",
-            r.figure, r.measured, r.anchor, r.ratio, r.target
+            "| {} | {} | {} | {} | {}{verdict} |",
+            r.what, r.measured, r.anchor, r.ratio, r.target
         );
     }
 }

@@ -91,24 +91,26 @@ pub(super) fn bench_demo(mode: &Mode, rows: &mut Vec<Row>) {
     describe(&format!("demo/dry_run ({which})"), &demo_times);
     let d = median(&demo_times);
     let (anchor, ratio) = if floor_times.is_empty() {
-        ("— (sandbox venv not found)".to_owned(), "—".to_owned())
+        ("none (sandbox venv not found)".to_owned(), "none".to_owned())
     } else {
         describe("demo/python_imports_floor", &floor_times);
         let f = median(&floor_times);
         (
             format!(
-                "`python -c 'import pandas, matplotlib.pyplot'` (sandbox venv): {}",
+                "its floor, the sandbox venv's Python importing pandas and matplotlib (`python -c 'import pandas, matplotlib.pyplot'`): {}",
                 ms(f)
             ),
-            format!("{:.2}x", d.as_secs_f64() / f.as_secs_f64()),
+            format!("**{:.2}x**", d.as_secs_f64() / f.as_secs_f64()),
         )
     };
     rows.push(Row {
-        figure: format!("`demos --dry-run --quiet`, whole process ({which}), median of {runs}"),
-        measured: ms(d),
+        id: "suite.demo".into(),
+        what: format!("the built demo, `demos --dry-run --quiet`, whole process ({which}), median of {runs}"),
+        measured: format!("**{}** (p90 {})", ms(d), ms(quantile(&demo_times, 0.9))),
         anchor,
         ratio,
-        target: format!("<= 3 s: {}", verdict(d <= Duration::from_secs(3))),
+        target: "<= 3 s".into(),
+        verdict: Some(d <= Duration::from_secs(3)),
     });
 }
 
@@ -124,20 +126,38 @@ fn workspace_binary(name: &str) -> Option<(PathBuf, String)> {
     })
 }
 
+/// A program timed by `exit`: its row id, its name, the binary, which build it is, its arguments, the runs.
+type Program = (
+    &'static str,
+    &'static str,
+    PathBuf,
+    String,
+    Vec<&'static str>,
+    usize,
+);
+
 pub(super) fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
     let receiver = OtlpReceiver::start_http();
     let work_dir = std::env::temp_dir().join("waxell-bench-exit");
     std::fs::create_dir_all(&work_dir).expect("work dir");
-    let mut programs: Vec<(String, PathBuf, String, Vec<&str>, usize)> = Vec::new();
+    let mut programs: Vec<Program> = Vec::new();
     match workspace_binary("one-agent") {
-        Some((path, which)) => programs.push(("one-agent CLI".into(), path, which, vec![], mode.pick(2, 15))),
+        Some((path, which)) => programs.push((
+            "one-agent",
+            "a minimal one-agent CLI (`tests/src/bin/one-agent.rs`: init, one agent, two tools, a score)",
+            path,
+            which,
+            vec![],
+            mode.pick(2, 15),
+        )),
         None => {
             println!("exit: one-agent skipped (run `cargo build --release -p waxell-tests --bins` first)")
         }
     }
     match demo_binary() {
         Some((path, which)) => programs.push((
-            "`demos --dry-run --quiet`".into(),
+            "demo",
+            "`demos --dry-run --quiet`",
             path,
             which,
             vec!["--dry-run", "--quiet"],
@@ -145,7 +165,7 @@ pub(super) fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
         )),
         None => println!("exit: demo skipped (run `cargo build --release -p demos` first)"),
     }
-    for (name, path, which, args, runs) in programs {
+    for (id, name, path, which, args, runs) in programs {
         let run = |endpoint: &str| {
             time_process(
                 Command::new(&path)
@@ -174,16 +194,19 @@ pub(super) fn bench_exit(mode: &Mode, rows: &mut Vec<Row>) {
         let ratio = d.as_secs_f64() / h.as_secs_f64();
         let extra_ms = (d.as_secs_f64() - h.as_secs_f64()) * 1000.0;
         rows.push(Row {
-            figure: format!(
-                "{name}, whole process with the collector down (connection refused), {which}, median of {runs}"
+            id: format!("suite.exit.{id}"),
+            what: format!(
+                "**whole process, start to exit (flush and shutdown included)**, {name}, collector down (connection refused), {which}, median of {runs}, interleaved"
             ),
-            measured: ms(d),
-            anchor: format!("healthy OTLP/HTTP receiver on 127.0.0.1: {}", ms(h)),
-            ratio: format!("{ratio:.3} ({extra_ms:+.0} ms)"),
-            target: format!(
-                "<= 1.05x and <= +100 ms: {}",
-                verdict(ratio <= 1.05 && extra_ms <= 100.0)
+            measured: format!("**{}** (p90 {})", ms(d), ms(quantile(&down, 0.9))),
+            anchor: format!(
+                "same binary, healthy OTLP/HTTP receiver on 127.0.0.1: {} (p90 {})",
+                ms(h),
+                ms(quantile(&healthy, 0.9))
             ),
+            ratio: format!("**{ratio:.2}** ({extra_ms:+.0} ms)"),
+            target: "<= 1.05x and <= +100 ms".into(),
+            verdict: Some(ratio <= 1.05 && extra_ms <= 100.0),
         });
     }
     let _ = std::fs::remove_dir_all(&work_dir);

@@ -151,15 +151,22 @@ pub(super) fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
         ms(b.saturating_sub(a))
     );
     rows.push(Row {
-        figure: "`run_code(\"1+1\")` over the E2B-compatible HTTP server (Rust client, 127.0.0.1)".into(),
-        measured: format!("{} (p90 {})", ms(b), ms(quantile(&over_http, 0.9))),
-        anchor: format!("in process: {} (p90 {})", ms(a), ms(quantile(&in_process, 0.9))),
-        ratio: format!("{ratio:.2}x (+{})", ms(b.saturating_sub(a))),
-        target: format!("<= 3 ms: {}", verdict(b <= Duration::from_millis(3))),
+        id: "suite.run-code.e2b-http".into(),
+        what: "`run_code(\"1+1\")` over the E2B-compatible HTTP server: `waxell::e2b` client to `waxell-sandbox serve`'s router on 127.0.0.1".into(),
+        measured: format!("**{}** (p90 {})", ms(b), ms(quantile(&over_http, 0.9))),
+        anchor: format!(
+            "in process (local backend through `waxell::sandbox::Sandbox`): {} (p90 {})",
+            ms(a),
+            ms(quantile(&in_process, 0.9))
+        ),
+        ratio: format!("**{ratio:.2}x** (+{})", ms(b.saturating_sub(a))),
+        target: "<= 3 ms".into(),
+        verdict: Some(b <= Duration::from_millis(3)),
     });
     let r = median(&raw_http);
     rows.push(Row {
-        figure: "same POST `/execute` with a reqwest client built once (fresh connection per request)".into(),
+        id: "suite.run-code.raw-http".into(),
+        what: "same `POST /execute`, raw, reqwest client built once (one fresh unpooled connection per request, as the client does)".into(),
         measured: format!("{} (p90 {})", ms(r), ms(quantile(&raw_http, 0.9))),
         anchor: format!("in process: {}", ms(a)),
         ratio: format!(
@@ -167,15 +174,18 @@ pub(super) fn bench_run_code(mode: &Mode, rows: &mut Vec<Row>) {
             r.as_secs_f64() / a.as_secs_f64(),
             ms(r.saturating_sub(a))
         ),
-        target: format!("<= 3 ms: {}", verdict(r <= Duration::from_millis(3))),
+        target: "<= 3 ms".into(),
+        verdict: Some(r <= Duration::from_millis(3)),
     });
     let c = median(&client_builds);
     rows.push(Row {
-        figure: "building one reqwest `Client` (`waxell::e2b` did it per execution until 8701135)".into(),
+        id: "suite.run-code.client-build".into(),
+        what: "building one reqwest `Client` (guards against building one per execution)".into(),
         measured: ms(c),
-        anchor: format!("the whole E2B-client round trip: {}", ms(b)),
+        anchor: format!("the E2B-client round trip (`suite.run-code.e2b-http`): {}", ms(b)),
         ratio: format!("{:.1}x the round trip", c.as_secs_f64() / b.as_secs_f64()),
-        target: "— (regression guard)".into(),
+        target: "regression guard".into(),
+        verdict: None,
     });
 }
 
@@ -249,14 +259,16 @@ pub(super) fn bench_concurrent(mode: &Mode, rows: &mut Vec<Row>) {
             n as f64 / ratio
         );
         rows.push(Row {
-            figure: format!("{n} sandboxes at once, each create (cold) + one small cell + kill, 2 cores"),
-            measured: format!("{} total, {} per sandbox", ms(all), ms(per_sandbox)),
+            id: format!("suite.concurrent-{n}"),
+            what: format!("{n} sandboxes at once, each cold create + one small cell + kill, 2 cores"),
+            measured: format!("{} total, **{} per sandbox**", ms(all), ms(per_sandbox)),
             anchor: format!("one alone: {}", ms(one)),
             ratio: format!(
-                "{ratio:.2}x the wall time of one; {:.2}x its throughput",
+                "{ratio:.2}x the wall time of one; **{:.2}x the throughput**",
                 n as f64 / ratio
             ),
-            target: "— (no target; shows scaling)".into(),
+            target: "none (scaling)".into(),
+            verdict: None,
         });
     }
 }
