@@ -483,6 +483,9 @@ impl SpanFacts for WireSpan<'_> {
         self.attr(key)?.as_num()
     }
     fn scores(&self, found: &mut dyn FnMut(&str, Score)) {
+        if !self.has_events {
+            return;
+        }
         for (name, time, event) in self.events() {
             if name != GEN_AI_EVALUATION_RESULT {
                 continue;
