@@ -274,6 +274,18 @@ fn insert_ids<'a>(
 
 /// Whether a run's new batch repeats a span of its stored rows or of itself.
 fn repeats(stored: &[redb::AccessGuard<'_, &'static [u8]>], batch: &BatchWriter) -> Result<bool, StoreError> {
+    if stored.is_empty() {
+        // A new run's batch alone: its ids sorted, a repeat is next to itself.
+        let mut ids = Vec::with_capacity(batch.count as usize);
+        let mut rest = batch.ids.as_slice();
+        while let Some((len, r)) = rest.split_first_chunk::<2>() {
+            let (id, r) = r.split_at(usize::from(u16::from_le_bytes(*len)));
+            ids.push(id);
+            rest = r;
+        }
+        ids.sort_unstable();
+        return Ok(ids.windows(2).any(|w| w[0] == w[1]));
+    }
     let mut set = std::collections::HashSet::new();
     for v in stored {
         let (count, ids) = v.value().split_first_chunk::<4>().ok_or_else(|| StoreError("a stored batch of spans is cut short".into()))?;
