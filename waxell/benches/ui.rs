@@ -20,7 +20,8 @@
 //!   process's resident memory once idle beside its memory before, the store file's size, and the run
 //!   list's answer (`GET /api/runs`, the newest 200 of 50,000 runs).
 //!
-//! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds). Needs chromium for
+//! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds; `WAXELL_BENCH_ROUNDS=n`
+//! sets the `ingest` rounds). Needs chromium for
 //! `page` (`scripts/setup-browser.sh`); without it that case is skipped.
 
 use std::io::{Read, Write};
@@ -163,7 +164,10 @@ fn sink() -> (
 
 fn bench_ingest(quick: bool) {
     let runs = if quick { 200 } else { 1000 };
-    let rounds = if quick { 1 } else { 5 };
+    let rounds = std::env::var("WAXELL_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if quick { 1 } else { 5 });
     let spans = runs * (TOOLS_PER_RUN + 1);
     let (mut ui_times, mut sink_times) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -196,12 +200,25 @@ fn bench_ingest(quick: bool) {
         }
     }
     let rate = |d: Duration| spans as f64 / d.as_secs_f64();
+    // Each round's two sides ran back to back: their ratio moves less with the machine's load than either.
+    let mut paired: Vec<f64> = ui_times
+        .iter()
+        .zip(&sink_times)
+        .map(|(u, s)| s.as_secs_f64() / u.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
     let (u, s) = (rate(median(&mut ui_times)), rate(median(&mut sink_times)));
     println!(
         "ingest/waxell_ui: {u:.0} spans/s into the store ({spans} spans per round, {rounds} rounds, median)"
     );
     println!("ingest/exporter_ceiling: {s:.0} spans/s (the same exporter into a sink that answers at once)");
-    println!("ingest: waxell ui / exporter ceiling = {:.2}", u / s);
+    println!(
+        "ingest: waxell ui / exporter ceiling = {:.2} (median of the rounds' own ratios: {:.2}, range {:.2}-{:.2})",
+        u / s,
+        paired[paired.len() / 2],
+        paired[0],
+        paired[paired.len() - 1]
+    );
 
     // waxell's own pipeline (its spans, fail-open export, scrubbing) into the UI and into the sink: whether
     // the UI keeps up with what waxell itself sends. Once each, at the end: `init()` is process-wide.

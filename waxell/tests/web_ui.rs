@@ -756,7 +756,11 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
     let span = |trace: u8, id: u64| Span {
         trace_id: vec![trace; 16],
         span_id: id.to_be_bytes().to_vec(),
-        parent_span_id: if id == 1 { Vec::new() } else { 1u64.to_be_bytes().to_vec() },
+        parent_span_id: if id == 1 {
+            Vec::new()
+        } else {
+            1u64.to_be_bytes().to_vec()
+        },
         name: format!("span {id}"),
         start_time_unix_nano: base + id * 1_000,
         end_time_unix_nano: base + id * 1_000 + 500,
@@ -778,7 +782,11 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
     // each among spans of runs d4 and e5; the third request is sent twice, as a retried export is.
     let mut requests = Vec::new();
     for k in 0..6u64 {
-        let mut spans: Vec<Span> = (1..=60).filter(|id| id % 6 == k).rev().map(|id| span(0xc3, id)).collect();
+        let mut spans: Vec<Span> = (1..=60)
+            .filter(|id| id % 6 == k)
+            .rev()
+            .map(|id| span(0xc3, id))
+            .collect();
         spans.insert(spans.len() / 2, span(0xd4, k + 1));
         spans.push(span(0xe5, k + 1));
         requests.push(body(spans));
@@ -813,7 +821,10 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
         assert_eq!(run["spans"].as_array().unwrap().len(), 6, "run {other}");
     }
     let status = get_json(&format!("{}/api/status", ui.base_url()));
-    assert_eq!((status["runs"].as_u64(), status["spans"].as_u64()), (Some(3), Some(72)));
+    assert_eq!(
+        (status["runs"].as_u64(), status["spans"].as_u64()),
+        (Some(3), Some(72))
+    );
     // After a restart, the same.
     ui.shutdown();
     let ui = UiServer::start(options(&dir)).unwrap();

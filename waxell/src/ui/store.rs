@@ -205,7 +205,8 @@ impl BatchWriter {
         let at = self.spans.len();
         self.spans.extend_from_slice(&[0; 4]);
         span.value(&mut self.spans)?;
-        let len = u32::try_from(self.spans.len() - at - 4).map_err(|_| StoreError("a span over 4 GiB".into()))?;
+        let len =
+            u32::try_from(self.spans.len() - at - 4).map_err(|_| StoreError("a span over 4 GiB".into()))?;
         self.spans[at..at + 4].copy_from_slice(&len.to_le_bytes());
         self.count += 1;
         Ok(())
@@ -265,7 +266,9 @@ fn insert_ids<'a>(
     let mut again = false;
     for _ in 0..count {
         let (len, r) = ids.split_first_chunk::<2>().ok_or_else(bad)?;
-        let (id, r) = r.split_at_checked(usize::from(u16::from_le_bytes(*len))).ok_or_else(bad)?;
+        let (id, r) = r
+            .split_at_checked(usize::from(u16::from_le_bytes(*len)))
+            .ok_or_else(bad)?;
         again |= !set.insert(id);
         ids = r;
     }
@@ -288,7 +291,10 @@ fn repeats(stored: &[redb::AccessGuard<'_, &'static [u8]>], batch: &BatchWriter)
     }
     let mut set = std::collections::HashSet::new();
     for v in stored {
-        let (count, ids) = v.value().split_first_chunk::<4>().ok_or_else(|| StoreError("a stored batch of spans is cut short".into()))?;
+        let (count, ids) = v
+            .value()
+            .split_first_chunk::<4>()
+            .ok_or_else(|| StoreError("a stored batch of spans is cut short".into()))?;
         insert_ids(u32::from_le_bytes(*count) as usize, ids, &mut set)?;
     }
     insert_ids(batch.count as usize, &batch.ids, &mut set)
@@ -339,21 +345,22 @@ fn migrate_spans(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
     let mut trace = String::new();
     let (mut ids, mut spans, mut n) = (Vec::new(), Vec::new(), 0u32);
     let mut value = Vec::new();
-    let mut flush = |trace: &str, ids: &mut Vec<u8>, spans: &mut Vec<u8>, n: &mut u32| -> Result<(), StoreError> {
-        if *n > 0 {
-            value.clear();
-            value.extend_from_slice(&n.to_le_bytes());
-            value.extend_from_slice(ids);
-            value.extend_from_slice(spans);
-            batches
-                .insert(batch_key(trace, 0).as_str(), value.as_slice())
-                .map_err(err)?;
-        }
-        ids.clear();
-        spans.clear();
-        *n = 0;
-        Ok(())
-    };
+    let mut flush =
+        |trace: &str, ids: &mut Vec<u8>, spans: &mut Vec<u8>, n: &mut u32| -> Result<(), StoreError> {
+            if *n > 0 {
+                value.clear();
+                value.extend_from_slice(&n.to_le_bytes());
+                value.extend_from_slice(ids);
+                value.extend_from_slice(spans);
+                batches
+                    .insert(batch_key(trace, 0).as_str(), value.as_slice())
+                    .map_err(err)?;
+            }
+            ids.clear();
+            spans.clear();
+            *n = 0;
+            Ok(())
+        };
     for entry in old.iter().map_err(err)? {
         let (k, v) = entry.map_err(err)?;
         let key = k.value();
@@ -362,7 +369,8 @@ fn migrate_spans(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
             flush(&trace, &mut ids, &mut spans, &mut n)?;
             trace = t.to_owned();
         }
-        let id_len = u16::try_from(id.len()).map_err(|_| StoreError(format!("a span id of {} bytes", id.len())))?;
+        let id_len =
+            u16::try_from(id.len()).map_err(|_| StoreError(format!("a span id of {} bytes", id.len())))?;
         ids.extend_from_slice(&id_len.to_le_bytes());
         ids.extend_from_slice(id.as_bytes());
         let len = u32::try_from(v.value().len()).map_err(|_| StoreError("a span over 4 GiB".into()))?;
@@ -767,7 +775,11 @@ mod tests {
         Span {
             trace_id: vec![trace; 16],
             span_id: id.to_be_bytes().to_vec(),
-            parent_span_id: if parent == 0 { Vec::new() } else { parent.to_be_bytes().to_vec() },
+            parent_span_id: if parent == 0 {
+                Vec::new()
+            } else {
+                parent.to_be_bytes().to_vec()
+            },
             name: name.into(),
             start_time_unix_nano: 1_700_000_000_000_000_000 + start,
             end_time_unix_nano: 1_700_000_000_000_000_000 + start + 10,
@@ -806,8 +818,11 @@ mod tests {
             let mut agents = txn.open_table(AGENTS).unwrap();
             let mut meta = txn.open_table(META).unwrap();
             txn.open_table(FILES).unwrap();
-            let body = request(vec![span(0xa1, 2, 1, 5, "tool"), span(0xa1, 1, 0, 0, "invoke_agent old")])
-                .encode_to_vec();
+            let body = request(vec![
+                span(0xa1, 2, 1, 5, "tool"),
+                span(0xa1, 1, 0, 0, "invoke_agent old"),
+            ])
+            .encode_to_vec();
             let wire = request_spans(&body).unwrap();
             let records = spans_of_json(0xb2);
             let mut summaries = Vec::new();
@@ -838,7 +853,9 @@ mod tests {
                 s.seq = i as u64 + 1;
                 runs.insert(s.trace_id.as_str(), serde_json::to_vec(&s).unwrap().as_slice())
                     .unwrap();
-                by_start.insert(time_key(s.start, &s.trace_id).as_slice(), 0).unwrap();
+                by_start
+                    .insert(time_key(s.start, &s.trace_id).as_slice(), 0)
+                    .unwrap();
                 agents.insert("old", s.seq).unwrap();
             }
             meta.insert("seq", 2).unwrap();
@@ -847,7 +864,10 @@ mod tests {
     }
 
     fn spans_of_json(trace: u8) -> Vec<SpanRecord> {
-        crate::ui::model::spans_of(&request(vec![span(trace, 7, 0, 100, "invoke_agent json"), span(trace, 8, 7, 101, "chat")]))
+        crate::ui::model::spans_of(&request(vec![
+            span(trace, 7, 0, 100, "invoke_agent json"),
+            span(trace, 8, 7, 101, "chat"),
+        ]))
     }
 
     #[test]
@@ -872,7 +892,10 @@ mod tests {
         // The old table is gone; the schema is recorded.
         {
             let txn = store.db.begin_read().unwrap();
-            assert!(!txn.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "spans"));
+            assert!(!txn
+                .list_tables()
+                .unwrap()
+                .any(|t| redb::TableHandle::name(&t) == "spans"));
             let meta = txn.open_table(META).unwrap();
             assert_eq!(meta.get("schema").unwrap().unwrap().value(), SCHEMA);
         }

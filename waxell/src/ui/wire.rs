@@ -262,6 +262,8 @@ impl<'a> WireSpan<'a> {
             raw,
             service,
             scope,
+            // An agent's or tool's span carries a few attributes: one allocation for them.
+            attrs: Vec::with_capacity(8),
             ..WireSpan::default()
         };
         for f in Fields(raw) {
