@@ -92,7 +92,7 @@ trait Storable: SpanFacts {
 impl Storable for SpanRecord {
     fn ids(&self) -> Option<(&[u8], &[u8])> {
         (!self.trace_id.is_empty() && !self.span_id.is_empty())
-            .then(|| (self.trace_id.as_bytes(), self.span_id.as_bytes()))
+            .then_some((self.trace_id.as_bytes(), self.span_id.as_bytes()))
     }
     fn id_text(id: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(id);
@@ -232,8 +232,11 @@ impl BatchWriter {
     }
 }
 
-/// The spans of a batch row, as (id, stored form), appended to `out` in the order they came.
-fn batch_entries<'a>(value: &'a [u8], out: &mut Vec<(&'a [u8], &'a [u8])>) -> Result<(), StoreError> {
+/// A span of a batch row: its id and its stored form.
+type Entry<'a> = (&'a [u8], &'a [u8]);
+
+/// The spans of a batch row, appended to `out` in the order they came.
+fn batch_entries<'a>(value: &'a [u8], out: &mut Vec<Entry<'a>>) -> Result<(), StoreError> {
     let bad = || StoreError("a stored batch of spans is cut short".into());
     let (count, mut rest) = value.split_first_chunk::<4>().ok_or_else(bad)?;
     let count = u32::from_le_bytes(*count) as usize;
@@ -302,9 +305,7 @@ fn repeats(stored: &[redb::AccessGuard<'_, &'static [u8]>], batch: &BatchWriter)
 
 /// The spans of a run's batch rows (in arrival order), each once: a span that came again (a retried
 /// export, a file read again) is its last arrival, in that arrival's place.
-fn live_spans<'a>(
-    values: &'a [redb::AccessGuard<'_, &'static [u8]>],
-) -> Result<Vec<(&'a [u8], &'a [u8])>, StoreError> {
+fn live_spans<'a>(values: &'a [redb::AccessGuard<'_, &'static [u8]>]) -> Result<Vec<Entry<'a>>, StoreError> {
     let mut entries = Vec::new();
     for v in values {
         batch_entries(v.value(), &mut entries)?;
