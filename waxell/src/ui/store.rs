@@ -396,11 +396,12 @@ impl Store {
         }
         // redb's page cache defaults to 1 GiB and keeps what was written: a UI at rest holding a million
         // spans sat at 530 MiB resident. 64 MiB keeps the run list and recent runs in memory.
-        let db = Database::builder()
+        let mut db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(err)?;
+        let mut migrated = false;
         {
             let mut meta = txn.open_table(META).map_err(err)?;
             let schema = meta.get("schema").map_err(err)?.map(|v| v.value());
@@ -418,9 +419,14 @@ impl Store {
                         .list_tables()
                         .map_err(err)?
                         .any(|t| redb::TableHandle::name(&t) == "spans");
-                    let spans = if exists { migrate_spans(&txn)? } else { 0 };
+                    if exists {
+                        migrated = true;
+                        let spans = migrate_spans(&txn)?;
+                        meta.insert("spans", spans).map_err(err)?;
+                    } else {
+                        meta.insert("spans", 0).map_err(err)?;
+                    }
                     meta.insert("schema", SCHEMA).map_err(err)?;
-                    meta.insert("spans", spans).map_err(err)?;
                 }
             }
             txn.open_table(BATCHES).map_err(err)?;
@@ -430,6 +436,11 @@ impl Store {
             txn.open_table(AGENTS).map_err(err)?;
         }
         txn.commit().map_err(err)?;
+        if migrated {
+            // The rewrite left the old rows' pages free: give them back, so the file is not twice its size.
+            db.compact()
+                .map_err(|e| StoreError(format!("compacting {} after its rewrite: {e}", path.display())))?;
+        }
         Ok(Self {
             db,
             unsynced: std::sync::atomic::AtomicBool::new(false),
