@@ -17,7 +17,7 @@ cd "$repo"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 doc="$repo/docs/performance.md"
 
-all=(O1 O2 S:local S:modes S:containers S:docker-engine I T F L B)
+all=(O1 O2 S:local S:modes S:containers S:docker-engine I T F L U B)
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 list() {
     cat <<'EOF'
@@ -32,6 +32,7 @@ T                cargo bench -p waxell-tests --bench suite; needs root and bwrap
                  T:run_code, T:concurrent, T:export, T:collector_down, T:demo, T:exit
 F                the fail_open test's overhead table and its million-span test (release)
 L                cargo bench -p waxell-tests --bench llm_integrations
+U                cargo bench -p waxell --features ui --bench ui, the ingest case (waxell ui's OTLP receiver and store)
 B                bash scripts/bench-build-time.sh (two clean builds per round)
 EOF
 }
@@ -61,7 +62,7 @@ else
         w="${w// /}"
         case "$w" in
             S) selected+=(S:local S:modes S:containers S:docker-engine) ;;
-            O1|O2|S:local|S:modes|S:containers|S:docker-engine|I|T|F|L|B) selected+=("$w") ;;
+            O1|O2|S:local|S:modes|S:containers|S:docker-engine|I|T|F|L|U|B) selected+=("$w") ;;
             T:run_code|T:concurrent|T:export|T:collector_down|T:demo|T:exit) selected+=("$w") ;;
             *) echo "bench-all: unknown selector $w (see --list)" >&2; exit 2 ;;
         esac
@@ -163,6 +164,7 @@ run() {
                 cargo test --release -p waxell-tests --test fail_open -- --exact --nocapture \
                     collector_down_a_million_spans_keep_memory_bounded_and_every_drop_is_counted ;;
         L) cargo bench -p waxell-tests --bench llm_integrations "${q[@]}" ;;
+        U) WAXELL_BENCH_ONLY=ingest cargo bench -p waxell --features ui --bench ui "${q[@]}" ;;
         B) bash scripts/bench-build-time.sh "$([ "$quick" = 1 ] && echo 1 || echo 2)" ;;
     esac
 }

@@ -20,7 +20,8 @@
 //!   process's resident memory once idle beside its memory before, the store file's size, and the run
 //!   list's answer (`GET /api/runs`, the newest 200 of 50,000 runs).
 //!
-//! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds). Needs chromium for
+//! `cargo bench -p waxell --features ui --bench ui` (`-- --quick` for fewer rounds; `WAXELL_BENCH_ROUNDS=n`
+//! sets the `ingest` rounds). Needs chromium for
 //! `page` (`scripts/setup-browser.sh`); without it that case is skipped.
 
 use std::io::{Read, Write};
@@ -28,6 +29,10 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../../tests/src/bench_row.rs"]
+mod bench_row;
+use bench_row::Row;
 
 use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::KeyValue;
@@ -163,7 +168,10 @@ fn sink() -> (
 
 fn bench_ingest(quick: bool) {
     let runs = if quick { 200 } else { 1000 };
-    let rounds = if quick { 1 } else { 5 };
+    let rounds = std::env::var("WAXELL_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if quick { 1 } else { 5 });
     let spans = runs * (TOOLS_PER_RUN + 1);
     let (mut ui_times, mut sink_times) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -196,12 +204,25 @@ fn bench_ingest(quick: bool) {
         }
     }
     let rate = |d: Duration| spans as f64 / d.as_secs_f64();
+    // Each round's two sides ran back to back: their ratio moves less with the machine's load than either.
+    let mut paired: Vec<f64> = ui_times
+        .iter()
+        .zip(&sink_times)
+        .map(|(u, s)| s.as_secs_f64() / u.as_secs_f64())
+        .collect();
+    paired.sort_by(f64::total_cmp);
     let (u, s) = (rate(median(&mut ui_times)), rate(median(&mut sink_times)));
     println!(
         "ingest/waxell_ui: {u:.0} spans/s into the store ({spans} spans per round, {rounds} rounds, median)"
     );
     println!("ingest/exporter_ceiling: {s:.0} spans/s (the same exporter into a sink that answers at once)");
-    println!("ingest: waxell ui / exporter ceiling = {:.2}", u / s);
+    println!(
+        "ingest: waxell ui / exporter ceiling = {:.2} (median of the rounds' own ratios: {:.2}, range {:.2}-{:.2})",
+        u / s,
+        paired[paired.len() / 2],
+        paired[0],
+        paired[paired.len() - 1]
+    );
 
     // waxell's own pipeline (its spans, fail-open export, scrubbing) into the UI and into the sink: whether
     // the UI keeps up with what waxell itself sends. Once each, at the end: `init()` is process-wide.
@@ -227,6 +248,35 @@ fn bench_ingest(quick: bool) {
         "ingest: waxell ui / waxell's exporter ceiling = {:.2}",
         into_ui / into_sink
     );
+
+    let mut rows = bench_row::Rows::start("[U]", quick);
+    let rate = |r: f64| format!("{} spans/s", bench_row::grouped(r));
+    rows.push(Row {
+        id: "ui.ingest.otel".into(),
+        what: format!(
+            "`waxell ui` ingest over OTLP/HTTP protobuf: the plain OpenTelemetry SDK + OTLP exporter (batches of 512) \
+             into the UI's store, every span counted there when the flush returns ({spans} spans per round, {rounds} \
+             rounds, alternating)"
+        ),
+        measured: rate(u),
+        anchor: format!(
+            "the same exporter into a sink that answers at once without reading: {}",
+            rate(s)
+        ),
+        ratio: format!("**{:.2}** (rounds' own ratios: {:.2}-{:.2})", u / s, paired[0], paired[paired.len() - 1]),
+        target: ">= 1.0x".into(),
+        verdict: Some(u / s >= 1.0),
+    });
+    rows.push(Row {
+        id: "ui.ingest.waxell".into(),
+        what: "same, waxell's own pipeline (`init()`, agents and tools) into the UI's store".into(),
+        measured: rate(into_ui),
+        anchor: format!("waxell's pipeline into that sink: {}", rate(into_sink)),
+        ratio: format!("**{:.2}**", into_ui / into_sink),
+        target: ">= 1.0x".into(),
+        verdict: Some(into_ui / into_sink >= 1.0),
+    });
+    rows.finish();
 }
 
 #[waxell::tool]

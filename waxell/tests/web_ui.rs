@@ -747,3 +747,89 @@ fn spans_stored_straight_from_otlp_match_their_records() {
     drop((direct, records));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
+    use prost::Message as _;
+    // Recent, so the retention the UI applies when it starts again keeps them.
+    let base = waxell_ui_nanos() as u64 - 1_000_000_000;
+    let span = |trace: u8, id: u64| Span {
+        trace_id: vec![trace; 16],
+        span_id: id.to_be_bytes().to_vec(),
+        parent_span_id: if id == 1 {
+            Vec::new()
+        } else {
+            1u64.to_be_bytes().to_vec()
+        },
+        name: format!("span {id}"),
+        start_time_unix_nano: base + id * 1_000,
+        end_time_unix_nano: base + id * 1_000 + 500,
+        ..Default::default()
+    };
+    let body = |spans: Vec<Span>| {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    // Run c3's 60 spans in 6 requests, out of start order (request k has the ids ≡ k mod 6, last first),
+    // each among spans of runs d4 and e5; the third request is sent twice, as a retried export is.
+    let mut requests = Vec::new();
+    for k in 0..6u64 {
+        let mut spans: Vec<Span> = (1..=60)
+            .filter(|id| id % 6 == k)
+            .rev()
+            .map(|id| span(0xc3, id))
+            .collect();
+        spans.insert(spans.len() / 2, span(0xd4, k + 1));
+        spans.push(span(0xe5, k + 1));
+        requests.push(body(spans));
+    }
+    requests.insert(3, requests[2].clone());
+    let dir = temp_dir("many-requests");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    for request in requests {
+        let response = client()
+            .post(&traces)
+            .header("content-type", "application/x-protobuf")
+            .body(request)
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), "c3".repeat(16)));
+    assert_eq!(run["run"]["spans"], 60);
+    assert_eq!(run["run"]["name"], "span 1");
+    let names: Vec<&str> = run["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (1..=60).map(|id| format!("span {id}")).collect();
+    assert_eq!(names, expected);
+    for other in ["d4", "e5"] {
+        let run = get_json(&format!("{}/api/runs/{}", ui.base_url(), other.repeat(16)));
+        assert_eq!(run["run"]["spans"], 6, "run {other}");
+        assert_eq!(run["spans"].as_array().unwrap().len(), 6, "run {other}");
+    }
+    let status = get_json(&format!("{}/api/status", ui.base_url()));
+    assert_eq!(
+        (status["runs"].as_u64(), status["spans"].as_u64()),
+        (Some(3), Some(72))
+    );
+    // After a restart, the same.
+    ui.shutdown();
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let again = get_json(&format!("{}/api/runs/{}", ui.base_url(), "c3".repeat(16)));
+    assert_eq!(again["spans"], run["spans"]);
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -2,6 +2,10 @@
 //! by start time, and how far each followed trace file was read. A batch of spans, its runs' summaries and
 //! the file position it came from are committed in one transaction, so a restart neither loses nor repeats
 //! anything.
+//!
+//! Spans are kept one row per run per batch (schema 2): the spans of a trace that came in one request are
+//! one value, so a request costs one insert per run it touched, not one per span. A store written with one
+//! row per span (schema 1, before) is rewritten that way when opened.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,24 +19,31 @@ use prost::Message;
 use super::model::{RunFilter, RunSummary, SpanFacts, SpanRecord};
 use super::wire::{request_spans, WireError, WireSpan};
 
-/// `{trace_id}/{span_id}` → the span as JSON.
+/// Schema 1 (before): `{trace_id}/{span_id}` → the span's stored form. Read once, when a store of that
+/// schema is opened, and deleted.
 const SPANS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("spans");
+/// `{trace_id}/{arrival seq, 16 hex digits}` → the spans of that trace that came in that batch (see
+/// [`Batch`]).
+const BATCHES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("batches");
 /// `{trace_id}` → its [`RunSummary`] as JSON.
 const RUNS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("runs");
 /// start (ns, big-endian) + trace id → nothing: the runs in time order.
 const RUNS_BY_START: TableDefinition<'_, &[u8], u8> = TableDefinition::new("runs_by_start");
 /// A followed file's path → how far it was read ([`FilePos`] as JSON).
 const FILES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("files");
-/// An agent's name → the change counter when a run of it last arrived: the run list's agent filter.
+/// An agent's name → the change counter when a run of it first arrived: the run list's agent filter.
 const AGENTS: TableDefinition<'_, &str, u64> = TableDefinition::new("agents");
-/// `seq` → the change counter.
+/// `seq` → the change counter; `schema` → the layout's version; `spans` → the spans stored.
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+
+/// The layout written: spans in [`BATCHES`]. A store without a `schema` is of schema 1 (spans in [`SPANS`]).
+const SCHEMA: u64 = 2;
 
 /// redb's page cache.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
 
-/// One span as stored, borrowed from a read transaction.
-type StoredSpan = redb::AccessGuard<'static, &'static [u8]>;
+/// One batch row as stored, borrowed from a read transaction.
+type StoredBatch = redb::AccessGuard<'static, &'static [u8]>;
 
 /// A failure of the store.
 #[derive(Debug, thiserror::Error)]
@@ -70,16 +81,21 @@ pub struct Store {
 /// as its JSON; an OTLP span as its own protobuf bytes with its service and scope names ([`WireSpan`]). A
 /// stored value starting with `{` is JSON (a span's protobuf starts with a field's tag, never `{`).
 trait Storable: SpanFacts {
-    /// `{trace}/{span}` and the trace id's length, or `None` for a span without both ids.
-    fn key(&self) -> Option<(String, usize)>;
+    /// The trace's and the span's ids, or `None` for a span without both.
+    fn ids(&self) -> Option<(&[u8], &[u8])>;
+    /// An id as the store writes it (OTLP's bytes as hex), appended to `out`.
+    fn id_text(id: &[u8], out: &mut Vec<u8>);
     /// The stored form, appended to `out`.
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError>;
 }
 
 impl Storable for SpanRecord {
-    fn key(&self) -> Option<(String, usize)> {
+    fn ids(&self) -> Option<(&[u8], &[u8])> {
         (!self.trace_id.is_empty() && !self.span_id.is_empty())
-            .then(|| (format!("{}/{}", self.trace_id, self.span_id), self.trace_id.len()))
+            .then_some((self.trace_id.as_bytes(), self.span_id.as_bytes()))
+    }
+    fn id_text(id: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(id);
     }
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
         serde_json::to_writer(out, self).map_err(err)
@@ -87,27 +103,19 @@ impl Storable for SpanRecord {
 }
 
 impl Storable for WireSpan<'_> {
-    fn key(&self) -> Option<(String, usize)> {
-        if self.trace_id.is_empty() || self.span_id.is_empty() {
-            return None;
+    fn ids(&self) -> Option<(&[u8], &[u8])> {
+        (!self.trace_id.is_empty() && !self.span_id.is_empty()).then_some((self.trace_id, self.span_id))
+    }
+    fn id_text(id: &[u8], out: &mut Vec<u8>) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for b in id {
+            out.push(DIGITS[usize::from(b >> 4)]);
+            out.push(DIGITS[usize::from(b & 15)]);
         }
-        let mut key = String::with_capacity(2 * (self.trace_id.len() + self.span_id.len()) + 1);
-        push_hex(&mut key, self.trace_id);
-        key.push('/');
-        push_hex(&mut key, self.span_id);
-        Some((key, 2 * self.trace_id.len()))
     }
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
         self.stored(out);
         Ok(())
-    }
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
     }
 }
 
@@ -168,12 +176,219 @@ fn time_key(start: u64, trace: &str) -> Vec<u8> {
 }
 
 fn span_range(trace: &str) -> (String, String) {
-    // '/' is followed by '0' in ASCII: every `{trace}/{span}` key lies in [`{trace}/`, `{trace}0`).
+    // '/' is followed by '0' in ASCII: every `{trace}/…` key lies in [`{trace}/`, `{trace}0`).
     (format!("{trace}/"), format!("{trace}0"))
 }
 
+fn batch_key(trace: &str, seq: u64) -> String {
+    format!("{trace}/{seq:016x}")
+}
+
+/// A batch row being written: the number of spans (u32, little-endian), each span's id (u16 length + the
+/// id as text), then each span's stored form (u32 length + bytes), in the order they came. The ids come
+/// first so a run's ids are read without its spans.
+#[derive(Default)]
+struct BatchWriter {
+    count: u32,
+    ids: Vec<u8>,
+    spans: Vec<u8>,
+}
+
+impl BatchWriter {
+    fn push<S: Storable>(&mut self, id: &[u8], span: &S) -> Result<(), StoreError> {
+        let at = self.ids.len();
+        self.ids.extend_from_slice(&[0; 2]);
+        S::id_text(id, &mut self.ids);
+        let id_len = self.ids.len() - at - 2;
+        let id_len = u16::try_from(id_len).map_err(|_| StoreError(format!("a span id of {id_len} bytes")))?;
+        self.ids[at..at + 2].copy_from_slice(&id_len.to_le_bytes());
+        let at = self.spans.len();
+        self.spans.extend_from_slice(&[0; 4]);
+        span.value(&mut self.spans)?;
+        let len =
+            u32::try_from(self.spans.len() - at - 4).map_err(|_| StoreError("a span over 4 GiB".into()))?;
+        self.spans[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        self.count += 1;
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        4 + self.ids.len() + self.spans.len()
+    }
+
+    /// The row, written into `out` (of [`BatchWriter::len`] bytes).
+    fn write(&self, out: &mut [u8]) {
+        let (count, rest) = out.split_at_mut(4);
+        count.copy_from_slice(&self.count.to_le_bytes());
+        let (ids, spans) = rest.split_at_mut(self.ids.len());
+        ids.copy_from_slice(&self.ids);
+        spans.copy_from_slice(&self.spans);
+    }
+
+    fn clear(&mut self) {
+        self.count = 0;
+        self.ids.clear();
+        self.spans.clear();
+    }
+}
+
+/// A span of a batch row: its id and its stored form.
+type Entry<'a> = (&'a [u8], &'a [u8]);
+
+/// The spans of a batch row, appended to `out` in the order they came.
+fn batch_entries<'a>(value: &'a [u8], out: &mut Vec<Entry<'a>>) -> Result<(), StoreError> {
+    let bad = || StoreError("a stored batch of spans is cut short".into());
+    let (count, mut rest) = value.split_first_chunk::<4>().ok_or_else(bad)?;
+    let count = u32::from_le_bytes(*count) as usize;
+    let first = out.len();
+    for _ in 0..count {
+        let (len, r) = rest.split_first_chunk::<2>().ok_or_else(bad)?;
+        let len = usize::from(u16::from_le_bytes(*len));
+        let (id, r) = r.split_at_checked(len).ok_or_else(bad)?;
+        out.push((id, &[]));
+        rest = r;
+    }
+    for entry in &mut out[first..] {
+        let (len, r) = rest.split_first_chunk::<4>().ok_or_else(bad)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let (span, r) = r.split_at_checked(len).ok_or_else(bad)?;
+        entry.1 = span;
+        rest = r;
+    }
+    Ok(())
+}
+
+/// The ids of a batch row's `count` spans (`ids`: the ids' part and what follows), added to `set`;
+/// whether one was there already.
+fn insert_ids<'a>(
+    count: usize,
+    mut ids: &'a [u8],
+    set: &mut std::collections::HashSet<&'a [u8]>,
+) -> Result<bool, StoreError> {
+    let bad = || StoreError("a stored batch of spans is cut short".into());
+    let mut again = false;
+    for _ in 0..count {
+        let (len, r) = ids.split_first_chunk::<2>().ok_or_else(bad)?;
+        let (id, r) = r
+            .split_at_checked(usize::from(u16::from_le_bytes(*len)))
+            .ok_or_else(bad)?;
+        again |= !set.insert(id);
+        ids = r;
+    }
+    Ok(again)
+}
+
+/// Whether a run's new batch repeats a span of its stored rows or of itself.
+fn repeats(stored: &[redb::AccessGuard<'_, &'static [u8]>], batch: &BatchWriter) -> Result<bool, StoreError> {
+    if stored.is_empty() {
+        // A new run's batch alone: its ids sorted, a repeat is next to itself.
+        let mut ids = Vec::with_capacity(batch.count as usize);
+        let mut rest = batch.ids.as_slice();
+        while let Some((len, r)) = rest.split_first_chunk::<2>() {
+            let (id, r) = r.split_at(usize::from(u16::from_le_bytes(*len)));
+            ids.push(id);
+            rest = r;
+        }
+        ids.sort_unstable();
+        return Ok(ids.windows(2).any(|w| w[0] == w[1]));
+    }
+    let mut set = std::collections::HashSet::new();
+    for v in stored {
+        let (count, ids) = v
+            .value()
+            .split_first_chunk::<4>()
+            .ok_or_else(|| StoreError("a stored batch of spans is cut short".into()))?;
+        insert_ids(u32::from_le_bytes(*count) as usize, ids, &mut set)?;
+    }
+    insert_ids(batch.count as usize, &batch.ids, &mut set)
+}
+
+/// The spans of a run's batch rows (in arrival order), each once: a span that came again (a retried
+/// export, a file read again) is its last arrival, in that arrival's place.
+fn live_spans<'a>(values: &'a [redb::AccessGuard<'_, &'static [u8]>]) -> Result<Vec<Entry<'a>>, StoreError> {
+    let mut entries = Vec::new();
+    for v in values {
+        batch_entries(v.value(), &mut entries)?;
+    }
+    let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(entries.len());
+    for (i, (id, _)) in entries.iter().enumerate() {
+        last.insert(id, i);
+    }
+    if last.len() < entries.len() {
+        let mut i = 0;
+        entries.retain(|(id, _)| {
+            i += 1;
+            last[id] == i - 1
+        });
+    }
+    Ok(entries)
+}
+
+/// A run's batch rows, in arrival order.
+fn run_batches<'t>(
+    table: &'t impl ReadableTable<&'static str, &'static [u8]>,
+    trace: &str,
+) -> Result<Vec<redb::AccessGuard<'t, &'static [u8]>>, StoreError> {
+    let (from, to) = span_range(trace);
+    let mut values = Vec::new();
+    for entry in table.range(from.as_str()..to.as_str()).map_err(err)? {
+        values.push(entry.map_err(err)?.1);
+    }
+    Ok(values)
+}
+
+/// Rewrite a store of schema 1 (one row per span in [`SPANS`]) as one batch row per run, in the open
+/// write transaction. Returns the number of spans.
+fn migrate_spans(txn: &redb::WriteTransaction) -> Result<u64, StoreError> {
+    let old = txn.open_table(SPANS).map_err(err)?;
+    let mut batches = txn.open_table(BATCHES).map_err(err)?;
+    let mut count = 0;
+    let mut trace = String::new();
+    let (mut ids, mut spans, mut n) = (Vec::new(), Vec::new(), 0u32);
+    let mut value = Vec::new();
+    let mut flush =
+        |trace: &str, ids: &mut Vec<u8>, spans: &mut Vec<u8>, n: &mut u32| -> Result<(), StoreError> {
+            if *n > 0 {
+                value.clear();
+                value.extend_from_slice(&n.to_le_bytes());
+                value.extend_from_slice(ids);
+                value.extend_from_slice(spans);
+                batches
+                    .insert(batch_key(trace, 0).as_str(), value.as_slice())
+                    .map_err(err)?;
+            }
+            ids.clear();
+            spans.clear();
+            *n = 0;
+            Ok(())
+        };
+    for entry in old.iter().map_err(err)? {
+        let (k, v) = entry.map_err(err)?;
+        let key = k.value();
+        let (t, id) = key.split_once('/').unwrap_or((key, ""));
+        if t != trace {
+            flush(&trace, &mut ids, &mut spans, &mut n)?;
+            trace = t.to_owned();
+        }
+        let id_len =
+            u16::try_from(id.len()).map_err(|_| StoreError(format!("a span id of {} bytes", id.len())))?;
+        ids.extend_from_slice(&id_len.to_le_bytes());
+        ids.extend_from_slice(id.as_bytes());
+        let len = u32::try_from(v.value().len()).map_err(|_| StoreError("a span over 4 GiB".into()))?;
+        spans.extend_from_slice(&len.to_le_bytes());
+        spans.extend_from_slice(v.value());
+        n += 1;
+        count += 1;
+    }
+    flush(&trace, &mut ids, &mut spans, &mut n)?;
+    drop(old);
+    txn.delete_table(SPANS).map_err(err)?;
+    Ok(count)
+}
+
 impl Store {
-    /// Open (or create) the store at `path`.
+    /// Open (or create) the store at `path`. A store of the previous layout (one row per span) is rewritten
+    /// in the current one first, in one transaction.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
@@ -181,20 +396,51 @@ impl Store {
         }
         // redb's page cache defaults to 1 GiB and keeps what was written: a UI at rest holding a million
         // spans sat at 530 MiB resident. 64 MiB keeps the run list and recent runs in memory.
-        let db = Database::builder()
+        let mut db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(err)?;
+        let mut migrated = false;
         {
-            txn.open_table(SPANS).map_err(err)?;
+            let mut meta = txn.open_table(META).map_err(err)?;
+            let schema = meta.get("schema").map_err(err)?.map(|v| v.value());
+            match schema {
+                Some(SCHEMA) => {}
+                Some(other) => {
+                    return Err(StoreError(format!(
+                        "{} is of schema {other}, newer than this waxell's ({SCHEMA}): use a newer waxell or \
+                         another store file",
+                        path.display()
+                    )))
+                }
+                None => {
+                    let exists = txn
+                        .list_tables()
+                        .map_err(err)?
+                        .any(|t| redb::TableHandle::name(&t) == "spans");
+                    if exists {
+                        migrated = true;
+                        let spans = migrate_spans(&txn)?;
+                        meta.insert("spans", spans).map_err(err)?;
+                    } else {
+                        meta.insert("spans", 0).map_err(err)?;
+                    }
+                    meta.insert("schema", SCHEMA).map_err(err)?;
+                }
+            }
+            txn.open_table(BATCHES).map_err(err)?;
             txn.open_table(RUNS).map_err(err)?;
             txn.open_table(RUNS_BY_START).map_err(err)?;
             txn.open_table(FILES).map_err(err)?;
-            txn.open_table(META).map_err(err)?;
             txn.open_table(AGENTS).map_err(err)?;
         }
         txn.commit().map_err(err)?;
+        if migrated {
+            // The rewrite left the old rows' pages free: give them back, so the file is not twice its size.
+            db.compact()
+                .map_err(|e| StoreError(format!("compacting {} after its rewrite: {e}", path.display())))?;
+        }
         Ok(Self {
             db,
             unsynced: std::sync::atomic::AtomicBool::new(false),
@@ -246,12 +492,12 @@ impl Store {
         spans: &[S],
         file: Option<(&str, FilePos)>,
     ) -> Result<usize, StoreError> {
-        // The spans of a run together (in the order they came), the runs in the tree's order.
-        let mut keyed: Vec<(String, usize, &S)> = spans
+        // The spans of a run together (in the order they came).
+        let mut keyed: Vec<(&[u8], &[u8], &S)> = spans
             .iter()
-            .filter_map(|s| s.key().map(|(key, len)| (key, len, s)))
+            .filter_map(|s| s.ids().map(|(trace, span)| (trace, span, s)))
             .collect();
-        keyed.sort_by(|a, b| a.0[..a.1].cmp(&b.0[..b.1]));
+        keyed.sort_by(|a, b| a.0.cmp(b.0));
         let mut txn = self.db.begin_write().map_err(err)?;
         txn.set_durability(Durability::None).map_err(err)?;
         let mut stored = 0;
@@ -259,51 +505,69 @@ impl Store {
             let mut meta = txn.open_table(META).map_err(err)?;
             let seq = meta.get("seq").map_err(err)?.map_or(0, |v| v.value()) + 1;
             meta.insert("seq", seq).map_err(err)?;
-            let mut span_table = txn.open_table(SPANS).map_err(err)?;
+            let mut span_count = meta.get("spans").map_err(err)?.map_or(0, |v| v.value());
+            let mut batches = txn.open_table(BATCHES).map_err(err)?;
             let mut runs = txn.open_table(RUNS).map_err(err)?;
             let mut by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
             let mut agents = txn.open_table(AGENTS).map_err(err)?;
             let mut bytes = Vec::with_capacity(1024);
+            let mut batch = BatchWriter::default();
+            let mut trace_text = Vec::new();
             let mut rest = keyed.as_slice();
-            while let Some((first, len, _)) = rest.first() {
-                let trace = &first[..*len];
+            while let Some((trace_id, _, _)) = rest.first() {
                 let n = rest
                     .iter()
-                    .position(|(k, len, _)| &k[..*len] != trace)
+                    .position(|(t, _, _)| t != trace_id)
                     .unwrap_or(rest.len());
                 let (group, later) = rest.split_at(n);
                 rest = later;
+                trace_text.clear();
+                S::id_text(trace_id, &mut trace_text);
+                let trace = std::str::from_utf8(&trace_text).map_err(err)?;
                 let mut summary = match runs.get(trace).map_err(err)? {
                     Some(v) => serde_json::from_slice(v.value()).map_err(err)?,
                     None => RunSummary::new(trace),
                 };
                 let old_start = summary.start;
+                let old_spans = summary.spans;
                 let had_summary = summary.spans > 0;
-                let mut replaced = false;
-                for (key, _, span) in group {
-                    bytes.clear();
-                    span.value(&mut bytes)?;
-                    replaced |= span_table
-                        .insert(key.as_str(), bytes.as_slice())
-                        .map_err(err)?
-                        .is_some();
-                    if !replaced {
-                        summary.fold(*span);
-                    }
+                batch.clear();
+                for (_, id, span) in group {
+                    batch.push(id, *span)?;
+                    summary.fold(*span);
                     stored += 1;
                 }
+                // A span that came before (a retried export, a file read again), or twice in this batch:
+                // it is kept once (its last arrival), and the run is folded anew.
+                let replaced = if had_summary || group.len() > 1 {
+                    let before = if had_summary {
+                        run_batches(&batches, trace)?
+                    } else {
+                        Vec::new()
+                    };
+                    repeats(&before, &batch)?
+                } else {
+                    false
+                };
+                batch.write(
+                    batches
+                        .insert_reserve(batch_key(trace, seq).as_str(), batch.len())
+                        .map_err(err)?
+                        .as_mut(),
+                );
                 if replaced {
-                    // A span sent twice (a retried export, a file read again): fold the run anew.
                     summary = RunSummary::new(trace);
-                    let (from, to) = span_range(trace);
-                    for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
-                        let (_, v) = entry.map_err(err)?;
-                        read_stored(v.value())?.fold_into(&mut summary);
+                    let values = run_batches(&batches, trace)?;
+                    for (_, v) in live_spans(&values)? {
+                        read_stored(v)?.fold_into(&mut summary);
                     }
                 }
+                span_count = span_count + summary.spans - old_spans;
                 summary.seq = seq;
                 for agent in &summary.agents {
-                    agents.insert(agent.as_str(), seq).map_err(err)?;
+                    if agents.get(agent.as_str()).map_err(err)?.is_none() {
+                        agents.insert(agent.as_str(), seq).map_err(err)?;
+                    }
                 }
                 if !had_summary || old_start != summary.start {
                     if had_summary {
@@ -319,6 +583,7 @@ impl Store {
                 serde_json::to_writer(&mut bytes, &summary).map_err(err)?;
                 runs.insert(trace, bytes.as_slice()).map_err(err)?;
             }
+            meta.insert("spans", span_count).map_err(err)?;
             if let Some((path, pos)) = file {
                 let mut files = txn.open_table(FILES).map_err(err)?;
                 let bytes = serde_json::to_vec(&pos).map_err(err)?;
@@ -387,26 +652,27 @@ impl Store {
         let Some((summary, values)) = self.stored_run(trace)? else {
             return Ok(None);
         };
-        let mut spans = Vec::with_capacity(values.len());
-        for v in &values {
-            spans.push(read_stored(v.value())?.record()?);
+        let mut spans = Vec::new();
+        for (id, v) in live_spans(&values)? {
+            spans.push((id, read_stored(v)?.record()?));
         }
-        spans.sort_by_key(|s| (s.start, s.end));
-        Ok(Some((summary, spans)))
+        // In start order; spans that start and end together, by id (as the layout before kept them).
+        spans.sort_by(|a, b| (a.1.start, a.1.end, a.0).cmp(&(b.1.start, b.1.end, b.0)));
+        Ok(Some((summary, spans.into_iter().map(|(_, s)| s).collect())))
     }
 
-    /// A run's summary and its stored spans (in key order), read in one transaction.
-    fn stored_run(&self, trace: &str) -> Result<Option<(RunSummary, Vec<StoredSpan>)>, StoreError> {
+    /// A run's summary and its batch rows (in arrival order), read in one transaction.
+    fn stored_run(&self, trace: &str) -> Result<Option<(RunSummary, Vec<StoredBatch>)>, StoreError> {
         let txn = self.db.begin_read().map_err(err)?;
         let runs = txn.open_table(RUNS).map_err(err)?;
         let Some(v) = runs.get(trace).map_err(err)? else {
             return Ok(None);
         };
         let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
-        let span_table = txn.open_table(SPANS).map_err(err)?;
+        let batches = txn.open_table(BATCHES).map_err(err)?;
         let (from, to) = span_range(trace);
         let mut values = Vec::new();
-        for entry in span_table.range(from.as_str()..to.as_str()).map_err(err)? {
+        for entry in batches.range(from.as_str()..to.as_str()).map_err(err)? {
             values.push(entry.map_err(err)?.1);
         }
         Ok(Some((summary, values)))
@@ -418,16 +684,19 @@ impl Store {
         let Some((summary, values)) = self.stored_run(trace)? else {
             return Ok(None);
         };
-        let mut spans = Vec::with_capacity(values.len());
-        for v in &values {
-            let span = read_stored(v.value())?;
+        let live = live_spans(&values)?;
+        let mut spans = Vec::with_capacity(live.len());
+        let mut size = 2;
+        for (id, raw) in live {
+            let span = read_stored(raw)?;
             let (start, end) = span.times();
-            spans.push((start, end, span, v.value()));
+            size += 2 * raw.len();
+            spans.push((start, end, id, span, raw));
         }
-        spans.sort_by_key(|s| (s.0, s.1));
-        let mut out = Vec::with_capacity(values.iter().map(|v| 2 * v.value().len()).sum::<usize>() + 2);
+        spans.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut out = Vec::with_capacity(size);
         out.push(b'[');
-        for (i, (_, _, span, raw)) in spans.iter().enumerate() {
+        for (i, (_, _, _, span, raw)) in spans.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -465,19 +734,24 @@ impl Store {
                 return Ok(0);
             }
             let mut runs = txn.open_table(RUNS).map_err(err)?;
-            let mut spans = txn.open_table(SPANS).map_err(err)?;
+            let mut batches = txn.open_table(BATCHES).map_err(err)?;
             let mut meta = txn.open_table(META).map_err(err)?;
             let seq = meta.get("seq").map_err(err)?.map_or(0, |v| v.value()) + 1;
             meta.insert("seq", seq).map_err(err)?;
+            let mut span_count = meta.get("spans").map_err(err)?.map_or(0, |v| v.value());
             for key in old {
                 let trace = String::from_utf8_lossy(&key[8..]).into_owned();
                 by_start.remove(key.as_slice()).map_err(err)?;
-                runs.remove(trace.as_str()).map_err(err)?;
+                if let Some(v) = runs.remove(trace.as_str()).map_err(err)? {
+                    let summary: RunSummary = serde_json::from_slice(v.value()).map_err(err)?;
+                    span_count = span_count.saturating_sub(summary.spans);
+                }
                 let (from, to) = span_range(&trace);
-                spans
+                batches
                     .retain_in(from.as_str()..to.as_str(), |_, _| false)
                     .map_err(err)?;
             }
+            meta.insert("spans", span_count).map_err(err)?;
         }
         txn.commit().map_err(err)?;
         Ok(removed)
@@ -487,7 +761,187 @@ impl Store {
     pub fn counts(&self) -> Result<HashMap<&'static str, u64>, StoreError> {
         let txn = self.db.begin_read().map_err(err)?;
         let runs = txn.open_table(RUNS).map_err(err)?.len().map_err(err)?;
-        let spans = txn.open_table(SPANS).map_err(err)?.len().map_err(err)?;
+        let meta = txn.open_table(META).map_err(err)?;
+        let spans = meta.get("spans").map_err(err)?.map_or(0, |v| v.value());
         Ok(HashMap::from([("runs", runs), ("spans", spans)]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!("waxell-store-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("store.redb")
+    }
+
+    fn span(trace: u8, id: u64, parent: u64, start: u64, name: &str) -> Span {
+        Span {
+            trace_id: vec![trace; 16],
+            span_id: id.to_be_bytes().to_vec(),
+            parent_span_id: if parent == 0 {
+                Vec::new()
+            } else {
+                parent.to_be_bytes().to_vec()
+            },
+            name: name.into(),
+            start_time_unix_nano: 1_700_000_000_000_000_000 + start,
+            end_time_unix_nano: 1_700_000_000_000_000_000 + start + 10,
+            attributes: vec![KeyValue {
+                key: "gen_ai.agent.name".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("old".into())),
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn request(spans: Vec<Span>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// The writer of schema 1 (one row per span, no `schema` in META), as the store wrote before: a trace of
+    /// OTLP spans kept in their protobuf form and one of JSON records.
+    fn write_schema_1(path: &Path) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut spans = txn.open_table(SPANS).unwrap();
+            let mut runs = txn.open_table(RUNS).unwrap();
+            let mut by_start = txn.open_table(RUNS_BY_START).unwrap();
+            let mut agents = txn.open_table(AGENTS).unwrap();
+            let mut meta = txn.open_table(META).unwrap();
+            txn.open_table(FILES).unwrap();
+            let body = request(vec![
+                span(0xa1, 2, 1, 5, "tool"),
+                span(0xa1, 1, 0, 0, "invoke_agent old"),
+            ])
+            .encode_to_vec();
+            let wire = request_spans(&body).unwrap();
+            let records = spans_of_json(0xb2);
+            let mut summaries = Vec::new();
+            let mut summary = RunSummary::new(&"a1".repeat(16));
+            for s in &wire {
+                let (trace, id) = s.ids().unwrap();
+                let mut key = Vec::new();
+                WireSpan::id_text(trace, &mut key);
+                key.push(b'/');
+                WireSpan::id_text(id, &mut key);
+                let key = String::from_utf8(key).unwrap();
+                let mut value = Vec::new();
+                s.value(&mut value).unwrap();
+                spans.insert(key.as_str(), value.as_slice()).unwrap();
+                summary.fold(s);
+            }
+            summaries.push(summary);
+            let mut summary = RunSummary::new(&"b2".repeat(16));
+            for r in &records {
+                let value = serde_json::to_vec(r).unwrap();
+                spans
+                    .insert(format!("{}/{}", r.trace_id, r.span_id).as_str(), value.as_slice())
+                    .unwrap();
+                summary.fold(r);
+            }
+            summaries.push(summary);
+            for (i, mut s) in summaries.into_iter().enumerate() {
+                s.seq = i as u64 + 1;
+                runs.insert(s.trace_id.as_str(), serde_json::to_vec(&s).unwrap().as_slice())
+                    .unwrap();
+                by_start
+                    .insert(time_key(s.start, &s.trace_id).as_slice(), 0)
+                    .unwrap();
+                agents.insert("old", s.seq).unwrap();
+            }
+            meta.insert("seq", 2).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    fn spans_of_json(trace: u8) -> Vec<SpanRecord> {
+        crate::ui::model::spans_of(&request(vec![
+            span(trace, 7, 0, 100, "invoke_agent json"),
+            span(trace, 8, 7, 101, "chat"),
+        ]))
+    }
+
+    #[test]
+    fn a_store_of_the_layout_before_opens_with_its_runs_and_takes_more_spans() {
+        let path = temp_path("schema1");
+        write_schema_1(&path);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.seq().unwrap(), 2);
+        let counts = store.counts().unwrap();
+        assert_eq!((counts["runs"], counts["spans"]), (2, 4));
+        let (runs, agents) = store.runs(&RunFilter::default()).unwrap();
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["invoke_agent json", "invoke_agent old"]);
+        assert_eq!(agents, ["old"]);
+        let (summary, spans) = store.run(&"a1".repeat(16)).unwrap().unwrap();
+        assert_eq!(summary.spans, 2);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["invoke_agent old", "tool"]);
+        let (_, json) = store.run_json(&"b2".repeat(16)).unwrap().unwrap();
+        let served: Vec<SpanRecord> = serde_json::from_slice(&json).unwrap();
+        assert_eq!(served, spans_of_json(0xb2));
+        // The old table is gone; the schema is recorded.
+        {
+            let txn = store.db.begin_read().unwrap();
+            assert!(!txn
+                .list_tables()
+                .unwrap()
+                .any(|t| redb::TableHandle::name(&t) == "spans"));
+            let meta = txn.open_table(META).unwrap();
+            assert_eq!(meta.get("schema").unwrap().unwrap().value(), SCHEMA);
+        }
+        // A migrated run takes a new span, and one of its old spans sent again is not counted twice.
+        let more = request(vec![span(0xa1, 3, 1, 7, "tool 2"), span(0xa1, 2, 1, 5, "tool")]);
+        assert_eq!(store.ingest_otlp(&[more], None).unwrap(), 2);
+        let (summary, spans) = store.run(&"a1".repeat(16)).unwrap().unwrap();
+        assert_eq!(summary.spans, 3);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["invoke_agent old", "tool", "tool 2"]);
+        assert_eq!(store.counts().unwrap()["spans"], 5);
+        // Reopened (now of schema 2), nothing is rewritten or lost; retention deletes what it covers.
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.counts().unwrap()["spans"], 5);
+        assert_eq!(store.delete_before(1_700_000_000_000_000_050).unwrap(), 1);
+        let counts = store.counts().unwrap();
+        assert_eq!((counts["runs"], counts["spans"]), (1, 2));
+        assert!(store.run(&"a1".repeat(16)).unwrap().is_none());
+        drop(store);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_store_of_a_newer_schema_is_refused_by_name() {
+        let path = temp_path("schema9");
+        drop(Store::open(&path).unwrap());
+        let db = Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("schema", 9).unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let refused = Store::open(&path).unwrap_err().to_string();
+        assert!(refused.contains("schema 9"), "{refused}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

@@ -262,6 +262,8 @@ impl<'a> WireSpan<'a> {
             raw,
             service,
             scope,
+            // An agent's or tool's span carries a few attributes: one allocation for them.
+            attrs: Vec::with_capacity(8),
             ..WireSpan::default()
         };
         for f in Fields(raw) {
@@ -483,6 +485,9 @@ impl SpanFacts for WireSpan<'_> {
         self.attr(key)?.as_num()
     }
     fn scores(&self, found: &mut dyn FnMut(&str, Score)) {
+        if !self.has_events {
+            return;
+        }
         for (name, time, event) in self.events() {
             if name != GEN_AI_EVALUATION_RESULT {
                 continue;
