@@ -422,12 +422,13 @@ impl Store {
                     if exists {
                         migrated = true;
                         // Seconds for a large store (about 9 s per million spans): say why nothing answers yet.
-                        eprintln!(
-                            "waxell ui: rewriting {} in this version's layout (once; its runs are kept)",
+                        let console = crate::console::current();
+                        console.message(format_args!(
+                            "ui: rewriting {} in this version's layout (once; its runs are kept)",
                             path.display()
-                        );
+                        ));
                         let spans = migrate_spans(&txn)?;
-                        eprintln!("waxell ui: {spans} spans rewritten");
+                        console.message(format_args!("ui: {spans} spans rewritten"));
                         meta.insert("spans", spans).map_err(err)?;
                     } else {
                         meta.insert("spans", 0).map_err(err)?;
