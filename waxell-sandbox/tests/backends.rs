@@ -87,12 +87,6 @@ mod containers {
                 Box::new(backend) as Box<dyn SandboxBackend>
             })
         }
-        fn tmpfs_inodes_uncapped(&self) -> BoxFut<'_, Option<String>> {
-            Box::pin(async move {
-                let backend = ContainerBackend::new(self.config()).await.expect("engine");
-                backend.tmpfs_inodes_uncapped().map(str::to_owned)
-            })
-        }
         fn unavailable(&self) -> Option<String> {
             common::container_engine_missing("DOCKER_HOST").or_else(|| {
                 (self.runtime == Some("runsc"))
@@ -229,6 +223,39 @@ mod containers {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        // Their scratch volumes stay until a backend sweeps: the next one to start does.
+        let volumes = |host: &str| -> Vec<String> {
+            let socket = host.strip_prefix("unix://").unwrap_or(host);
+            let listing = std::process::Command::new("curl")
+                .args(["-sf", "--max-time", "5", "--unix-socket", socket])
+                .arg("http://engine/volumes")
+                .output()
+                .expect("curl");
+            let list: serde_json::Value = serde_json::from_slice(&listing.stdout).expect("engine's JSON");
+            list["Volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|v| {
+                    v["Labels"]["io.waxell.sandbox"]
+                        .as_str()
+                        .is_some_and(|id| id.starts_with(&format!("{pid}-")))
+                })
+                .filter_map(|v| v["Name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        for runtime in runtimes {
+            drop(
+                ContainerBackend::new(Container { runtime }.config())
+                    .await
+                    .expect("engine"),
+            );
+        }
+        let left: Vec<String> = hosts.iter().flat_map(|h| volumes(h)).collect();
+        assert!(
+            left.is_empty(),
+            "scratch volumes of the killed process after a sweep: {left:?}"
+        );
     }
 
     /// Errors name the missing piece.

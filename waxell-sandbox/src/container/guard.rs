@@ -1,16 +1,16 @@
-//! A sandbox's container: removed (force, which kills everything in it) when its guard drops, and
-//! what a process about to exit waits for so no container outlives it.
+//! A sandbox's container: removed (force, which kills everything in it) with its scratch volumes when
+//! its guard drops, and what a process about to exit waits for so no container outlives it.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use bollard::query_parameters::{RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder};
 use bollard::Docker;
 use tokio::time::Instant;
 
 use super::engine::Control;
 
-/// Removes its container (force: kills everything in it) when dropped.
+/// Removes its container (force: kills everything in it), then its scratch volumes, when dropped.
 pub struct ContainerGuard {
     pub(super) docker: Docker,
     /// The engine's id of the container.
@@ -18,11 +18,13 @@ pub struct ContainerGuard {
     /// The sandbox id (the container is named `waxell-<id>`).
     pub(super) name: String,
     pub(super) control: Control,
+    /// The scratch volumes mounted in it (`spec::scratch_volumes`).
+    pub(super) volumes: Vec<String>,
 }
 
 impl ContainerGuard {
     pub(super) async fn remove(&self) {
-        remove_container(&self.docker, &self.id).await;
+        remove_sandbox(&self.docker, &self.id, &self.volumes).await;
     }
 }
 
@@ -40,12 +42,12 @@ pub async fn removals_settled(limit: Duration) {
 
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
-        let (docker, id) = (self.docker.clone(), self.id.clone());
+        let (docker, id, volumes) = (self.docker.clone(), self.id.clone(), self.volumes.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 PENDING_REMOVALS.fetch_add(1, Ordering::SeqCst);
                 handle.spawn(async move {
-                    remove_container(&docker, &id).await;
+                    remove_sandbox(&docker, &id, &volumes).await;
                     PENDING_REMOVALS.fetch_sub(1, Ordering::SeqCst);
                 });
             }
@@ -53,11 +55,37 @@ impl Drop for ContainerGuard {
                 // Outside a runtime (e.g. dropped at exit): remove synchronously on a helper thread.
                 let _ = std::thread::spawn(move || {
                     if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        rt.block_on(remove_container(&docker, &id));
+                        rt.block_on(remove_sandbox(&docker, &id, &volumes));
                     }
                 })
                 .join();
             }
+        }
+    }
+}
+
+/// The container `id`, then the volumes it mounted.
+pub(super) async fn remove_sandbox(docker: &Docker, id: &str, volumes: &[String]) {
+    remove_container(docker, id).await;
+    for volume in volumes {
+        remove_volume(docker, volume).await;
+    }
+}
+
+/// Remove a scratch volume. An engine still removing the container that used it (AutoRemove after
+/// pid 1 ended) answers 409 for a moment: retried for up to 2 s, after which `sweep_stale` takes it.
+pub(super) async fn remove_volume(docker: &Docker, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let options = RemoveVolumeOptionsBuilder::new().force(true).build();
+        match docker.remove_volume(name, Some(options)).await {
+            Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => return,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return tracing::warn!(volume = name, "could not remove a sandbox's scratch volume: {e}"),
         }
     }
 }

@@ -39,11 +39,11 @@ use crate::pool::Pooled;
 use crate::session::Session;
 pub use config::{ContainerConfig, ContainerOptions, DEFAULT_IMAGE};
 use engine::{api_error, Control, Endpoint};
-use guard::ContainerGuard;
+use guard::{remove_volume, ContainerGuard};
 pub use crate::{ContainerBackend, ContainerSandbox};
 pub use guard::removals_settled;
 use files::Files;
-use spec::{container_spec, create_error, resolve_runtime, sweep_stale, USER};
+use spec::{container_spec, create_error, resolve_runtime, scratch_volumes, sweep_stale, USER};
 
 
 /// What every container sandbox of one backend shares: the engine client and the configuration.
@@ -57,7 +57,13 @@ pub struct Container {
     seccomp: seccomp::SeccompOption,
     /// The languages the image has runtimes for (probed once per image, `probe.rs`).
     languages: Languages,
+    /// When leftovers of dead host processes were last swept (see `create_started`).
+    last_sweep: std::sync::Mutex<Instant>,
 }
+
+/// How often a running backend sweeps what dead host processes left: their containers end
+/// themselves, but their scratch volumes stay until a sweep.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Pooled<Container> {
     /// Connect to the engine, check the image (and the runtime, if one is set) exist, sweep
@@ -92,6 +98,7 @@ impl Pooled<Container> {
             podman,
             seccomp,
             languages: Languages::python_only(),
+            last_sweep: std::sync::Mutex::new(Instant::now()),
         };
         container.languages = probe::languages(&container, &image_id).await?;
         Ok(Pooled::with_backend(container))
@@ -108,32 +115,29 @@ impl Pooled<Container> {
         &self.backend().runtime_name
     }
 
-    /// Why the sandbox's tmpfs mounts have no inode cap here, if they have none: Podman's Docker
-    /// API (4.x) rejects `nr_inodes`, and gVisor ignores it (its tmpfs lives in the sandbox's own
-    /// memory, so the memory limit bounds a flood instead).
-    pub fn tmpfs_inodes_uncapped(&self) -> Option<&'static str> {
-        if self.backend().runtime_name == "runsc" {
-            Some("gVisor ignores the tmpfs option nr_inodes (its tmpfs is in the sandbox's own memory, which the memory limit bounds)")
-        } else if self.backend().podman {
-            Some("Podman's Docker API rejects the tmpfs option nr_inodes")
-        } else {
-            None
-        }
-    }
-
     /// The configuration this backend was made with.
     pub fn config(&self) -> &ContainerConfig {
         &self.backend().config
     }
 
-    /// Whether the container of sandbox `sandbox_id` still exists in the engine (in any state).
+    /// Whether anything of sandbox `sandbox_id` is still in the engine: its container (in any state)
+    /// or one of its scratch volumes.
     pub async fn container_exists(&self, sandbox_id: &str) -> Result<bool, SandboxError> {
+        let docker = &self.backend().docker;
         let name = format!("waxell-{sandbox_id}");
-        match self.backend().docker.inspect_container(&name, None).await {
-            Ok(_) => Ok(true),
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(false),
-            Err(e) => Err(api_error("inspecting a sandbox container", e)),
+        match docker.inspect_container(&name, None).await {
+            Ok(_) => return Ok(true),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => return Err(api_error("inspecting a sandbox container", e)),
         }
+        for volume in scratch_volumes(&self.backend().config, sandbox_id) {
+            match docker.inspect_volume(&volume.name).await {
+                Ok(_) => return Ok(true),
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                Err(e) => return Err(api_error("inspecting a sandbox's scratch volume", e)),
+            }
+        }
+        Ok(false)
     }
 }
 
@@ -158,17 +162,46 @@ impl Container {
     async fn create_started(&self) -> Result<(ContainerGuard, std::time::Duration, std::time::Duration), SandboxError> {
         let inner = self;
         let began = Instant::now();
+        let sweep_due = {
+            let mut last = inner.last_sweep.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.elapsed() >= SWEEP_EVERY;
+            if due {
+                *last = began;
+            }
+            due
+        };
+        if sweep_due {
+            let docker = inner.docker.clone();
+            tokio::spawn(async move { sweep_stale(&docker).await });
+        }
         let id = naming::new_sandbox_id();
         let name = format!("waxell-{id}");
+        let volumes = scratch_volumes(&inner.config, &id);
+        let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
+        let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
+        if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
+            for volume in &names {
+                remove_volume(&inner.docker, volume).await;
+            }
+            return Err(api_error("creating the sandbox's scratch volume", e));
+        }
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = inner
+        let created = match inner
             .docker
             .create_container(
                 Some(options),
                 container_spec(&inner.config, &id, inner.podman, &inner.runtime_name, inner.seccomp.as_str()),
             )
             .await
-            .map_err(|e| create_error(&inner.config, e))?;
+        {
+            Ok(created) => created,
+            Err(e) => {
+                for volume in &names {
+                    remove_volume(&inner.docker, volume).await;
+                }
+                return Err(create_error(&inner.config, e));
+            }
+        };
         let created_at = began.elapsed();
         let control = Control::attach(&inner.docker, &created.id).await;
         let container = ContainerGuard {
@@ -176,6 +209,7 @@ impl Container {
             id: created.id,
             name: id,
             control,
+            volumes: names,
         };
         inner
             .docker

@@ -1,15 +1,16 @@
-//! What a sandbox's container is: its specification (isolation and limits), the runtime that
-//! isolates it, what a failed create means, and the sweep of containers of dead host processes.
+//! What a sandbox's container is: its specification (isolation and limits), its scratch volumes, the
+//! runtime that isolates it, what a failed create means, and the sweep of containers and volumes of
+//! dead host processes.
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
-use bollard::query_parameters::ListContainersOptionsBuilder;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits, VolumeCreateRequest};
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
 use bollard::Docker;
 use waxell::sandbox::SandboxError;
 
 use super::engine::api_error;
-use super::guard::remove_container;
+use super::guard::{remove_container, remove_volume};
 use super::config::ContainerConfig;
 use crate::naming;
 use crate::paths::HOME_DIR;
@@ -69,8 +70,72 @@ pub(super) async fn resolve_runtime(
     Ok(runtime.to_owned())
 }
 
-/// Remove containers whose host process died (crash, SIGKILL) before it could remove them.
+/// One of a sandbox's writable file systems (`/home/user`, `/tmp`): a named volume of the engine's
+/// `local` driver that is a tmpfs with a size and an inode cap, made before its container and removed
+/// after it. Not the engines' own tmpfs mounts: Podman's Docker API (4.x) rejects `nr_inodes` there
+/// and gVisor keeps those in its own memory, ignoring the option; a volume is a tmpfs the host
+/// mounts, so every engine and runtime caps it alike (under gVisor it is reached through the gofer).
+pub(super) struct ScratchVolume {
+    pub(super) name: String,
+    pub(super) target: &'static str,
+    pub(super) request: VolumeCreateRequest,
+}
+
+/// The sandbox `id`'s scratch volumes, named `waxell-<id>-home` and `waxell-<id>-tmp`.
+pub(super) fn scratch_volumes(config: &ContainerConfig, id: &str) -> Vec<ScratchVolume> {
+    let limits = &config.limits;
+    let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
+    // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
+    let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
+    let volume = |suffix: &str, target: &'static str, bytes: u64, owner: (&str, &str)| {
+        let name = format!("waxell-{id}-{suffix}");
+        let options = format!(
+            "nosuid,nodev,nr_blocks={},nr_inodes={},mode=1777,uid={},gid={}",
+            pages(bytes),
+            limits.tmpfs_inodes,
+            owner.0,
+            owner.1
+        );
+        ScratchVolume {
+            request: VolumeCreateRequest {
+                name: Some(name.clone()),
+                driver: Some("local".into()),
+                driver_opts: Some(HashMap::from([
+                    ("type".to_owned(), "tmpfs".to_owned()),
+                    ("device".to_owned(), "tmpfs".to_owned()),
+                    ("o".to_owned(), options),
+                ])),
+                labels: Some(HashMap::from([(LABEL.to_owned(), id.to_owned())])),
+                ..Default::default()
+            },
+            name,
+            target,
+        }
+    };
+    vec![
+        volume("home", HOME_DIR, limits.scratch_bytes, (uid, gid)),
+        volume("tmp", "/tmp", limits.tmp_bytes, ("0", "0")),
+    ]
+}
+
+/// Remove containers and scratch volumes whose host process died (crash, SIGKILL) before it could
+/// remove them.
 pub(super) async fn sweep_stale(docker: &Docker) {
+    sweep_stale_containers(docker).await;
+    let filters = HashMap::from([("label".to_owned(), vec![LABEL.to_owned()])]);
+    let options = ListVolumesOptionsBuilder::new().filters(&filters).build();
+    let Ok(list) = docker.list_volumes(Some(options)).await else {
+        return;
+    };
+    for volume in list.volumes.unwrap_or_default() {
+        let owner = volume.labels.get(LABEL).cloned().unwrap_or_default();
+        if naming::owner_is_dead(&owner) {
+            remove_volume(docker, &volume.name).await;
+        }
+    }
+}
+
+async fn sweep_stale_containers(docker: &Docker) {
     let filters = HashMap::from([("label".to_owned(), vec![LABEL.to_owned()])]);
     let options = ListContainersOptionsBuilder::new()
         .all(true)
@@ -102,33 +167,15 @@ pub(super) fn container_spec(
     seccomp: &str,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
-    // The scratch must belong to the container user, and the engines disagree on how to say so.
-    // Podman copies the image directory's ownership onto a tmpfs unless told `U` (chown to the
-    // container user) and rejects tmpfs's own `uid=`; Docker Engine mounts it root-owned 0755
-    // whatever `mode` says (seen with 20.10) and takes `uid=`/`gid=`.
-    let owner = if podman {
-        ",U".to_owned()
-    } else {
-        let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
-        format!(",uid={uid},gid={gid}")
-    };
-    // An inode cap on every writable tmpfs (inodes are kernel memory), where the engine takes one:
-    // Podman's Docker API (4.x) rejects `nr_inodes` (docs/sandbox.md, known gaps).
-    let inodes = if podman {
-        String::new()
-    } else {
-        format!(",nr_inodes={}", limits.tmpfs_inodes)
-    };
-    let tmpfs = HashMap::from([
-        (
-            "/tmp".to_owned(),
-            format!("rw,nosuid,nodev,size={}{inodes},mode=1777", limits.tmp_bytes),
-        ),
-        (
-            HOME_DIR.to_owned(),
-            format!("rw,nosuid,nodev,size={}{inodes},mode=1777{owner}", limits.scratch_bytes),
-        ),
-    ]);
+    let mounts = scratch_volumes(config, id)
+        .into_iter()
+        .map(|volume| Mount {
+            target: Some(volume.target.to_owned()),
+            source: Some(volume.name),
+            typ: Some(MountType::VOLUME),
+            ..Default::default()
+        })
+        .collect();
     let ulimit = |name: &str, value: u64| ResourcesUlimits {
         name: Some(name.to_owned()),
         soft: Some(value as i64),
@@ -203,7 +250,7 @@ pub(super) fn container_spec(
                 ulimit("msgqueue", 0),
                 ulimit("sigpending", limits.pending_signals),
             ]),
-            tmpfs: Some(tmpfs),
+            mounts: Some(mounts),
             shm_size: Some(16 << 20),
             ipc_mode: Some("private".into()),
             // Podman ignores it (see `resolve_runtime`); Docker needs it.
