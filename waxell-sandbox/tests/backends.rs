@@ -188,16 +188,18 @@ mod containers {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        let owned = |host: &str| -> Vec<String> {
+        // What the engine at `host` answers to GET `path`.
+        let engine = |host: &str, path: &str| -> serde_json::Value {
             let socket = host.strip_prefix("unix://").unwrap_or(host);
             let listing = std::process::Command::new("curl")
                 .args(["-sf", "--max-time", "5", "--unix-socket", socket])
-                .arg("http://engine/containers/json?all=1")
+                .arg(format!("http://engine{path}"))
                 .output()
                 .expect("curl");
-            let containers: serde_json::Value =
-                serde_json::from_slice(&listing.stdout).expect("engine's JSON");
-            containers
+            serde_json::from_slice(&listing.stdout).expect("engine's JSON")
+        };
+        let owned = |host: &str| -> Vec<String> {
+            engine(host, "/containers/json?all=1")
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -225,14 +227,7 @@ mod containers {
         }
         // Their scratch volumes stay until a backend sweeps: the next one to start does.
         let volumes = |host: &str| -> Vec<String> {
-            let socket = host.strip_prefix("unix://").unwrap_or(host);
-            let listing = std::process::Command::new("curl")
-                .args(["-sf", "--max-time", "5", "--unix-socket", socket])
-                .arg("http://engine/volumes")
-                .output()
-                .expect("curl");
-            let list: serde_json::Value = serde_json::from_slice(&listing.stdout).expect("engine's JSON");
-            list["Volumes"]
+            engine(host, "/volumes")["Volumes"]
                 .as_array()
                 .into_iter()
                 .flatten()
