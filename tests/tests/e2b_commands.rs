@@ -87,11 +87,23 @@ async fn official_js_sdk_runs_commands_and_terminals() {
 
 /// The container backend (engine at DOCKER_HOST, scripts/setup-container.sh), or why not.
 async fn container_server() -> Option<String> {
-    if let Some(why) = waxell_tests::container_engine_missing() {
+    container_server_at("DOCKER_HOST", None).await
+}
+
+/// The container backend on the engine named by `host_var`, under `runtime` (the engine's default
+/// when `None`), or why not.
+async fn container_server_at(host_var: &str, runtime: Option<&str>) -> Option<String> {
+    if let Some(why) = waxell_tests::container_engine_missing_at(host_var) {
         eprintln!("skipped: {why}");
         return None;
     }
-    let config = waxell_sandbox::ContainerConfig::default().with_pool_size(1);
+    let host = std::env::var(host_var).expect("checked above");
+    let mut config = waxell_sandbox::ContainerConfig::default()
+        .with_pool_size(1)
+        .with_docker_host(host);
+    if let Some(runtime) = runtime {
+        config = config.with_runtime(runtime);
+    }
     let backend = waxell_sandbox::ContainerBackend::new(config)
         .await
         .expect("container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)");
@@ -104,6 +116,17 @@ async fn container_server() -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_runs_commands_and_terminals_in_containers() {
     let Some(url) = container_server().await else {
+        return;
+    };
+    e2b_support::run_peer_script("e2b_commands.py", &[], &url, Duration::from_secs(240)).await;
+}
+
+/// The same checks under gVisor (engine at WAXELL_RUNSC_DOCKER_HOST). With Podman, runsc refuses
+/// the engine's terminal exec, so a terminal there is made by a relay in the sandbox: its size, a
+/// resize reaching the foreground program as SIGWINCH, exit and kill must hold as with runc.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_runs_commands_and_terminals_under_gvisor() {
+    let Some(url) = container_server_at("WAXELL_RUNSC_DOCKER_HOST", Some("runsc")).await else {
         return;
     };
     e2b_support::run_peer_script("e2b_commands.py", &[], &url, Duration::from_secs(240)).await;

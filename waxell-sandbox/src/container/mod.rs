@@ -300,15 +300,14 @@ impl Backend for Container {
         if container.control.has_stopped() {
             return Err(SandboxError::NotFound("the sandbox's container has stopped".into()));
         }
-        // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage);
-        // Docker Engine with runsc has terminals.
-        if pty.is_some() && self.podman && self.runtime_name.contains("runsc") {
-            return Err(SandboxError::Unsupported {
-                backend: "docker (Podman with runsc)",
-                operation: "a terminal (pty)",
-            });
-        }
-        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty).await
+        // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage):
+        // there a relay in the sandbox makes the terminal. Docker Engine with runsc has terminals.
+        let terminals = if self.podman && self.runtime_name.contains("runsc") {
+            process::Terminals::Relay
+        } else {
+            process::Terminals::Engine
+        };
+        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty, terminals).await
     }
 
     fn sandbox_id(container: &ContainerGuard) -> &str {

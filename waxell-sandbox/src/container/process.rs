@@ -3,7 +3,9 @@
 //! The Engine API cannot signal an exec and reports only a host pid, so the exec starts through
 //! the in-sandbox helper, which first prints its pid (then the program's); signals go through the
 //! container's pid 1 as the kernel's do. A terminal is the engine's own (`Tty`), resized through
-//! the API, and holds one of the sandbox's terminal permits while it runs.
+//! the API, and holds one of the sandbox's terminal permits while it runs. Where the engine cannot
+//! make one (Podman with runsc), a relay in the sandbox makes it (`ptyrelay.py`): the exec is a
+//! plain one, and a resize is a second exec.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
@@ -30,6 +32,18 @@ use crate::paths::HOME_DIR;
 /// Events buffered before reading the exec's output waits for the reader.
 const EVENTS_BUFFERED: usize = 64;
 
+/// The in-sandbox terminal relay and resizer, for an engine whose execs cannot have a terminal.
+const PTY_RELAY: &str = include_str!("ptyrelay.py");
+
+/// Where a terminal comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Terminals {
+    /// The engine's own (`Tty` on the exec).
+    Engine,
+    /// A relay in the sandbox (`ptyrelay.py`), in a plain exec.
+    Relay,
+}
+
 /// Start `spec` in `container` as `user`.
 pub(crate) async fn start(
     docker: &Docker,
@@ -38,14 +52,25 @@ pub(crate) async fn start(
     user: &str,
     spec: &ProcessSpec,
     pty: Option<PtyPermit>,
+    terminals: Terminals,
 ) -> Result<SandboxProcess, SandboxError> {
-    let tty = pty.is_some();
+    let relay = pty.is_some() && terminals == Terminals::Relay;
+    let tty = pty.is_some() && !relay;
     let mut cmd = vec!["python3".to_owned(), "-I".to_owned()];
-    cmd.extend(helper_args(0, tty, true));
+    match &pty {
+        Some(permit) if relay => cmd.extend([
+            "-c".to_owned(),
+            PTY_RELAY.to_owned(),
+            "relay".to_owned(),
+            permit.size.rows.to_string(),
+            permit.size.cols.to_string(),
+        ]),
+        _ => cmd.extend(helper_args(0, tty, true)),
+    }
     cmd.push(spec.cmd.clone());
     cmd.extend(spec.args.iter().cloned());
     let env = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let with_stdin = tty || spec.stdin;
+    let with_stdin = pty.is_some() || spec.stdin;
     let exec = docker
         .create_exec(
             container,
@@ -82,7 +107,18 @@ pub(crate) async fn start(
             received: String::new(),
         });
     };
-    let mut output: Output = Box::pin(output.take_until(control.gone()));
+    let output = output.take_until(control.gone());
+    // The relay's output is the terminal's (its own errors included, as a terminal shows them).
+    let mut output: Output = if relay {
+        Box::pin(output.map(|item| {
+            item.map(|item| match item {
+                LogOutput::StdOut { message } | LogOutput::StdErr { message } => LogOutput::Console { message },
+                other => other,
+            })
+        }))
+    } else {
+        Box::pin(output)
+    };
     // Known before anyone can signal it: the helper prints it before the program starts.
     let (pid, early) = tokio::time::timeout(PID_TIMEOUT, read_pid(&mut output))
         .await
@@ -98,7 +134,7 @@ pub(crate) async fn start(
         events,
         last_signal.clone(),
     ));
-    if let Some(permit) = &pty {
+    if let Some(permit) = pty.as_ref().filter(|_| tty) {
         // Podman takes the first size only this way, and (under gVisor) only once the exec runs.
         for attempt in 0..20 {
             match resize(docker, &exec.id, permit.size).await {
@@ -118,6 +154,7 @@ pub(crate) async fn start(
             last_signal,
             input: Mutex::new(Some(input).filter(|_| with_stdin)),
             tty: pty,
+            relay: relay.then(|| (container.to_owned(), user.to_owned())),
         }),
     })
 }
@@ -236,6 +273,62 @@ struct ExecControl {
     input: Mutex<Option<Pin<Box<dyn AsyncWrite + Send>>>>,
     /// Held while the process runs.
     tty: Option<PtyPermit>,
+    /// The container and user of a relayed terminal (resized by an exec of the relay's resizer).
+    relay: Option<(String, String)>,
+}
+
+impl ExecControl {
+    /// Resize a relayed terminal: an exec of the resizer on the program's terminal.
+    async fn resize_relayed(&self, container: &str, user: &str, size: PtySize) -> Result<(), SandboxError> {
+        let pid = self.pid.load(Ordering::Acquire);
+        if pid <= 1 {
+            return Err(SandboxError::Other("the terminal has not started yet".into()));
+        }
+        let cmd = ["python3", "-I", "-c", PTY_RELAY, "resize"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain([pid.to_string(), size.rows.to_string(), size.cols.to_string()])
+            .collect();
+        let exec = self
+            .docker
+            .create_exec(
+                container,
+                ExecConfig {
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    cmd: Some(cmd),
+                    user: Some(user.to_owned()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| api_error("resizing the terminal (exec create)", e))?;
+        let started = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(|e| api_error("resizing the terminal (exec start)", e))?;
+        let mut said = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } = started {
+            while let Some(Ok(item)) = output.next().await {
+                said.extend_from_slice(&item.into_bytes());
+            }
+        }
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| api_error("resizing the terminal (exec inspect)", e))?
+            .exit_code;
+        if code == Some(0) {
+            Ok(())
+        } else {
+            Err(SandboxError::Other(format!(
+                "resizing the terminal failed (exit {code:?}): {}",
+                String::from_utf8_lossy(&said).trim()
+            )))
+        }
+    }
 }
 
 #[async_trait]
@@ -284,6 +377,9 @@ impl ProcessControl for ExecControl {
                 "the process has no terminal to resize (start it with a PTY)".into(),
             ));
         }
-        resize(&self.docker, &self.exec_id, size).await
+        match &self.relay {
+            Some((container, user)) => self.resize_relayed(container, user, size).await,
+            None => resize(&self.docker, &self.exec_id, size).await,
+        }
     }
 }
