@@ -10,7 +10,6 @@ use std::sync::Mutex;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
-use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
 use opentelemetry_sdk::trace::SpanData;
 
 /// An append-only JSON-lines trace file, created (with its directory) on first write unless opened at once.
@@ -57,25 +56,25 @@ impl JsonLinesFile {
             return Ok(());
         }
         let n = spans.len() as u64;
-        let request = ExportTraceServiceRequest {
-            resource_spans: group_spans_by_resource_and_scope(spans, resource),
-        };
-        self.write_request(&request, n)
+        // Straight from the spans: the same line serde makes of opentelemetry-proto's request, for a fraction
+        // of the cost (`export::otlp_proto`).
+        self.write_line(&super::otlp_proto::encode_request_json(&spans, resource), n)
     }
 
     /// Append one request (of `spans` spans) as one line.
-    pub(crate) fn write_request(
-        &self,
-        request: &ExportTraceServiceRequest,
-        spans: u64,
-    ) -> std::io::Result<()> {
-        let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
+    #[cfg(feature = "otlp-http")]
+    pub(crate) fn write_request(&self, request: &ExportTraceServiceRequest, spans: u64) -> std::io::Result<()> {
+        let line = serde_json::to_vec(request).map_err(std::io::Error::other)?;
+        self.write_line(&line, spans)
+    }
+
+    fn write_line(&self, line: &[u8], spans: u64) -> std::io::Result<()> {
         let mut guard = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(open(&self.path)?);
         }
         let w = guard.as_mut().expect("opened above");
-        writeln!(w, "{line}").and_then(|_| w.flush())?;
+        w.write_all(line).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush())?;
         self.written.fetch_add(spans, Ordering::Relaxed);
         Ok(())
     }

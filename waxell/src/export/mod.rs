@@ -9,7 +9,6 @@ pub(crate) mod fail_open;
 pub(crate) mod jsonl;
 #[cfg(feature = "otlp-http")]
 pub(crate) mod otlp_http;
-#[cfg(feature = "otlp-http")]
 mod otlp_proto;
 #[cfg(any(feature = "otlp-http", feature = "grpc"))]
 mod replay;

@@ -24,17 +24,7 @@ use prost::Message as _;
 /// `spans` as the body of one OTLP/HTTP protobuf request: one `ResourceSpans` for `resource`, one `ScopeSpans`
 /// per instrumentation scope in order of first appearance (as `opentelemetry-proto`'s transform groups them).
 pub(crate) fn encode_request(spans: &[SpanData], resource: &ResourceAttributesWithSchema) -> Vec<u8> {
-    let mut scopes: Vec<(&InstrumentationScope, Vec<usize>)> = Vec::new();
-    for (i, span) in spans.iter().enumerate() {
-        let scope = &span.instrumentation_scope;
-        match scopes
-            .iter_mut()
-            .find(|(s, _)| std::ptr::eq(*s, scope) || *s == scope)
-        {
-            Some((_, members)) => members.push(i),
-            None => scopes.push((scope, vec![i])),
-        }
-    }
+    let scopes = group_by_scope(spans);
     let span_lens: Vec<usize> = spans.iter().map(span_len).collect();
 
     let proto_resource = ProtoResource {
@@ -337,6 +327,185 @@ fn fixed32(tag: u32, v: u32, buf: &mut Vec<u8>) {
         encode_key(tag, WireType::ThirtyTwoBit, buf);
         buf.extend_from_slice(&v.to_le_bytes());
     }
+}
+
+// ---- OTLP JSON (the trace file's lines) --------------------------------------------------------
+
+/// `spans` as one OTLP/JSON `ExportTraceServiceRequest` (one line of a trace file), written straight from
+/// the spans as [`encode_request`] writes protobuf: the same JSON `opentelemetry-proto`'s serde gives its
+/// transform's request (tested), without building that request. Resource, scope, events, links, status and
+/// attribute arrays go through `opentelemetry-proto`'s own types and serde.
+pub(crate) fn encode_request_json(spans: &[SpanData], resource: &ResourceAttributesWithSchema) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut out = Vec::with_capacity(256 + spans.len() * 1024);
+    let w = &mut out;
+    let proto_resource = ProtoResource {
+        attributes: resource.attributes.0.clone(),
+        dropped_attributes_count: 0,
+        entity_refs: vec![],
+    };
+    w.extend_from_slice(b"{\"resourceSpans\":[{\"resource\":");
+    json(&proto_resource, w);
+    w.extend_from_slice(b",\"scopeSpans\":[");
+    for (n, (scope, members)) in group_by_scope(spans).iter().enumerate() {
+        if n > 0 {
+            w.push(b',');
+        }
+        w.extend_from_slice(b"{\"scope\":");
+        json(&ProtoScope::from((*scope, None)), w);
+        w.extend_from_slice(b",\"spans\":[");
+        for (k, &i) in members.iter().enumerate() {
+            if k > 0 {
+                w.push(b',');
+            }
+            write_span_json(&spans[i], w);
+        }
+        w.extend_from_slice(b"],\"schemaUrl\":");
+        json(scope.schema_url().unwrap_or_default(), w);
+        w.push(b'}');
+    }
+    w.extend_from_slice(b"],\"schemaUrl\":");
+    json(resource.schema_url.as_deref().unwrap_or_default(), w);
+    let _ = w.write_all(b"}]}");
+    out
+}
+
+fn write_span_json(span: &SpanData, w: &mut Vec<u8>) {
+    use opentelemetry_proto::tonic::trace::v1::span::Event as ProtoEvent;
+    use opentelemetry_proto::tonic::trace::v1::Status as ProtoStatus;
+    let cx = &span.span_context;
+    w.extend_from_slice(b"{\"traceId\":\"");
+    hex(&cx.trace_id().to_bytes(), w);
+    w.extend_from_slice(b"\",\"spanId\":\"");
+    hex(&cx.span_id().to_bytes(), w);
+    w.extend_from_slice(b"\",\"traceState\":");
+    json(&cx.trace_state().header(), w);
+    w.extend_from_slice(b",\"parentSpanId\":\"");
+    if span.parent_span_id != SpanId::INVALID {
+        hex(&span.parent_span_id.to_bytes(), w);
+    }
+    w.extend_from_slice(b"\",\"flags\":");
+    w.extend_from_slice(flags(span).to_string().as_bytes());
+    w.extend_from_slice(b",\"name\":");
+    json(span.name.as_ref(), w);
+    w.extend_from_slice(b",\"kind\":");
+    w.extend_from_slice(span_kind(span).to_string().as_bytes());
+    w.extend_from_slice(b",\"startTimeUnixNano\":\"");
+    w.extend_from_slice(nanos(span.start_time).to_string().as_bytes());
+    w.extend_from_slice(b"\",\"endTimeUnixNano\":\"");
+    w.extend_from_slice(nanos(span.end_time).to_string().as_bytes());
+    w.extend_from_slice(b"\",\"attributes\":");
+    attributes_json(&span.attributes, w);
+    w.extend_from_slice(b",\"droppedAttributesCount\":");
+    w.extend_from_slice(span.dropped_attributes_count.to_string().as_bytes());
+    w.extend_from_slice(b",\"events\":[");
+    for (k, event) in span.events.iter().enumerate() {
+        if k > 0 {
+            w.push(b',');
+        }
+        json(
+            &ProtoEvent {
+                time_unix_nano: nanos(event.timestamp),
+                name: event.name.to_string(),
+                attributes: event.attributes.iter().map(proto_key_value).collect(),
+                dropped_attributes_count: event.dropped_attributes_count,
+            },
+            w,
+        );
+    }
+    w.extend_from_slice(b"],\"droppedEventsCount\":");
+    w.extend_from_slice(span.events.dropped_count.to_string().as_bytes());
+    w.extend_from_slice(b",\"links\":[");
+    for (k, link) in span.links.iter().enumerate() {
+        if k > 0 {
+            w.push(b',');
+        }
+        json(&ProtoLink::from(link.clone()), w);
+    }
+    w.extend_from_slice(b"],\"droppedLinksCount\":");
+    w.extend_from_slice(span.links.dropped_count.to_string().as_bytes());
+    w.extend_from_slice(b",\"status\":");
+    let message = match &span.status {
+        Status::Error { description } => description.to_string(),
+        _ => String::new(),
+    };
+    json(
+        &ProtoStatus {
+            message,
+            code: status_code(&span.status) as i32,
+        },
+        w,
+    );
+    w.push(b'}');
+}
+
+fn attributes_json(attributes: &[KeyValue], w: &mut Vec<u8>) {
+    w.push(b'[');
+    for (k, kv) in attributes.iter().enumerate() {
+        if k > 0 {
+            w.push(b',');
+        }
+        w.extend_from_slice(b"{\"key\":");
+        json(kv.key.as_str(), w);
+        w.extend_from_slice(b",\"value\":");
+        match &kv.value {
+            Value::String(s) => {
+                w.extend_from_slice(b"{\"stringValue\":");
+                json(s.as_str(), w);
+                w.push(b'}');
+            }
+            Value::Bool(b) => {
+                w.extend_from_slice(if *b { b"{\"boolValue\":true}" } else { b"{\"boolValue\":false}" });
+            }
+            Value::I64(i) => {
+                w.extend_from_slice(b"{\"intValue\":\"");
+                w.extend_from_slice(i.to_string().as_bytes());
+                w.extend_from_slice(b"\"}");
+            }
+            other => json(&AnyValue::from(other.clone()), w),
+        }
+        w.push(b'}');
+    }
+    w.push(b']');
+}
+
+fn proto_key_value(kv: &KeyValue) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    opentelemetry_proto::tonic::common::v1::KeyValue {
+        key: kv.key.as_str().to_owned(),
+        value: Some(AnyValue::from(kv.value.clone())),
+        key_strindex: 0,
+    }
+}
+
+/// `value` as serde_json writes it (strings escaped as serde_json escapes them).
+fn json<T: serde::Serialize + ?Sized>(value: &T, w: &mut Vec<u8>) {
+    // Writing to a Vec fails only for types whose serialisation fails, which these never do.
+    let _ = serde_json::to_writer(w, value);
+}
+
+fn hex(bytes: &[u8], w: &mut Vec<u8>) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        w.push(DIGITS[usize::from(b >> 4)]);
+        w.push(DIGITS[usize::from(b & 0xf)]);
+    }
+}
+
+/// The spans' instrumentation scopes in order of first appearance, each with its spans' indexes (as
+/// `opentelemetry-proto`'s transform groups them).
+fn group_by_scope(spans: &[SpanData]) -> Vec<(&InstrumentationScope, Vec<usize>)> {
+    let mut scopes: Vec<(&InstrumentationScope, Vec<usize>)> = Vec::new();
+    for (i, span) in spans.iter().enumerate() {
+        let scope = &span.instrumentation_scope;
+        match scopes
+            .iter_mut()
+            .find(|(s, _)| std::ptr::eq(*s, scope) || *s == scope)
+        {
+            Some((_, members)) => members.push(i),
+            None => scopes.push((scope, vec![i])),
+        }
+    }
+    scopes
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use opentelemetry_sdk::Resource;
 use prost::Message as _;
 
-use super::encode_request;
+use super::{encode_request, encode_request_json};
 
 fn every_value() -> Vec<KeyValue> {
     vec![
@@ -158,5 +158,28 @@ fn an_empty_batch_and_an_empty_resource() {
     assert_eq!(
         encode_request(&[], &resource),
         transformed(vec![], &resource).encode_to_vec()
+    );
+}
+
+#[test]
+fn the_json_line_is_what_serde_makes_of_the_transform() {
+    let spans = spans();
+    let resource = resource();
+    let ours: serde_json::Value = serde_json::from_slice(&encode_request_json(&spans, &resource)).unwrap();
+    let theirs = serde_json::to_value(transformed(spans, &resource)).unwrap();
+    assert_eq!(ours, theirs);
+    let empty = ResourceAttributesWithSchema::default();
+    let ours: serde_json::Value = serde_json::from_slice(&encode_request_json(&[], &empty)).unwrap();
+    assert_eq!(ours, serde_json::to_value(transformed(vec![], &empty)).unwrap());
+}
+
+#[test]
+fn the_json_line_is_one_line_and_reads_back() {
+    let line = encode_request_json(&spans(), &resource());
+    assert!(!line.contains(&b'\n'));
+    let request: ExportTraceServiceRequest = serde_json::from_slice(&line).unwrap();
+    assert_eq!(
+        request.resource_spans[0].scope_spans.iter().map(|s| s.spans.len()).sum::<usize>(),
+        spans().len()
     );
 }
