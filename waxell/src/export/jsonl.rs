@@ -63,7 +63,11 @@ impl JsonLinesFile {
 
     /// Append one request (of `spans` spans) as one line.
     #[cfg(feature = "otlp-http")]
-    pub(crate) fn write_request(&self, request: &ExportTraceServiceRequest, spans: u64) -> std::io::Result<()> {
+    pub(crate) fn write_request(
+        &self,
+        request: &ExportTraceServiceRequest,
+        spans: u64,
+    ) -> std::io::Result<()> {
         let line = serde_json::to_vec(request).map_err(std::io::Error::other)?;
         self.write_line(&line, spans)
     }
@@ -74,7 +78,9 @@ impl JsonLinesFile {
             *guard = Some(open(&self.path)?);
         }
         let w = guard.as_mut().expect("opened above");
-        w.write_all(line).and_then(|_| w.write_all(b"\n")).and_then(|_| w.flush())?;
+        w.write_all(line)
+            .and_then(|_| w.write_all(b"\n"))
+            .and_then(|_| w.flush())?;
         self.written.fetch_add(spans, Ordering::Relaxed);
         Ok(())
     }

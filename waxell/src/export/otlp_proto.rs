@@ -455,7 +455,11 @@ fn attributes_json(attributes: &[KeyValue], w: &mut Vec<u8>) {
                 w.push(b'}');
             }
             Value::Bool(b) => {
-                w.extend_from_slice(if *b { b"{\"boolValue\":true}" } else { b"{\"boolValue\":false}" });
+                w.extend_from_slice(if *b {
+                    b"{\"boolValue\":true}"
+                } else {
+                    b"{\"boolValue\":false}"
+                });
             }
             Value::I64(i) => {
                 w.extend_from_slice(b"{\"intValue\":\"");

@@ -179,7 +179,11 @@ fn the_json_line_is_one_line_and_reads_back() {
     assert!(!line.contains(&b'\n'));
     let request: ExportTraceServiceRequest = serde_json::from_slice(&line).unwrap();
     assert_eq!(
-        request.resource_spans[0].scope_spans.iter().map(|s| s.spans.len()).sum::<usize>(),
+        request.resource_spans[0]
+            .scope_spans
+            .iter()
+            .map(|s| s.spans.len())
+            .sum::<usize>(),
         spans().len()
     );
 }
