@@ -88,7 +88,7 @@ pub fn rows_dir() -> PathBuf {
 }
 
 impl Rows {
-    /// Rows reproduced by `reproduce` (the table's last column, e.g. "[T] `run_code`"); reads the load now.
+    /// Rows reproduced by `reproduce` (the table's last column, e.g. ``"[T] `run_code`"``); reads the load now.
     pub fn start(reproduce: &str, quick: bool) -> Self {
         Self {
             reproduce: reproduce.to_owned(),

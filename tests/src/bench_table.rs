@@ -35,7 +35,7 @@ pub struct TableRow {
 }
 
 impl TableRow {
-    /// The tag and the case of its reproduce cell: "[T] `run_code`" is ("T", Some("run_code")).
+    /// The tag and the case of its reproduce cell: ``"[T] `run_code`"`` is `("T", Some("run_code"))`.
     pub fn tag(&self) -> (String, Option<String>) {
         tag_of(&self.reproduce)
     }
