@@ -13,6 +13,7 @@ Prints one `ok` / `FAIL` line per check and exits 1 if any failed. tests/tests/e
 import asyncio
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -170,6 +171,37 @@ async def streamed_watch():
     await handle.stop()
 
 step("streamed watch", lambda: asyncio.run(streamed_watch()))
+
+# --- files outside /home/user, read inside the sandbox as its user -----------------------------
+def outside_home():
+    sbx.commands.run("echo from-tmp > /tmp/out.txt && echo x > /tmp/locked && chmod 000 /tmp/locked")
+    check("a file in /tmp is read through the file API", sbx.files.read("/tmp/out.txt") == "from-tmp\n")
+    passwd = sbx.files.read("/etc/passwd")
+    check("/etc/passwd is the sandbox's, naming its user", "user:" in passwd, passwd)
+    check("a missing file outside the home is not found",
+          isinstance(raises(lambda: sbx.files.read("/etc/never-there"), FileNotFoundException), FileNotFoundException))
+    for path, words in [("/etc", "is a directory"), ("/dev/zero", "not a regular file"),
+                        ("/tmp/locked", "permission denied")]:
+        error = raises(lambda: sbx.files.read(path), SandboxException)
+        check(f"reading {path} is refused: {words}", isinstance(error, SandboxException) and words in str(error), error)
+    if "--own-boot-id" in sys.argv:
+        boot = sbx.files.read("/proc/sys/kernel/random/boot_id").strip()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            host = f.read().strip()
+        other = Sandbox.create(timeout=60)
+        check("the sandbox has a boot id of its own, not the host's",
+              len(boot) == 36 and boot != host and boot != other.files.read("/proc/sys/kernel/random/boot_id").strip(),
+              (boot, host))
+        other.files.write("kept.txt", "kept")
+        before = other.files.read("/proc/sys/kernel/random/boot_id").strip()
+        other.pause(keep_memory=False)
+        resumed = other.connect()
+        check("a filesystem-only resume is a new boot, with the files kept",
+              resumed.files.read("/proc/sys/kernel/random/boot_id").strip() != before
+              and resumed.files.read("kept.txt") == "kept")
+        resumed.kill()
+
+step("outside home", outside_home)
 
 # --- signed URLs (a secure sandbox) ---------------------------------------------------------
 def signed_urls():

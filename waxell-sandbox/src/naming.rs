@@ -16,6 +16,13 @@ pub(crate) fn new_sandbox_id() -> String {
     format!("{}-{n}-{:05x}", std::process::id(), nanos & 0xfffff)
 }
 
+/// A fresh random id in the form of the kernel's `boot_id` (a UUID), from the kernel's own generator:
+/// each sandbox shows its own at `/proc/sys/kernel/random/boot_id`, new for every start (E2B's SDK
+/// tells a cold boot from a memory restore by it), and no sandbox sees the host's.
+pub(crate) fn new_boot_id() -> std::io::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/uuid")?.trim().to_owned())
+}
+
 /// True when `name` starts with the pid of a process that no longer exists.
 pub(crate) fn owner_is_dead(name: &str) -> bool {
     match name.split('-').next().and_then(|p| p.parse::<u32>().ok()) {

@@ -55,9 +55,39 @@ pub(crate) fn sandbox_path(path: &str) -> Result<String, SandboxError> {
     Ok(clean)
 }
 
+/// An absolute path outside `/home/user`, cleaned (`.` and repeated slashes dropped), which the
+/// file API reads from inside the sandbox as its user (`/etc/os-release`, `/proc/...`); `None` for
+/// a path in the home directory (relative paths are). `..` and NUL bytes are refused.
+pub(crate) fn outside_home(path: &str) -> Result<Option<String>, SandboxError> {
+    if !path.starts_with('/') || path.strip_prefix(HOME_DIR).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) {
+        return Ok(None);
+    }
+    let invalid = |reason: &str| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut clean = String::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(invalid("`..` is not allowed")),
+            part if part.contains('\0') => return Err(invalid("contains a NUL byte")),
+            part => {
+                clean.push('/');
+                clean.push_str(part);
+            }
+        }
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    // `/home//user/x` cleans into the home directory: the home's own checks apply.
+    Ok((sandbox_path(&clean).is_err()).then_some(clean))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{check_context_cwd, sandbox_path};
+    use super::{check_context_cwd, outside_home, sandbox_path};
 
     #[test]
     fn contexts_may_work_in_any_clean_absolute_directory() {
@@ -77,5 +107,18 @@ mod tests {
         assert!(sandbox_path("/etc/passwd").is_err());
         assert!(sandbox_path("/home/username").is_err());
         assert!(sandbox_path("../x").is_err());
+    }
+
+    #[test]
+    fn paths_outside_home_are_cleaned_and_home_paths_are_not_outside() {
+        assert_eq!(outside_home("/proc/sys/kernel/random/boot_id").unwrap().as_deref(), Some("/proc/sys/kernel/random/boot_id"));
+        assert_eq!(outside_home("//etc/./os-release").unwrap().as_deref(), Some("/etc/os-release"));
+        assert_eq!(outside_home("/home/username").unwrap().as_deref(), Some("/home/username"));
+        assert_eq!(outside_home("/").unwrap().as_deref(), Some("/"));
+        for home in ["/home/user", "/home/user/x", "relative", "/home//user/x"] {
+            assert_eq!(outside_home(home).unwrap(), None, "{home}");
+        }
+        assert!(outside_home("/etc/../home/user/x").is_err());
+        assert!(outside_home("/etc/a\0b").is_err());
     }
 }

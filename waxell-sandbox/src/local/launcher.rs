@@ -33,6 +33,7 @@ const FD_PASSWD: RawFd = 13;
 const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
 const FD_ARGS: RawFd = 16;
+const FD_BOOT_ID: RawFd = 17;
 
 /// Everything needed to start kernels; shared by all sandboxes of a backend.
 #[derive(Debug)]
@@ -55,6 +56,8 @@ pub(crate) struct Slot<'a> {
     /// Rootless: the user and mount namespaces the tmpfs mounts live in (bwrap starts inside them).
     pub(crate) namespace: Option<std::sync::Arc<crate::local::rootless::MountNamespace>>,
     pub(crate) cgroup: &'a Cgroup,
+    /// The sandbox's own boot id, bound over the host's.
+    pub(crate) boot_id: &'a str,
 }
 
 impl Launcher {
@@ -310,6 +313,11 @@ impl Launcher {
             }
         }
         add(&mut args, &["--proc", "/proc", "--dev", "/dev"]);
+        // The sandbox's own boot id over the host's (one host-wide value every sandbox could read).
+        add(
+            &mut args,
+            &["--perms", "0444", "--ro-bind-data", &FD_BOOT_ID.to_string(), "/proc/sys/kernel/random/boot_id"],
+        );
         // --dev mounts a devpts instance without `max=`, and pseudo-terminals come from a host-wide
         // pool (kernel.pty.max): hide it under an empty read-only tmpfs, so /dev/ptmx is ENOENT.
         add(
@@ -444,6 +452,7 @@ impl Launcher {
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
         inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
+        inherit.push((memfd("waxell-boot-id", format!("{}\n", slot.boot_id).as_bytes())?, FD_BOOT_ID));
         let mut rlimits = sandbox_rlimits(limits);
         if self.tools.rootless {
             // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).

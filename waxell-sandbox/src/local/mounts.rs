@@ -85,6 +85,8 @@ pub(crate) struct SandboxMounts {
     tmp: TmpfsMount,
     shm: TmpfsMount,
     namespace: Mutex<Option<Arc<MountNamespace>>>,
+    /// Shown at `/proc/sys/kernel/random/boot_id` (naming::new_boot_id).
+    boot_id: String,
 }
 
 /// Where the host's file calls find a sandbox's `/home/user`.
@@ -94,6 +96,11 @@ pub(crate) enum ScratchRoot {
     Host(PathBuf),
     /// Rootless: a directory fd of the tmpfs in the sandbox's mount namespace.
     Namespace(Arc<MountNamespace>),
+}
+
+fn new_boot_id() -> Result<String, SandboxError> {
+    crate::naming::new_boot_id()
+        .map_err(|e| SandboxError::Unavailable(format!("cannot read a random id from the kernel: {e}")))
 }
 
 impl SandboxMounts {
@@ -124,6 +131,7 @@ impl SandboxMounts {
                 tmp,
                 shm,
                 namespace: Mutex::new(Some(Arc::new(namespace))),
+                boot_id: new_boot_id()?,
             });
         }
         Ok(Self {
@@ -155,6 +163,7 @@ impl SandboxMounts {
                 },
             )?,
             namespace: Mutex::new(None),
+            boot_id: new_boot_id()?,
         })
     }
 
@@ -185,6 +194,7 @@ impl SandboxMounts {
             shm: &self.shm.path,
             namespace: self.namespace(),
             cgroup,
+            boot_id: &self.boot_id,
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod contexts;
 mod lifetime;
+mod outside_home;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
@@ -375,6 +376,10 @@ impl<B: Backend> SandboxSession for Session<B> {
 
     async fn read_file(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
         self.check_alive()?;
+        if let Some(outside) = crate::paths::outside_home(path)? {
+            let max_bytes = self.inner.backend.config().limits.max_file_bytes;
+            return outside_home::read(self, &outside, max_bytes).await;
+        }
         self.inner.backend.read_file(&self.inner.shell, path).await
     }
 

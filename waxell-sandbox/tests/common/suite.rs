@@ -273,7 +273,7 @@ pub async fn env_vars_and_files(h: &dyn Harness) {
     assert_eq!(moved.size, 256);
     sandbox.remove("made").await.unwrap();
     assert!(sandbox.read_file("made/deep/moved.bin").await.is_err());
-    for bad in ["/etc/passwd", "../escape", "/home/userx"] {
+    for bad in ["../escape", "/home/user/../x"] {
         assert!(
             matches!(
                 sandbox.read_file(bad).await,
@@ -282,6 +282,29 @@ pub async fn env_vars_and_files(h: &dyn Harness) {
             "{bad}"
         );
     }
+    // Outside the home only reads, made inside the sandbox as its user.
+    for outside in ["/etc/passwd", "/home/userx", "/tmp/x"] {
+        assert!(
+            matches!(
+                sandbox.write_file(outside, b"x").await,
+                Err(SandboxError::InvalidPath { .. })
+            ),
+            "{outside}"
+        );
+    }
+    assert!(matches!(
+        sandbox.read_file("/home/userx").await,
+        Err(SandboxError::FileNotFound { .. })
+    ));
+    run(
+        sandbox.as_ref(),
+        "open('/tmp/made-by-code.txt', 'w').write('in tmp')",
+    )
+    .await;
+    assert_eq!(
+        sandbox.read_file("/tmp/made-by-code.txt").await.unwrap(),
+        b"in tmp"
+    );
     // A symlink planted by the code gives an error, never the target's content.
     run(
         sandbox.as_ref(),

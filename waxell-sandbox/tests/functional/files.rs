@@ -29,7 +29,14 @@ async fn files_round_trip_and_list() {
     assert_eq!(names, [("data".to_owned(), true), ("out.txt".to_owned(), false)]);
     // The sandbox can write files it was given (ownership is the sandbox uid).
     eval(&sandbox, "open('data/in.csv', 'a').write('3,4\\n')").await;
-    for bad in ["/etc/passwd", "../x", "/home/user/../../etc/passwd", ""] {
+    // A path outside the home is read inside the sandbox: its own /etc/passwd, not the host's.
+    let passwd = String::from_utf8(sandbox.read_file("/etc/passwd").await.unwrap()).unwrap();
+    assert!(
+        passwd.starts_with("user:x:") && !passwd.contains("root:"),
+        "{passwd}"
+    );
+    assert!(sandbox.write_file("/etc/passwd", b"x").await.is_err());
+    for bad in ["../x", "/home/user/../../etc/passwd", ""] {
         let err = sandbox.read_file(bad).await.unwrap_err();
         assert!(
             matches!(err, waxell::sandbox::SandboxError::InvalidPath { .. }),

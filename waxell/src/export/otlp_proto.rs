@@ -8,6 +8,13 @@
 //! arrays (once per request, or rare) go through `opentelemetry-proto`'s own types. The tests decode the
 //! output with `opentelemetry-proto` and compare it with its transform's request, field by field.
 
+// Without `otlp-http` only the JSON writer (the trace files) is used; the protobuf writer stays
+// compiled so the two share their helpers and tests.
+#![cfg_attr(
+    not(feature = "otlp-http"),
+    allow(dead_code, reason = "the protobuf writer serves the OTLP/HTTP exporter only")
+)]
+
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
