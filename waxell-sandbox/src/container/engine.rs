@@ -121,16 +121,19 @@ impl Endpoint {
     }
 }
 
-/// Whether the engine is Podman (its Docker-compatible service), from `/version`.
-pub(crate) async fn is_podman(docker: &Docker) -> bool {
-    match docker.version().await {
-        Ok(version) => version
-            .components
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.name.to_ascii_lowercase().contains("podman")),
-        Err(_) => false,
-    }
+/// Whether the engine is Podman (its Docker-compatible service), from `/version`. An engine that
+/// does not answer is an error, not a guess: the two take the seccomp profile differently, and a
+/// wrong guess fails every create with a message about the profile instead of the engine.
+pub(crate) async fn is_podman(docker: &Docker) -> Result<bool, SandboxError> {
+    let version = docker
+        .version()
+        .await
+        .map_err(|e| SandboxError::Unavailable(format!("the container engine did not tell its version (/version): {e}")))?;
+    Ok(version
+        .components
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.name.to_ascii_lowercase().contains("podman")))
 }
 
 /// Map an Engine API error; `what` says what was being done.

@@ -73,7 +73,7 @@ impl Pooled<Container> {
         config.limits.validate().map_err(SandboxError::InvalidArgument)?;
         let endpoint = Endpoint::resolve(config.docker_host.as_deref())?;
         let docker = endpoint.connect().await?;
-        let podman = engine::is_podman(&docker).await;
+        let podman = engine::is_podman(&docker).await?;
         let image_id = match docker.inspect_image(&config.image).await {
             Ok(image) => image.id.unwrap_or_else(|| config.image.clone()),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
