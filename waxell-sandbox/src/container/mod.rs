@@ -90,7 +90,7 @@ impl Pooled<Container> {
         };
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
-        let seccomp = seccomp::SeccompOption::for_engine(podman)?;
+        let seccomp = seccomp::SeccompOption::for_engine(podman, runtime_name == "runsc")?;
         let mut container = Container {
             docker,
             config,
@@ -307,7 +307,17 @@ impl Backend for Container {
         } else {
             process::Terminals::Engine
         };
-        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty, terminals).await
+        process::start(
+            &self.docker,
+            &container.id,
+            container.control.clone(),
+            USER,
+            spec,
+            pty,
+            terminals,
+            &self.seccomp,
+        )
+        .await
     }
 
     fn sandbox_id(container: &ContainerGuard) -> &str {
@@ -424,7 +434,7 @@ impl Container {
             &container.id,
             container.control.clone(),
             USER,
-            cmd,
+            inner.seccomp.wrap(cmd),
             exec_env,
             HOME_DIR,
         )
