@@ -486,7 +486,11 @@ pub async fn memory_bomb_is_reported_as_out_of_memory(h: &dyn Harness) {
         "the sandbox still answers"
     );
     let kept = sandbox.run_code("kept", &in_other).await.unwrap();
-    assert_eq!(kept.text(), Some("5"), "the other context kept its state: {kept:?}");
+    assert_eq!(
+        kept.text(),
+        Some("5"),
+        "the other context kept its state: {kept:?}"
+    );
     let id = sandbox.sandbox_id().to_owned();
     drop(sandbox);
     wait_gone(h, &id).await;
