@@ -41,6 +41,9 @@ def foreground(sbx):
     words = result.stdout.split()
     check("env and cwd reach the command", words[:3] == ["hello", "from", "/tmp"], result.stdout)
     check("not root", words[4] != "0", result.stdout)
+    # The sandbox's syscall policy reaches commands too (under gVisor each exec installs it itself).
+    result = sbx.commands.run("grep '^Seccomp:' /proc/self/status; unshare -U true 2>/dev/null && echo unshared || echo refused")
+    check("commands run under the syscall policy", result.stdout.split() == ["Seccomp:", "2", "refused"], result.stdout)
     chunks = []
     sbx.commands.run("for i in 1 2 3; do echo line$i; done", on_stdout=chunks.append)
     check("on_stdout streams the output", "".join(chunks) == "line1\nline2\nline3\n", chunks)

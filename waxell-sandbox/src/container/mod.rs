@@ -2,7 +2,7 @@
 //! Docker Desktop, Podman's Docker API service), optionally under gVisor's `runsc` runtime, driven
 //! through the Engine API over its unix socket.
 //!
-//! The container's pid 1 is a tiny reaper; every context is the *same* kernel (`kernel.py`, sent with
+//! The container's pid 1 is a tiny reaper (and, under gVisor, the OOM killer); every context is the *same* kernel (`kernel.py`, sent with
 //! the exec so image and host never disagree) started as an attached exec whose stdin/stdout carry the
 //! same JSON-lines protocol as the local backend's pipes (`kernel/`). Files move through
 //! execs of a helper run as the sandbox user, so the host never resolves a path the code controls
@@ -10,7 +10,8 @@
 //!
 //! Isolation per container (`spec.rs`): no network, read-only root, size-capped tmpfs `/home/user`
 //! and `/tmp`, all capabilities dropped, no-new-privileges, uid 1000, memory (no swap), pids and CPU
-//! limits, explicit `nofile`/`nproc` ulimits, the runtime's default seccomp profile. The container
+//! limits, explicit ulimits, our own seccomp profile (`seccomp.rs`; under gVisor each exec
+//! installs it itself). The container
 //! is removed on kill, on drop, on lifetime expiry, and swept when its host process died
 //! (`guard.rs`).
 
@@ -90,7 +91,7 @@ impl Pooled<Container> {
         };
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
-        let seccomp = seccomp::SeccompOption::for_engine(podman)?;
+        let seccomp = seccomp::SeccompOption::for_engine(podman, runtime_name == "runsc")?;
         let mut container = Container {
             docker,
             config,
@@ -307,7 +308,17 @@ impl Backend for Container {
         } else {
             process::Terminals::Engine
         };
-        process::start(&self.docker, &container.id, container.control.clone(), USER, spec, pty, terminals).await
+        process::start(
+            &self.docker,
+            &container.id,
+            container.control.clone(),
+            USER,
+            spec,
+            pty,
+            terminals,
+            &self.seccomp,
+        )
+        .await
     }
 
     fn sandbox_id(container: &ContainerGuard) -> &str {
@@ -424,7 +435,7 @@ impl Container {
             &container.id,
             container.control.clone(),
             USER,
-            cmd,
+            inner.seccomp.wrap(cmd),
             exec_env,
             HOME_DIR,
         )

@@ -26,6 +26,7 @@ use waxell::sandbox::{
 };
 
 use super::engine::{api_error, Control};
+use super::seccomp::SeccompOption;
 use crate::command::{exit_of_code, helper_args, PtyPermit};
 use crate::paths::HOME_DIR;
 
@@ -44,7 +45,8 @@ pub(crate) enum Terminals {
     Relay,
 }
 
-/// Start `spec` in `container` as `user`.
+/// Start `spec` in `container` as `user`, under the sandbox's syscall policy (`seccomp`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn start(
     docker: &Docker,
     container: &str,
@@ -53,6 +55,7 @@ pub(crate) async fn start(
     spec: &ProcessSpec,
     pty: Option<PtyPermit>,
     terminals: Terminals,
+    seccomp: &SeccompOption,
 ) -> Result<SandboxProcess, SandboxError> {
     let relay = pty.is_some() && terminals == Terminals::Relay;
     let tty = pty.is_some() && !relay;
@@ -81,7 +84,7 @@ pub(crate) async fn start(
                 tty: Some(tty),
                 // Docker takes the first size here; Podman ignores it (the resize below sets it).
                 console_size: pty.as_ref().map(|p| vec![usize::from(p.size.rows), usize::from(p.size.cols)]),
-                cmd: Some(cmd),
+                cmd: Some(seccomp.wrap(cmd)),
                 env: Some(env),
                 user: Some(user.to_owned()),
                 working_dir: Some(spec.cwd.clone().unwrap_or_else(|| HOME_DIR.to_owned())),

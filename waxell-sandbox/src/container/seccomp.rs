@@ -3,13 +3,47 @@
 //! what the code may call does not depend on which engine's default profile the user has (Podman's
 //! allows new user namespaces, Docker's does not). libseccomp resolves each name for every
 //! architecture listed, so the 32-bit entry (`int 0x80`) is filtered by the same rules.
+//!
+//! Under gVisor (runsc with `--oci-seccomp`) the profile reaches only the container's pid 1: runsc
+//! does not apply it to exec'd processes, which every kernel and command is. There the exec first
+//! runs a shim ([`SeccompOption::wrap`]) that installs the same policy as BPF programs on itself
+//! (no_new_privs, then `PR_SET_SECCOMP`; gVisor enforces guest seccomp filters) and then runs the
+//! exec's own Python source in the same interpreter; everything it starts inherits the filters.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+};
 use serde_json::{json, Value};
 use waxell::sandbox::SandboxError;
 
 use crate::syscall_policy::{DENIED, ENOSYS, NAMESPACE_CLONE_FLAGS, TIOCSTI};
+
+/// Installs the BPF programs in `sys.argv[1]` (hex, comma-separated) on this process, then runs
+/// the Python source in `sys.argv[2]` as `python3 -c` would, with the remaining arguments. Any
+/// failure ends the process before that source runs.
+const GUEST_SHIM: &str = r#"import ctypes, sys
+def _install():
+    libc = ctypes.CDLL(None, use_errno=True)
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    for text in sys.argv.pop(1).split(","):
+        code = ctypes.create_string_buffer(bytes.fromhex(text))
+        prog = Prog(len(text) // 16, ctypes.cast(code, ctypes.c_void_p))
+        if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+    return compile(sys.argv.pop(1), "<string>", "exec")
+try:
+    _code = _install()
+except Exception as e:
+    sys.stderr.write("the sandbox's syscall policy could not be installed: %r\n" % (e,))
+    sys.exit(126)
+del _install
+exec(globals().pop("_code"))"#;
 
 /// The architectures a profile covers: the native one and the 32-bit ABIs its CPU also runs.
 fn architectures() -> &'static [&'static str] {
@@ -59,21 +93,80 @@ fn arg_rule(name: &str, index: u32, value: u64, op: &str) -> Value {
     })
 }
 
+/// The policy as BPF programs (hex of native-endian `struct sock_filter` entries), for the shim:
+/// the deny list (EPERM), the ENOSYS list and the nice guard (gVisor's `setpriority` ignores
+/// `RLIMIT_NICE`: a negative value, a raised priority since the sandbox starts at 0, gets EACCES).
+/// gVisor runs no 32-bit or x32 code, so no x32 guard is needed.
+fn guest_programs() -> Result<String, SandboxError> {
+    let failed = |what: &str, e: String| SandboxError::Unavailable(format!("building the seccomp {what}: {e}"));
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(|e| failed("programs", format!("unsupported architecture: {e:?}")))?;
+    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| failed("rules", e.to_string()))
+    };
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
+    let clone = NAMESPACE_CLONE_FLAGS
+        .iter()
+        .map(|&flag| condition(0, SeccompCmpOp::MaskedEq(flag as u64), flag as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    denied.insert(libc::SYS_clone, clone);
+    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+        denied.insert(nr, vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?]);
+    }
+    denied.insert(libc::SYS_ioctl, vec![condition(1, SeccompCmpOp::Eq, TIOCSTI)?]);
+    let enosys = ENOSYS.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
+    let nice = BTreeMap::from([(
+        libc::SYS_setpriority,
+        vec![condition(2, SeccompCmpOp::MaskedEq(0x8000_0000), 0x8000_0000)?],
+    )]);
+    let mut programs = Vec::new();
+    for (what, rules, errno) in [
+        ("deny list", denied, libc::EPERM),
+        ("ENOSYS list", enosys, libc::ENOSYS),
+        ("nice guard", nice, libc::EACCES),
+    ] {
+        let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch)
+            .map_err(|e| failed(what, e.to_string()))?;
+        let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| failed(what, e.to_string()))?;
+        let hex: String = program
+            .iter()
+            .flat_map(|i| {
+                let mut entry = [0u8; 8];
+                entry[..2].copy_from_slice(&i.code.to_ne_bytes());
+                entry[2] = i.jt;
+                entry[3] = i.jf;
+                entry[4..].copy_from_slice(&i.k.to_ne_bytes());
+                entry
+            })
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        programs.push(hex);
+    }
+    Ok(programs.join(","))
+}
+
 /// The `seccomp=` security option for one engine. Docker Engine takes the profile's JSON itself;
 /// Podman's Docker API takes a path, so the profile is written once into a directory of this
 /// process's own (made fresh, so no other user can plant a file or link there) and removed with it.
+/// Under gVisor, also the programs the shim installs in each exec ([`SeccompOption::wrap`]).
 pub(super) struct SeccompOption {
     option: String,
     file: Option<PathBuf>,
+    guest: Option<String>,
 }
 
 impl SeccompOption {
-    pub(super) fn for_engine(podman: bool) -> Result<Self, SandboxError> {
+    pub(super) fn for_engine(podman: bool, gvisor: bool) -> Result<Self, SandboxError> {
         let profile = profile();
+        let guest = if gvisor { Some(guest_programs()?) } else { None };
         if !podman {
             return Ok(Self {
                 option: format!("seccomp={profile}"),
                 file: None,
+                guest,
             });
         }
         let unavailable = |e: std::io::Error| SandboxError::Unavailable(format!("writing the seccomp profile: {e}"));
@@ -91,7 +184,26 @@ impl SeccompOption {
         Ok(Self {
             option: format!("seccomp={}", path.display()),
             file: Some(dir),
+            guest,
         })
+    }
+
+    /// The command an exec that runs the user's code starts with: under gVisor, `cmd` behind the
+    /// shim that installs the policy first. A `python3 -I -c SOURCE ARGS...` command runs in the
+    /// shim's own interpreter (no second start-up); any other is exec'd by it.
+    pub(super) fn wrap(&self, cmd: Vec<String>) -> Vec<String> {
+        let Some(programs) = &self.guest else { return cmd };
+        let shim = ["python3", "-I", "-c", GUEST_SHIM, programs].map(str::to_owned);
+        match cmd.as_slice() {
+            [python, isolated, dash_c, rest @ ..] if python == "python3" && isolated == "-I" && dash_c == "-c" => {
+                shim.into_iter().chain(rest.iter().cloned()).collect()
+            }
+            _ => shim
+                .into_iter()
+                .chain(["import os, sys\nos.execvp(sys.argv[1], sys.argv[1:])".to_owned()])
+                .chain(cmd)
+                .collect(),
+        }
     }
 
     /// The option, for `HostConfig::security_opt`.
@@ -105,5 +217,30 @@ impl Drop for SeccompOption {
         if let Some(dir) = &self.file {
             let _ = std::fs::remove_dir_all(dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shim installs the policy and then runs the command, here on this host's kernel: a
+    /// `python3 -I -c` command in its own interpreter (arguments intact), any other through exec.
+    #[test]
+    fn the_shim_installs_the_policy_then_runs_the_command() {
+        let plain = SeccompOption::for_engine(false, false).unwrap();
+        let cmd = vec!["python3".to_owned(), "-I".to_owned(), "-c".to_owned(), "pass".to_owned()];
+        assert_eq!(plain.wrap(cmd.clone()), cmd, "without gVisor the command is unchanged");
+        let gvisor = SeccompOption::for_engine(false, true).unwrap();
+        let probe = "import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nrefused = libc.unshare(0x10000000) != 0 and ctypes.get_errno() == 1\nniced = libc.setpriority(0, 0, -1) != 0 and ctypes.get_errno() == 13\nseccomp = [l.split()[1] for l in open('/proc/self/status') if l.startswith('Seccomp:')]\nprint(sys.argv[1:], refused, niced, seccomp)";
+        let run = |cmd: Vec<String>| {
+            let out = std::process::Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let python = ["python3", "-I", "-c", probe, "a b", "c"].map(str::to_owned).to_vec();
+        assert_eq!(run(gvisor.wrap(python)), "['a b', 'c'] True True ['2']\n");
+        let other = ["sh", "-c", "grep '^Seccomp:' /proc/self/status; echo \"$0\"", "x y"].map(str::to_owned).to_vec();
+        assert_eq!(run(gvisor.wrap(other)), "Seccomp:\t2\nx y\n");
     }
 }

@@ -19,6 +19,9 @@ use crate::paths::HOME_DIR;
 const INIT_SOURCE: &str = include_str!("init.py");
 /// Label marking our containers; its value is the sandbox id (`<host pid>-...`).
 const LABEL: &str = "io.waxell.sandbox";
+/// Under gVisor, the container's memory cap above the guest's own limit (enforced by pid 1, see
+/// init.py): the sentry's own memory and what a fast allocation adds between two of pid 1's polls.
+const GVISOR_HEADROOM: u64 = 128 << 20;
 /// The sandbox user inside the container.
 pub(super) const USER: &str = "1000:1000";
 
@@ -181,12 +184,22 @@ pub(super) fn container_spec(
         soft: Some(value as i64),
         hard: Some(value as i64),
     };
-    let memory = limits.memory_bytes as i64;
     // Under gVisor the host's pids cgroup also counts the sentry's own threads (a few dozen), and
     // hitting it kills the whole sandbox; gVisor enforces RLIMIT_NPROC per sandbox itself, so the
     // process cap goes there and the cgroup keeps headroom. Under runc, RLIMIT_NPROC counts per host
     // uid across containers (all run as 1000), so there the cgroup is the cap.
     let gvisor = runtime == "runsc";
+    // Under runc the host's OOM killer works inside the container's cap, which also holds the
+    // scratch volumes' pages. Under gVisor it could only end the whole sandbox (the sentry holds
+    // the guest's memory): pid 1 is the OOM killer at `memory_bytes` of guest memory, and the
+    // container's cap leaves room above that for the sentry, the scratch volumes (host tmpfs
+    // pages, which the guest's accounting does not see) and pid 1's reaction time.
+    let (memory, init_args) = if gvisor {
+        let cap = limits.memory_bytes + limits.scratch_bytes + limits.tmp_bytes + GVISOR_HEADROOM;
+        (cap as i64, vec![limits.memory_bytes.to_string()])
+    } else {
+        (limits.memory_bytes as i64, Vec::new())
+    };
     let (pids_limit, nproc) = if gvisor {
         (limits.max_processes.max(64) * 4 + 128, limits.max_processes)
     } else {
@@ -195,12 +208,13 @@ pub(super) fn container_spec(
     ContainerCreateBody {
         image: Some(config.image.clone()),
         user: Some(USER.to_owned()),
-        cmd: Some(vec![
-            "python3".into(),
-            "-I".into(),
-            "-c".into(),
-            INIT_SOURCE.into(),
-        ]),
+        cmd: Some(
+            ["python3", "-I", "-c", INIT_SOURCE]
+                .into_iter()
+                .map(str::to_owned)
+                .chain(init_args)
+                .collect(),
+        ),
         entrypoint: Some(vec![]),
         // pid 1 reads signal requests from its stdin (see `Control`). Its stdin closes when our
         // attach stream does (`stdin_once`), which pid 1 takes as the host process being gone.
