@@ -80,6 +80,7 @@ linux_only! {
     #[cfg(test)]
     mod process;
     mod session;
+    mod seccomp_bpf;
     mod syscall_policy;
     mod watch;
     // Containers reuse the kernel protocol (kernel/), hence Linux-only for now.

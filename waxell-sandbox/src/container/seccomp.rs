@@ -10,12 +10,8 @@
 //! (no_new_privs, then `PR_SET_SECCOMP`; gVisor enforces guest seccomp filters) and then runs the
 //! exec's own Python source in the same interpreter; everything it starts inherits the filters.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-};
 use serde_json::{json, Value};
 use waxell::sandbox::SandboxError;
 
@@ -94,58 +90,14 @@ fn arg_rule(name: &str, index: u32, value: u64, op: &str) -> Value {
 }
 
 /// The policy as BPF programs (hex of native-endian `struct sock_filter` entries), for the shim:
-/// the deny list (EPERM), the ENOSYS list and the nice guard (gVisor's `setpriority` ignores
-/// `RLIMIT_NICE`: a negative value, a raised priority since the sandbox starts at 0, gets EACCES).
-/// gVisor runs no 32-bit or x32 code, so no x32 guard is needed.
+/// the local backend's programs (`crate::seccomp_bpf`) plus the nice guard, which gVisor needs
+/// because its `setpriority` ignores `RLIMIT_NICE`.
 fn guest_programs() -> Result<String, SandboxError> {
-    let failed = |what: &str, e: String| SandboxError::Unavailable(format!("building the seccomp {what}: {e}"));
-    let arch: seccompiler::TargetArch = std::env::consts::ARCH
-        .try_into()
-        .map_err(|e| failed("programs", format!("unsupported architecture: {e:?}")))?;
-    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
-            .and_then(|c| SeccompRule::new(vec![c]))
-            .map_err(|e| failed("rules", e.to_string()))
-    };
-    let mut denied: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
-    let clone = NAMESPACE_CLONE_FLAGS
-        .iter()
-        .map(|&flag| condition(0, SeccompCmpOp::MaskedEq(flag as u64), flag as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    denied.insert(libc::SYS_clone, clone);
-    for nr in [libc::SYS_socket, libc::SYS_socketpair] {
-        denied.insert(nr, vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?]);
-    }
-    denied.insert(libc::SYS_ioctl, vec![condition(1, SeccompCmpOp::Eq, TIOCSTI)?]);
-    let enosys = ENOSYS.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
-    let nice = BTreeMap::from([(
-        libc::SYS_setpriority,
-        vec![condition(2, SeccompCmpOp::MaskedEq(0x8000_0000), 0x8000_0000)?],
-    )]);
-    let mut programs = Vec::new();
-    for (what, rules, errno) in [
-        ("deny list", denied, libc::EPERM),
-        ("ENOSYS list", enosys, libc::ENOSYS),
-        ("nice guard", nice, libc::EACCES),
-    ] {
-        let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch)
-            .map_err(|e| failed(what, e.to_string()))?;
-        let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| failed(what, e.to_string()))?;
-        let hex: String = program
-            .iter()
-            .flat_map(|i| {
-                let mut entry = [0u8; 8];
-                entry[..2].copy_from_slice(&i.code.to_ne_bytes());
-                entry[2] = i.jt;
-                entry[3] = i.jf;
-                entry[4..].copy_from_slice(&i.k.to_ne_bytes());
-                entry
-            })
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        programs.push(hex);
-    }
-    Ok(programs.join(","))
+    let failed = |e: String| SandboxError::Unavailable(format!("building the seccomp programs: {e}"));
+    let mut programs = crate::seccomp_bpf::programs().map_err(failed)?;
+    programs.push(crate::seccomp_bpf::nice_guard().map_err(failed)?);
+    let hex = |program: &Vec<u8>| program.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    Ok(programs.iter().map(hex).collect::<Vec<_>>().join(","))
 }
 
 /// The `seccomp=` security option for one engine. Docker Engine takes the profile's JSON itself;

@@ -78,7 +78,7 @@ impl Launcher {
                 crate::local::host::PYTHON_ENV_VAR,
             )));
         }
-        let seccomp_programs = crate::local::seccomp::programs().map_err(SandboxError::Unavailable)?;
+        let seccomp_programs = crate::seccomp_bpf::programs().map_err(SandboxError::Unavailable)?;
         Ok(Self {
             tools,
             python,

@@ -24,7 +24,6 @@ linux_only! {
     mod rootless;
     mod root;
     mod sandbox;
-    mod seccomp;
     // The only module with `unsafe`: fork/exec set-up in the child (see its docs).
     #[allow(unsafe_code)]
     mod spawn;

@@ -1,5 +1,6 @@
-//! The seccomp programs handed to bwrap (`--add-seccomp-fd`), as raw BPF bytes, made from the
-//! policy every backend shares (`crate::syscall_policy`).
+//! The policy every backend shares (`crate::syscall_policy`) as seccomp BPF programs, raw bytes:
+//! the local backend hands them to bwrap (`--add-seccomp-fd`); under gVisor each exec installs them
+//! itself (`container/seccomp.rs`), since runsc applies the engine's profile to pid 1 only.
 //!
 //! seccompiler allows one match action per filter, so there are three programs:
 //! * deny list -> EPERM: dangerous syscalls, non-`AF_UNIX` sockets, namespace-creating `clone` flags,
@@ -96,6 +97,25 @@ fn enosys_list() -> Result<BpfProgram, String> {
     filter
         .try_into()
         .map_err(|e| format!("seccomp ENOSYS filter: {e}"))
+}
+
+/// gVisor's `setpriority` ignores `RLIMIT_NICE`: a negative nice value (a raised priority, since a
+/// sandbox starts at 0) gets EACCES, as the rlimit gives it on Linux. Only the gVisor shim needs it.
+#[cfg_attr(not(feature = "container"), allow(dead_code, reason = "the container backend's gVisor shim uses it"))]
+pub(crate) fn nice_guard() -> Result<Vec<u8>, String> {
+    let rules = BTreeMap::from([(
+        libc::SYS_setpriority,
+        vec![rule(vec![condition(2, SeccompCmpOp::MaskedEq(0x8000_0000), 0x8000_0000)?])?],
+    )]);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch()?,
+    )
+    .map_err(|e| format!("seccomp nice guard: {e}"))?;
+    let program: BpfProgram = filter.try_into().map_err(|e| format!("seccomp nice guard: {e}"))?;
+    Ok(to_bytes(&program))
 }
 
 /// Native-endian `struct sock_filter` entries, no header: the format bwrap reads.
