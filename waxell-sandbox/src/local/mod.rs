@@ -19,6 +19,7 @@ linux_only! {
     mod child;
     mod files;
     mod host;
+    mod kernel_buffers;
     mod launcher;
     mod mounts;
     mod rootless;
