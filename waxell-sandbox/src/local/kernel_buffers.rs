@@ -380,6 +380,79 @@ mod tests {
         assert_eq!(held.by_pid.get(&python).copied().unwrap_or(0), held.total, "{held:?} {pids:?}");
     }
 
+    /// The watchdog's cost with 50 live sandboxes (rootless: as root the memory cgroup does this
+    /// work): per sandbox per poll, the process scan it always made (`descendants` and `statm`) next
+    /// to the kernel-buffer measure added to it, and the CPU time all watchdog threads used over
+    /// 10 s. Run it by name: `cargo nextest run -p waxell-sandbox --lib --run-ignored only -E
+    /// 'test(watchdog_cost)' --no-capture` as an ordinary user.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement with 50 sandboxes: run it by name"]
+    async fn watchdog_cost_with_50_sandboxes() {
+        use crate::local::watchdog::{descendants, private_bytes};
+        use waxell::sandbox::{RunOptions, SandboxBackend, SandboxOptions};
+        let backend = crate::LocalBackend::new(crate::LocalConfig::default()).expect("a local backend");
+        let mut sandboxes = Vec::new();
+        for _ in 0..50 {
+            let sandbox = backend.create(&SandboxOptions::default()).await.expect("create");
+            sandbox.run_code("1", &RunOptions::default()).await.expect("run");
+            sandboxes.push(sandbox);
+        }
+        let me = std::process::id();
+        let roots: Vec<u32> = fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1));
+                stat.contains("(bwrap)") && ppid == Some(me.to_string().as_str())
+            })
+            .collect();
+        assert_eq!(roots.len(), 50, "one launcher per sandbox");
+        let mut buffers: Vec<KernelBuffers> = roots.iter().map(|_| KernelBuffers::new()).collect();
+        let (mut scan, mut measure) = (Duration::ZERO, Duration::ZERO);
+        const ROUNDS: u32 = 100;
+        for _ in 0..ROUNDS {
+            for (root, buffers) in roots.iter().zip(&mut buffers) {
+                let started = Instant::now();
+                let pids = descendants(&[*root]);
+                let private: u64 = pids.iter().map(|p| private_bytes(*p)).sum();
+                scan += started.elapsed();
+                let started = Instant::now();
+                let held = buffers.measure(&pids);
+                measure += started.elapsed();
+                assert!(private > 0 && held.total < 1 << 20, "{held:?}");
+            }
+        }
+        let polls = ROUNDS * roots.len() as u32;
+        let cpu = || -> u64 {
+            fs::read_dir("/proc/self/task")
+                .unwrap()
+                .flatten()
+                .filter(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("waxell-sandbox")))
+                .map(|t| {
+                    let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                    fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
+                })
+                .sum()
+        };
+        let before = cpu();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let ticks = cpu() - before;
+        let ticks_per_second = rustix::param::clock_ticks_per_second();
+        eprintln!(
+            "per sandbox per poll: process scan {:.0} us, kernel buffers {:.0} us (x{:.2}); \
+             50 watchdog threads over 10 s: {:.2} s CPU ({:.2}% of a core per sandbox)",
+            scan.as_secs_f64() * 1e6 / f64::from(polls),
+            measure.as_secs_f64() * 1e6 / f64::from(polls),
+            measure.as_secs_f64() / scan.as_secs_f64(),
+            ticks as f64 / ticks_per_second as f64,
+            ticks as f64 / ticks_per_second as f64 / 10.0 / 50.0 * 100.0,
+        );
+        drop(sandboxes);
+    }
+
     #[test]
     fn a_process_in_the_hosts_namespace_is_not_measured() {
         let mut buffers = KernelBuffers::new();

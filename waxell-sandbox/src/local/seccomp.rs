@@ -16,6 +16,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 
+use crate::local::capabilities::MAX_PIPE_BYTES;
 use crate::syscall_policy::{DENIED, ENOSYS, NAMESPACE_CLONE_FLAGS, TIOCSTI};
 
 /// The three programs, in the order they are passed to bwrap.
@@ -44,9 +45,6 @@ fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, 
 fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
     SeccompRule::new(conditions).map_err(|e| format!("seccomp rule: {e}"))
 }
-
-/// The largest pipe the sandbox may ask for (`F_SETPIPE_SZ`): the kernel's default size.
-pub(crate) const MAX_PIPE_BYTES: u64 = 64 << 10;
 
 fn deny_list() -> Result<BpfProgram, String> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =

@@ -18,6 +18,10 @@ use rustix::process::{kill_process, Pid, Signal};
 /// How often the memory watchdog looks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
 
+/// Polls between two measures of the kernel buffers while the sandbox uses little memory (they
+/// cost about twice the process scan: `kernel_buffers.rs`); every poll once it uses more.
+const BUFFERS_EVERY: u32 = 4;
+
 #[derive(Debug)]
 struct Shared {
     launchers: Mutex<Vec<u32>>,
@@ -119,20 +123,29 @@ fn watch_memory(shared: &Shared) {
     // neither counted (and killed) again nor make the watchdog kill a second, innocent process for its memory.
     let mut killed: Vec<u32> = Vec::new();
     let mut buffers = crate::local::kernel_buffers::KernelBuffers::new();
+    let mut held = crate::local::kernel_buffers::Held::default();
+    let mut since_measured = BUFFERS_EVERY;
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(POLL);
         let pids = shared.pids();
         killed.retain(|pid| pids.contains(pid));
         let live: Vec<u32> = pids.into_iter().filter(|pid| !killed.contains(pid)).collect();
+        let private: Vec<(u32, u64)> = live.iter().map(|&p| (p, private_bytes(p))).collect();
+        let private_total: u64 = private.iter().map(|(_, b)| b).sum();
         // Socket and pipe buffers, which a memory cgroup would charge: each once in the total, and
-        // to every process holding them open when choosing whom to kill.
-        let held = buffers.measure(&live);
-        let usage: Vec<(u32, u64)> = live
+        // to every process holding them open when choosing whom to kill. Measured every poll once
+        // either kind of memory is a good part of the cap, else every `BUFFERS_EVERY` polls.
+        since_measured += 1;
+        let busy = held.total > shared.memory_bytes / 8 || private_total + held.total > shared.memory_bytes / 2;
+        if busy || since_measured >= BUFFERS_EVERY {
+            held = buffers.measure(&live);
+            since_measured = 0;
+        }
+        let usage: Vec<(u32, u64)> = private
             .into_iter()
-            .map(|p| (p, private_bytes(p) + held.by_pid.get(&p).copied().unwrap_or(0)))
+            .map(|(p, b)| (p, b + held.by_pid.get(&p).copied().unwrap_or(0)))
             .collect();
-        let private: u64 = usage.iter().map(|(p, b)| b - held.by_pid.get(p).copied().unwrap_or(0)).sum();
-        let total = private + held.total;
+        let total = private_total + held.total;
         if total <= shared.memory_bytes {
             continue;
         }
