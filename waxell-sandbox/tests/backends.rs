@@ -41,17 +41,18 @@ impl Harness for Local {
 
 backend_suite!(local, Local);
 
-/// Memory held in kernel buffers counts against the sandbox's limit: several processes queue data
+/// Memory held in kernel buffers counts against the sandbox's limit: three processes queue data
 /// in unix socket pairs (stream and datagram, some whose sender then closes) and pipes without
 /// reading it, far past the limit. As root the memory cgroup charges those buffers; rootless the
 /// watchdog counts them. Either way the flood ends as out of memory near the limit, the host
 /// stays fine and the sandbox keeps answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_buffer_floods_are_stopped_at_the_memory_limit() {
-    const LIMIT: u64 = 256 << 20;
+    const LIMIT: u64 = 512 << 20;
     let mut limits = Limits::default().with_memory_bytes(LIMIT);
-    // Room for ~1,000 queues per process: six processes could queue well over 1 GiB.
-    limits.open_files = 2048;
+    // Room for ~2,300 queues per process: three processes could queue about 1.2 GiB, while their
+    // own memory stays far below the limit (only the buffers can reach it).
+    limits.open_files = 4096;
     let backend = Local.backend(limits, None).await;
     let sandbox = common::suite::create(backend.as_ref()).await;
     let flood = r#"
@@ -95,7 +96,7 @@ def child(n):
         note()  # out of descriptors: hold what is queued
     time.sleep(120)
 kids = []
-for n in range(6):
+for n in range(3):
     pid = os.fork()
     if pid == 0:
         try:
@@ -118,7 +119,7 @@ print("first child ended by signal", os.WTERMSIG(status) if os.WIFSIGNALED(statu
     let execution = sandbox
         .run_code(
             flood,
-            &RunOptions::default().with_timeout(Duration::from_secs(90)),
+            &RunOptions::default().with_timeout(Duration::from_secs(40)),
         )
         .await
         .expect("run");
@@ -128,14 +129,15 @@ print("first child ended by signal", os.WTERMSIG(status) if os.WIFSIGNALED(statu
         .clone()
         .unwrap_or_else(|| panic!("the flood is stopped: {execution:?}"));
     assert_eq!(error.name, "OutOfMemory", "{execution:?}");
-    assert!(error.value.contains("256 MiB"), "{}", error.value);
-    assert!(elapsed < Duration::from_secs(60), "stopped after {elapsed:?}");
+    assert!(error.value.contains("512 MiB"), "{}", error.value);
+    assert!(elapsed < Duration::from_secs(30), "stopped after {elapsed:?}");
     assert!(
         std::process::Command::new("true").status().unwrap().success(),
         "the host can fork"
     );
     // What the processes had queued when the first of them was killed (each notes its own count
-    // after every queue it fills): about the limit, never far past it.
+    // after every queue it fills): about the limit, never far past it (a measure with thousands of
+    // descriptors takes a while, and the flood goes on meanwhile). Uncounted, it reaches ~1.2 GiB.
     let queued: u64 = common::suite::eval(
         sandbox.as_ref(),
         "import glob\nsum(int(open(p).read().strip() or 0) for p in glob.glob('/home/user/queued-*'))",
@@ -149,7 +151,7 @@ print("first child ended by signal", os.WTERMSIG(status) if os.WIFSIGNALED(statu
     );
     assert!(queued > 0, "the flood queued nothing");
     assert!(
-        queued <= LIMIT + (LIMIT >> 2),
+        queued <= LIMIT + (LIMIT >> 1),
         "queued {} MiB past a {} MiB limit",
         queued >> 20,
         LIMIT >> 20
