@@ -9,8 +9,9 @@
 //!   length. A queue whose sender is gone is no longer charged to anyone listed: it is counted at
 //!   its bound (below). The netlink socket is made once per namespace, inside it
 //!   (`spawn::sock_diag_socket_in`).
-//! * Pipes: every pipe a sandbox process holds open is reopened through `/proc/<pid>/fd` and, when
-//!   data is queued in it, counted at its full capacity (`F_GETPIPE_SZ`), which bounds the pages it
+//! * Pipes: every pipe a sandbox process holds open is reopened through `/proc/<pid>/fd` (once
+//!   pinned with `O_PATH` and checked to be that pipe) and, when data is queued in it, counted at
+//!   its full capacity (`F_GETPIPE_SZ`), which bounds the pages it
 //!   can pin.
 //!
 //! What stays unseen is bounded (docs/sandbox.md gives the arithmetic): pipes in flight in a
@@ -124,7 +125,7 @@ impl KernelBuffers {
         }
         let mut pipe_bytes: HashMap<u64, u64> = HashMap::new();
         for (ino, (pid, fd)) in pipes {
-            let bytes = pipe_charge(pid, &fd);
+            let bytes = pipe_charge(pid, &fd, ino);
             held.total += bytes;
             pipe_bytes.insert(ino, bytes);
         }
@@ -216,13 +217,22 @@ fn bracketed(text: &str, prefix: &str) -> Option<u64> {
 }
 
 /// A pipe's capacity when data is queued in it, else 0: reopened read-only (never blocking)
-/// through `/proc/<pid>/fd/<fd>`, which leaves the sandbox's own descriptors untouched.
-fn pipe_charge(pid: u32, fd: &str) -> u64 {
-    let Ok(pipe) = rustix::fs::open(
-        format!("/proc/{pid}/fd/{fd}"),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) else {
+/// through `/proc/<pid>/fd/<fd>`, which leaves the sandbox's own descriptors untouched. The
+/// sandbox may swap the descriptor meanwhile, so the file is first pinned with `O_PATH` (which
+/// opens nothing) and reopened only if it is still the pipe `ino`: the host never opens a file
+/// the sandbox chose.
+fn pipe_charge(pid: u32, fd: &str, ino: u64) -> u64 {
+    use rustix::fs::{open, FileType, Mode, OFlags};
+    let Ok(pinned) = open(format!("/proc/{pid}/fd/{fd}"), OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) else {
+        return 0;
+    };
+    let is_it = rustix::fs::fstat(&pinned)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Fifo && st.st_ino == ino);
+    if !is_it {
+        return 0;
+    }
+    let reopen = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&pinned));
+    let Ok(pipe) = open(reopen, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) else {
         return 0;
     };
     match rustix::io::ioctl_fionread(&pipe) {
@@ -451,6 +461,32 @@ mod tests {
             ticks as f64 / ticks_per_second as f64 / 10.0 / 50.0 * 100.0,
         );
         drop(sandboxes);
+    }
+
+    /// A pipe with data queued counts at its capacity (however little is queued), an empty one
+    /// not at all; a pipe held twice by one process counts once.
+    #[test]
+    fn a_pipe_with_data_counts_at_its_capacity() {
+        let script = "import os, time\n\
+            full, empty = os.pipe(), os.pipe()\n\
+            os.write(full[1], b'z')\n\
+            again = os.dup(full[0])\n\
+            print('ready', flush=True)\n\
+            time.sleep(30)\n";
+        let unshare = if rustix::process::geteuid().is_root() { "-n" } else { "-Urn" };
+        let mut child = Command::new("unshare")
+            .args([unshare, "python3", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let held = KernelBuffers::new().measure(&[child.id()]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(line, "ready\n");
+        assert_eq!(held.total, 64 << 10, "{held:?}");
+        assert_eq!(held.by_pid.get(&child.id()).copied(), Some(64 << 10), "{held:?}");
     }
 
     #[test]
