@@ -11,8 +11,7 @@
 //!   (`spawn::sock_diag_socket_in`).
 //! * Pipes: every pipe a sandbox process holds open is reopened through `/proc/<pid>/fd` (once
 //!   pinned with `O_PATH` and checked to be that pipe) and, when data is queued in it, counted at
-//!   its full capacity (`F_GETPIPE_SZ`), which bounds the pages it
-//!   can pin.
+//!   its full capacity (`F_GETPIPE_SZ`), which bounds the pages it can pin.
 //!
 //! What stays unseen is bounded (docs/sandbox.md gives the arithmetic): pipes in flight in a
 //! socket queue with no process holding them (at most `RLIMIT_NOFILE` + 253 descriptors in flight
@@ -27,6 +26,8 @@ use std::time::{Duration, Instant};
 /// The kernel's default `net.unix.max_dgram_qlen` in every new network namespace; a sandbox
 /// cannot change it (no capabilities, `/proc/sys` read-only).
 const MAX_DGRAM_QLEN: u64 = 10;
+/// `net.core.wmem_default` as the kernel sets it (`SK_WMEM_MAX`).
+const KERNEL_WMEM_DEFAULT: u64 = 212_992;
 /// How soon to try again to enter a namespace that could not be entered.
 const RETRY: Duration = Duration::from_millis(20);
 /// Bookkeeping (`struct sk_buff`, its shared info) beyond an skb's data, rounded up.
@@ -68,10 +69,13 @@ struct UnixSocket {
 
 impl KernelBuffers {
     pub(crate) fn new() -> Self {
+        // The host's value, and never below the kernel's default, in case a new network namespace
+        // starts from that instead.
         let sndbuf = fs::read_to_string("/proc/sys/net/core/wmem_default")
             .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(212_992);
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+            .max(KERNEL_WMEM_DEFAULT);
         Self {
             diag: HashMap::new(),
             failed: HashMap::new(),
