@@ -4,7 +4,7 @@
 //!
 //! seccompiler allows one match action per filter, so there are three programs:
 //! * deny list -> EPERM: dangerous syscalls, non-`AF_UNIX` sockets, namespace-creating `clone` flags,
-//!   `TIOCSTI`;
+//!   `TIOCSTI`, pipes above 64 KiB and `SO_SNDBUF` (kernel buffers stay bounded for the watchdog);
 //! * ENOSYS list: `clone3` (its flags live in user memory where seccomp cannot see them, so glibc
 //!   falls back to `clone`, which the first program inspects) and the Linux AIO calls (`io_setup`
 //!   draws on the host-wide `fs.aio-max-nr` pool; ENOSYS makes libraries fall back to plain I/O);
@@ -17,7 +17,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
 };
 
-use crate::syscall_policy::{DENIED, ENOSYS, NAMESPACE_CLONE_FLAGS, TIOCSTI};
+use crate::syscall_policy::{DENIED, ENOSYS, MAX_PIPE_BYTES, NAMESPACE_CLONE_FLAGS, TIOCSTI};
 
 /// The three programs, in the order they are passed to bwrap.
 pub(crate) fn programs() -> Result<Vec<Vec<u8>>, String> {
@@ -69,6 +69,30 @@ fn deny_list() -> Result<BpfProgram, String> {
     rules.insert(
         libc::SYS_socketpair,
         vec![rule(vec![condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?])?],
+    );
+    // Kernel buffers a memory watchdog can bound (`kernel_buffers.rs`): pipes stay at most the
+    // default 64 KiB (an unread pipe passed away over `SCM_RIGHTS` is seen by no one), and a
+    // socket's send buffer stays `net.core.wmem_default` (a queue whose sender is gone is counted
+    // at that bound). Lowering a pipe's size still works.
+    rules.insert(
+        libc::SYS_fcntl,
+        vec![rule(vec![
+            condition(1, SeccompCmpOp::Eq, libc::F_SETPIPE_SZ as u64)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Gt, MAX_PIPE_BYTES)
+                .map_err(|e| format!("seccomp condition: {e}"))?,
+        ])?],
+    );
+    rules.insert(
+        libc::SYS_setsockopt,
+        [libc::SO_SNDBUF, libc::SO_SNDBUFFORCE]
+            .iter()
+            .map(|&option| {
+                rule(vec![
+                    condition(1, SeccompCmpOp::Eq, libc::SOL_SOCKET as u64)?,
+                    condition(2, SeccompCmpOp::Eq, option as u64)?,
+                ])
+            })
+            .collect::<Result<Vec<_>, _>>()?,
     );
     // Terminal input injection (CVE-2017-5226); --new-session already blocks it, this is depth.
     rules.insert(

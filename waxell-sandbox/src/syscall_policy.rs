@@ -89,5 +89,9 @@ pub(crate) const NAMESPACE_CLONE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
+/// The largest pipe a sandbox may ask for (`F_SETPIPE_SZ`, refused above it by `seccomp_bpf.rs`):
+/// the kernel's default size, so a memory watchdog can bound pipes it cannot see.
+pub(crate) const MAX_PIPE_BYTES: u64 = 64 << 10;
+
 /// `TIOCSTI` from <asm-generic/ioctls.h>: terminal input injection (CVE-2017-5226).
 pub(crate) const TIOCSTI: u64 = 0x5412;

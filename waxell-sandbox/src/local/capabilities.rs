@@ -413,9 +413,12 @@ fn limit_checks(
             Feature::MemoryLimit,
             Status::Partial,
             format!(
-                "host-side watchdog: polls the sandbox's private memory every {} ms and kills the largest process \
-                 past {mib} MiB (reported as out of memory); a fast allocation can overshoot briefly. No cgroup: {why}",
-                e.watchdog_poll_ms
+                "host-side watchdog: polls the sandbox's private memory and the socket and pipe buffers it holds \
+                 every {} ms and kills the largest process past {mib} MiB (reported as out of memory); a fast \
+                 allocation can overshoot briefly, and pipes passed away over a socket and closed are not seen (at \
+                 most {unseen} MiB per user). No cgroup: {why}",
+                e.watchdog_poll_ms,
+                unseen = unseen_pipe_bytes(limits.open_files) >> 20,
             ),
             Some(LIMITS_FIX),
         );
@@ -502,6 +505,14 @@ impl fmt::Display for HostReport {
     }
 }
 
+/// The most pipe memory the rootless watchdog cannot see (`kernel_buffers.rs`): pipes in flight in
+/// socket queues that no process holds. The kernel refuses to send more descriptors once a user
+/// has `RLIMIT_NOFILE` in flight (one message may still add `SCM_MAX_FD`, 253).
+pub(crate) fn unseen_pipe_bytes(open_files: u64) -> u64 {
+    const SCM_MAX_FD: u64 = 253;
+    (open_files + SCM_MAX_FD) * crate::syscall_policy::MAX_PIPE_BYTES
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,6 +549,9 @@ mod tests {
         let summary = report.summary();
         assert!(summary.contains("memory: host-side watchdog"), "{summary}");
         assert!(summary.contains("cpu quota: none"), "{summary}");
+        let memory = &report.check(Feature::MemoryLimit).unwrap().detail;
+        assert!(memory.contains("socket and pipe buffers"), "{memory}");
+        assert!(memory.contains("at most 31 MiB per user"), "{memory}");
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The local backend: each sandbox is a set of bubblewrap instances (one per context) under
 //! seccomp, cgroups (v1 or v2; rlimits and a memory watchdog without them) and a per-sandbox
 //! uid, rootful or rootless. This folder only says how a local sandbox and its kernels start
-//! (`launcher.rs`, `spawn.rs`, `child.rs`), are limited (`cgroup*.rs`, `seccomp.rs`,
-//! `watchdog.rs`, `rootless.rs`, `mounts.rs`, `uid_lease.rs`) and are removed; `host.rs`,
-//! `root.rs` (the tree it sees as `/usr`) and `capabilities.rs` report what the host offers. The rest is the crate's shared core.
+//! (`launcher.rs`, `spawn.rs`, `child.rs`), are limited (`cgroup*.rs`, `watchdog.rs`,
+//! `kernel_buffers.rs`, `rootless.rs`, `mounts.rs`, `uid_lease.rs`) and are removed; `host.rs`,
+//! `root.rs` (the tree it sees as `/usr`) and `capabilities.rs` report what the host offers. The rest is the crate's shared core
+//! (the syscall policy as BPF is `seccomp_bpf.rs`, shared with the gVisor shim).
 
 // Used only by the Linux modules (and the stub's constructor) elsewhere.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
@@ -19,6 +20,7 @@ linux_only! {
     mod child;
     mod files;
     mod host;
+    mod kernel_buffers;
     mod launcher;
     mod mounts;
     mod rootless;

@@ -1,14 +1,15 @@
 //! The only `unsafe` in the crate: starting the launcher with inherited fds, cgroup membership,
 //! namespaces to join and rlimits applied between `fork` and `exec`, from one long-lived thread;
 //! and (rootless) the short-lived child that makes a sandbox's user and mount namespaces and mounts
-//! its tmpfs file systems there ([`spawn_mount_holder`]).
+//! its tmpfs file systems there ([`spawn_mount_holder`]); and the child that makes the memory
+//! watchdog's `sock_diag` socket inside a sandbox's network namespace ([`sock_diag_socket_in`]).
 //!
 //! Why a dedicated thread: bwrap's `--die-with-parent` uses `PR_SET_PDEATHSIG`, whose "parent" is the
 //! *thread* that forked. Spawning from a tokio blocking-pool thread would kill the sandbox when that
 //! thread retires, so every spawn goes through one thread that lives as long as the process.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::sync::mpsc;
@@ -213,6 +214,122 @@ pub(crate) fn spawn_mount_holder(mut command: Command, setup: HolderSetup) -> io
         command.pre_exec(move || setup.apply());
     }
     command.spawn()
+}
+
+/// A `NETLINK_SOCK_DIAG` socket inside the network namespace `net`, for the memory watchdog to
+/// list the sandbox's socket queues (`kernel_buffers.rs`). The socket's namespace is fixed when it
+/// is made, so a short-lived child makes it: joining a network namespace owned by another user
+/// namespace takes `CAP_SYS_ADMIN` in both, which an ordinary user has only after joining that
+/// user namespace (`user`, one this user created), and a process can join a user namespace only
+/// while single-threaded. The child sends the socket back over a socket pair and execs `true`.
+pub(crate) fn sock_diag_socket_in(true_bin: &std::path::Path, user: Option<&OwnedFd>, net: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut pair = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two descriptors into a valid array.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, pair.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    let (user, net, channel) = (user.map(|f| f.as_raw_fd()), net.as_raw_fd(), theirs.as_raw_fd());
+    let mut command = Command::new(true_bin);
+    command
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: `send_sock_diag_socket` makes only async-signal-safe syscalls (setns, socket,
+    // sendmsg) on stack data and never allocates.
+    unsafe {
+        command.pre_exec(move || send_sock_diag_socket(user, net, channel));
+    }
+    let status = command.spawn()?.wait()?;
+    drop(theirs);
+    if !status.success() {
+        return Err(io::Error::other(format!("the sock_diag helper exited with {status}")));
+    }
+    receive_fd(&ours)
+}
+
+/// The user namespace owning the namespace `ns` (`NS_GET_USERNS`): the one to join before a
+/// network namespace, which may be an ancestor of the user namespace of its processes (bubblewrap
+/// nests one for `--disable-userns`).
+pub(crate) fn owning_user_namespace(ns: &OwnedFd) -> io::Result<OwnedFd> {
+    const NS_GET_USERNS: libc::Ioctl = 0xb701;
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor (or -1).
+    let fd = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just made this descriptor for us (close-on-exec).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// In the forked child: join the namespaces, make the socket and send it over `channel`.
+fn send_sock_diag_socket(user: Option<RawFd>, net: RawFd, channel: RawFd) -> io::Result<()> {
+    // SAFETY: setns/socket/sendmsg on descriptors inherited from the parent; the message and
+    // its control buffer live on this stack frame and are fully initialised before the call.
+    unsafe {
+        if let Some(user) = user {
+            if libc::setns(user, libc::CLONE_NEWUSER) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if libc::setns(net, libc::CLONE_NEWNET) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let socket = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG);
+        if socket < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut byte = 0u8;
+        let mut iov = libc::iovec {
+            iov_base: (&raw mut byte).cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 4];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), socket);
+        if libc::sendmsg(channel, &msg, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The one descriptor sent over `channel` with `SCM_RIGHTS`.
+fn receive_fd(channel: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&raw mut byte).cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid; recvmsg writes at most `msg_controllen` bytes into the
+    // control buffer and one into `byte`; the descriptor read out of a SCM_RIGHTS message is ours.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        if libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            return Err(io::Error::other("the sock_diag helper sent no descriptor"));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
 }
 
 #[cfg(test)]

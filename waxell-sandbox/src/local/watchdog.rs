@@ -1,8 +1,9 @@
 //! Containment without a cgroup (rootless without a delegated cgroup v2 subtree, or a root host
 //! with no usable controllers): the sandbox's processes are the descendants of its launchers (each
 //! launcher is bwrap, whose pid namespace keeps every process, orphans included, below it), and a
-//! host-side thread polls their memory and kills the largest process when the total passes the
-//! cap, the way the kernel's OOM killer does inside a memory cgroup. Process counts are capped by
+//! host-side thread polls their memory (private resident memory, and the socket and pipe buffers
+//! they queued: `kernel_buffers.rs`) and kills the largest process when the total passes the cap,
+//! the way the kernel's OOM killer does inside a memory cgroup. Process counts are capped by
 //! `RLIMIT_NPROC` inside each interpreter's user namespace (see `rootless.rs`), CPU time by
 //! `RLIMIT_CPU`; a CPU *quota* cannot be enforced this way and the host report says so.
 
@@ -16,6 +17,10 @@ use rustix::process::{kill_process, Pid, Signal};
 
 /// How often the memory watchdog looks.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
+
+/// Polls between two measures of the kernel buffers while the sandbox uses little memory (they
+/// cost about twice the process scan: `kernel_buffers.rs`); every poll once it uses more.
+const BUFFERS_EVERY: u32 = 4;
 
 #[derive(Debug)]
 struct Shared {
@@ -117,22 +122,43 @@ fn watch_memory(shared: &Shared) {
     // Processes already killed: a big one can take longer than a poll to be torn down, and must then be
     // neither counted (and killed) again nor make the watchdog kill a second, innocent process for its memory.
     let mut killed: Vec<u32> = Vec::new();
+    let mut buffers = crate::local::kernel_buffers::KernelBuffers::new();
+    let mut held = crate::local::kernel_buffers::Held::default();
+    let mut since_measured = BUFFERS_EVERY;
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(POLL);
         let pids = shared.pids();
         killed.retain(|pid| pids.contains(pid));
-        let usage: Vec<(u32, u64)> = pids
+        let live: Vec<u32> = pids.into_iter().filter(|pid| !killed.contains(pid)).collect();
+        let private: Vec<(u32, u64)> = live.iter().map(|&p| (p, private_bytes(p))).collect();
+        let private_total: u64 = private.iter().map(|(_, b)| b).sum();
+        // Socket and pipe buffers, which a memory cgroup would charge: each once in the total, and
+        // to every process holding them open when choosing whom to kill. Measured every poll once
+        // either kind of memory is a good part of the cap, else every `BUFFERS_EVERY` polls.
+        since_measured += 1;
+        let busy = held.total > shared.memory_bytes / 8 || private_total + held.total > shared.memory_bytes / 2;
+        if busy || since_measured >= BUFFERS_EVERY {
+            held = buffers.measure(&live);
+            since_measured = 0;
+        }
+        let usage: Vec<(u32, u64)> = private
             .into_iter()
-            .filter(|pid| !killed.contains(pid))
-            .map(|p| (p, private_bytes(p)))
+            .map(|(p, b)| (p, b + held.by_pid.get(&p).copied().unwrap_or(0)))
             .collect();
-        let total: u64 = usage.iter().map(|(_, b)| b).sum();
+        let total = private_total + held.total;
         if total <= shared.memory_bytes {
             continue;
         }
         // Like the OOM killer: the biggest process goes, reported as an OOM kill.
         if let Some((pid, bytes)) = usage.into_iter().max_by_key(|(_, b)| *b) {
-            tracing::info!(pid, bytes, total, cap = shared.memory_bytes, "sandbox memory cap exceeded, killing");
+            tracing::info!(
+                pid,
+                bytes,
+                total,
+                kernel_buffers = held.total,
+                cap = shared.memory_bytes,
+                "sandbox memory cap exceeded, killing"
+            );
             shared.oom_kills.fetch_add(1, Ordering::SeqCst);
             sigkill(pid);
             killed.push(pid);
