@@ -117,6 +117,11 @@ def auto_pause_then_connect():
         check(info.lifecycle and info.lifecycle["on_timeout"] == "pause", "info shows onTimeout: pause")
         sbx.connect(timeout=60)
         check(sbx.is_running() and sbx.files.read(MARKER) == "auto", "connect resumed it with its files")
+        # As E2B: a timeout of 0 ends the lifetime now, and the lifecycle (pause) follows.
+        sbx.set_timeout(0)
+        wait_for(lambda: state_of(sbx.sandbox_id) == SandboxState.PAUSED, "the pause after set_timeout(0)", 10.0)
+        sbx.connect(timeout=60)
+        check(sbx.files.read(MARKER) == "auto", "set_timeout(0) auto-paused it, files kept")
     finally:
         sbx.kill()
 

@@ -230,7 +230,11 @@ async fn set_timeout(
 ) -> Result<StatusCode, ApiError> {
     let entry = live(&state, &id)?;
     let TimeoutRequest { timeout } = body::json_request(&state.config, request).await?;
-    let timeout = state.registry.check_timeout(timeout)?;
+    // As E2B: 0 ends the lifetime now, and the sandbox's lifecycle (kill or auto-pause) follows.
+    let timeout = match timeout {
+        0 => Duration::ZERO,
+        seconds => state.registry.check_timeout(seconds)?,
+    };
     state.registry.set_timeout(&entry, timeout, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }
