@@ -82,14 +82,16 @@ EOF
 # The runtimes are the local backend's (see waxell-sandbox/src/kernel/language.rs): IPython for Python
 # cells, Node.js and the TypeScript compiler, bash (in minbase already) and a JDK with JShell.
 # matplotlib's own dependencies come from Debian; matplotlib itself from PyPI (below).
-PACKAGES="python3,python3-numpy,python3-pandas,python3-cycler,python3-dateutil,python3-kiwisolver,python3-pil,python3-pyparsing,python3-fonttools,python3-packaging,python3-contourpy,fonts-dejavu-core,nodejs,node-typescript,bash,openjdk-17-jdk-headless"
+PACKAGES="python3,python3-numpy,python3-pandas,python3-cycler,python3-dateutil,python3-kiwisolver,python3-pil,python3-pyparsing,python3-fonttools,python3-packaging,python3-contourpy,fonts-dejavu-core,nodejs,node-typescript,bash,openjdk-17-jdk-headless,python-is-python3"
 # From PyPI, pinned so the recipe names exactly what it holds, installed without dependencies (numpy
 # and pandas stay Debian's) into the rootfs's /usr/local dist-packages by the host's pip: IPython as the
 # local sandbox's venv has it (Debian's 8.5 imports about 3x and runs a cell about 1.5x slower), with
 # the matplotlib it needs (Debian's 3.6 imports what IPython 9 removed), and E2B's chart extractor,
 # which is on PyPI only and needs a newer pydantic than Debian's.
 PIP_PACKAGES="matplotlib==3.10.9 ipython==9.18.1 traitlets==5.16.1 prompt-toolkit==3.0.53 jedi==0.20.1 parso==0.8.7 pygments==2.21.0 stack-data==0.6.3 executing==2.3.0 asttokens==3.0.2 pure-eval==0.2.4 pexpect==4.9.0 ptyprocess==0.7.0 matplotlib-inline==0.2.2 wcwidth==0.9.4 ipython-pygments-lexers==1.1.1 psutil==7.2.2 e2b-charts==1.0.0 pydantic==2.14.4 pydantic-core==2.50.5 typing-extensions==4.16.0 annotated-types==0.8.0 typing-inspection==0.4.5"
-recipe="debootstrap --variant=minbase --include=$PACKAGES bookworm; pip --no-deps $PIP_PACKAGES; trim docs/locales/caches; user 1000 'user' home /home/user; /root empty 0755; v5"
+# The sandbox's `sudo` (runs as the sandbox user and says so: there is no root), as the local backend binds it.
+sudo_shim="$here/../waxell-sandbox/container/sudo"
+recipe="debootstrap --variant=minbase --include=$PACKAGES bookworm; pip --no-deps $PIP_PACKAGES; trim docs/locales/caches; user 1000 'user' home /home/user; /root empty 0755; sudo $(sha256sum <"$sudo_shim" | cut -c1-16); v6"
 key="$(printf '%s' "$recipe" | sha256sum | cut -c1-16)"
 tarball="$CACHE/sandbox-rootfs-$key.tar"
 label="io.waxell.recipe=$key"
@@ -120,6 +122,7 @@ if ! have_image; then
         chroot "$rootfs" /usr/sbin/groupadd -g 1000 user
         chroot "$rootfs" /usr/sbin/useradd -u 1000 -g 1000 -d /home/user -M -s /bin/sh user
         install -d -m 0755 -o 1000 -g 1000 "$rootfs/home/user"
+        install -m 0755 "$sudo_shim" "$rootfs/usr/local/bin/sudo"
         # E2B runs code as root, so its users name /root: as in the local sandbox, it is an empty
         # directory the sandbox user may enter (and, the root file system being read-only, not write).
         find "$rootfs/root" -mindepth 1 -delete

@@ -44,6 +44,11 @@ def foreground(sbx):
     # The sandbox's syscall policy reaches commands too (under gVisor each exec installs it itself).
     result = sbx.commands.run("grep '^Seccomp:' /proc/self/status; unshare -U true 2>/dev/null && echo unshared || echo refused")
     check("commands run under the syscall policy", result.stdout.split() == ["Seccomp:", "2", "refused"], result.stdout)
+    # No root: `sudo` runs the command as the sandbox user with a reset environment, and says so.
+    result = sbx.commands.run('export FOO=bar; sudo sh -c \'echo "[$FOO]" $(id -un)\'')
+    check("sudo runs as the sandbox user, environment reset, saying so",
+          result.stdout == "[] user\n" and "no root" in result.stderr, result)
+    check("`python` is Python 3", sbx.commands.run("python -c 'import sys; print(sys.version_info[0])'").stdout == "3\n")
     chunks = []
     sbx.commands.run("for i in 1 2 3; do echo line$i; done", on_stdout=chunks.append)
     check("on_stdout streams the output", "".join(chunks) == "line1\nline2\nline3\n", chunks)

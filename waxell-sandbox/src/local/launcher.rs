@@ -34,6 +34,13 @@ const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
 const FD_ARGS: RawFd = 16;
 const FD_BOOT_ID: RawFd = 17;
+const FD_SUDO: RawFd = 18;
+
+/// The sandbox's `sudo`: runs the command as the sandbox user and says so (there is no root in a
+/// sandbox). The container image carries the same file.
+const SUDO_SOURCE: &str = include_str!("../../container/sudo");
+/// Where it is, last on the sandbox's `PATH`.
+const SANDBOX_BIN: &str = "/opt/waxell/bin";
 
 /// Everything needed to start kernels; shared by all sandboxes of a backend.
 #[derive(Debug)]
@@ -267,6 +274,9 @@ impl Launcher {
         }
         add(&mut args, &["--remount-ro", "/root"]);
         add(&mut args, &["--perms", "0755", "--dir", "/opt/waxell"]);
+        add(&mut args, &["--perms", "0755", "--dir", SANDBOX_BIN]);
+        let sudo = format!("{SANDBOX_BIN}/sudo");
+        add(&mut args, &["--perms", "0755", "--ro-bind-data", &FD_SUDO.to_string(), &sudo]);
         add(
             &mut args,
             &[
@@ -348,7 +358,7 @@ impl Launcher {
         }
         add(&mut args, &["--clearenv"]);
         let venv_bin = self.python.prefix.join("bin");
-        let path = format!("{}:/usr/bin:/bin", venv_bin.display());
+        let path = format!("{}:/usr/bin:/bin:{SANDBOX_BIN}", venv_bin.display());
         let env: [(&str, &str); 14] = [
             ("PATH", &path),
             ("HOME", HOME_DIR),
@@ -453,6 +463,7 @@ impl Launcher {
         inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
         inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
         inherit.push((memfd("waxell-boot-id", format!("{}\n", slot.boot_id).as_bytes())?, FD_BOOT_ID));
+        inherit.push((memfd("waxell-sudo", SUDO_SOURCE.as_bytes())?, FD_SUDO));
         let mut rlimits = sandbox_rlimits(limits);
         if self.tools.rootless {
             // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
