@@ -40,7 +40,16 @@ pub(crate) fn sandbox_path(path: &str) -> Result<String, SandboxError> {
     } else {
         path
     };
-    let mut clean = String::from(HOME_DIR);
+    join_clean(String::from(HOME_DIR), rel, path)
+}
+
+/// `base` followed by the components of `rel`, `.` and empty ones dropped; `..` and NUL bytes are
+/// refused, naming the caller's `path`.
+fn join_clean(mut clean: String, rel: &str, path: &str) -> Result<String, SandboxError> {
+    let invalid = |reason: &str| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
     for part in rel.split('/') {
         match part {
             "" | "." => {}
@@ -62,22 +71,7 @@ pub(crate) fn outside_home(path: &str) -> Result<Option<String>, SandboxError> {
     if !path.starts_with('/') || path.strip_prefix(HOME_DIR).is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) {
         return Ok(None);
     }
-    let invalid = |reason: &str| SandboxError::InvalidPath {
-        path: path.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let mut clean = String::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => return Err(invalid("`..` is not allowed")),
-            part if part.contains('\0') => return Err(invalid("contains a NUL byte")),
-            part => {
-                clean.push('/');
-                clean.push_str(part);
-            }
-        }
-    }
+    let mut clean = join_clean(String::new(), path, path)?;
     if clean.is_empty() {
         clean.push('/');
     }

@@ -347,7 +347,21 @@ fn align4(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
+    use std::process::{Child, Command};
+
+    /// `script` run by Python in a network namespace of its own (a user namespace too when not
+    /// root, as bubblewrap makes them), and the first line it prints once its queues are full.
+    fn in_own_namespace(script: &str) -> (Child, String) {
+        let unshare = if rustix::process::geteuid().is_root() { "-n" } else { "-Urn" };
+        let mut child = Command::new("unshare")
+            .args([unshare, "python3", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        (child, line)
+    }
 
     /// A process in a network namespace of its own (a user namespace too when not root, as
     /// bubblewrap makes them) queues data in socket pairs and a pipe without reading it: the
@@ -373,14 +387,7 @@ mod tests {
             r, w = os.pipe(); os.write(w, b'z' * 1000)\n\
             print('ready', flush=True)\n\
             time.sleep(30)\n";
-        let unshare = if rustix::process::geteuid().is_root() { "-n" } else { "-Urn" };
-        let mut child = Command::new("unshare")
-            .args([unshare, "python3", "-c", script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let (mut child, line) = in_own_namespace(script);
         assert_eq!(line, "ready\n");
         let pids = crate::local::watchdog::descendants(&[child.id()]);
         let mut buffers = KernelBuffers::new();
@@ -477,14 +484,7 @@ mod tests {
             again = os.dup(full[0])\n\
             print('ready', flush=True)\n\
             time.sleep(30)\n";
-        let unshare = if rustix::process::geteuid().is_root() { "-n" } else { "-Urn" };
-        let mut child = Command::new("unshare")
-            .args([unshare, "python3", "-c", script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let (mut child, line) = in_own_namespace(script);
         let held = KernelBuffers::new().measure(&[child.id()]);
         let _ = child.kill();
         let _ = child.wait();
