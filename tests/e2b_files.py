@@ -7,6 +7,9 @@ Run with the peer venv's python (scripts/setup-e2b-peer.sh), configured like tes
     E2B_API_URL=http://127.0.0.1:P E2B_SANDBOX_URL=http://127.0.0.1:P E2B_API_KEY=e2b_<hex> \
         python tests/e2b_files.py
 
+Options: `--own-boot-id` (each sandbox shows a boot id of its own: the local backend),
+`--metadata-store` (metadata is kept outside extended attributes: gVisor).
+
 Prints one `ok` / `FAIL` line per check and exits 1 if any failed. tests/tests/e2b_files.rs runs it.
 """
 
@@ -51,6 +54,15 @@ def metadata():
     check("a new upload replaces the metadata", sbx.files.get_info("meta/b.txt").metadata == {"author": "kim"})
     sbx.files.write("meta/b.txt", "plain")
     check("an upload without metadata clears it", sbx.files.get_info("meta/b.txt").metadata is None)
+    # The metadata follows a rename by the code, and a new file at a removed one's path has none.
+    sbx.files.write("meta/d.txt", "x", metadata={"k": "v"})
+    sbx.commands.run("mv /home/user/meta/d.txt /home/user/meta/e.txt")
+    check("a rename by the code keeps the metadata", sbx.files.get_info("meta/e.txt").metadata == {"k": "v"})
+    sbx.commands.run("rm /home/user/meta/e.txt && echo new > /home/user/meta/e.txt")
+    check("a new file at a removed one's path has none", sbx.files.get_info("meta/e.txt").metadata is None)
+    if "--metadata-store" in sys.argv:
+        # Under gVisor the metadata lives in the store volume, not in extended attributes.
+        return
     # The code sees and sets the same values as extended attributes.
     from e2b_code_interpreter import Sandbox as CodeSandbox
     sbx.files.write("meta/c.txt", "x", metadata={"k": "v"})

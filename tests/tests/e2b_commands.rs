@@ -93,20 +93,7 @@ async fn container_server() -> Option<String> {
 /// The container backend on the engine named by `host_var`, under `runtime` (the engine's default
 /// when `None`), or why not.
 async fn container_server_at(host_var: &str, runtime: Option<&str>) -> Option<String> {
-    if let Some(why) = waxell_tests::container_engine_missing_at(host_var) {
-        eprintln!("skipped: {why}");
-        return None;
-    }
-    let host = std::env::var(host_var).expect("checked above");
-    let mut config = waxell_sandbox::ContainerConfig::default()
-        .with_pool_size(1)
-        .with_docker_host(host);
-    if let Some(runtime) = runtime {
-        config = config.with_runtime(runtime);
-    }
-    let backend = waxell_sandbox::ContainerBackend::new(config)
-        .await
-        .expect("container backend (run scripts/setup-container.sh and export the DOCKER_HOST it prints)");
+    let backend = e2b_support::container_backend_at(host_var, runtime).await?;
     let config = e2b_support::server_config();
     let app = waxell_sandbox::server::router(std::sync::Arc::new(backend), config.clone());
     Some(e2b_support::serve_with_limits(app, config).await)

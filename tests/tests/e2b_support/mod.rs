@@ -32,6 +32,30 @@ pub fn local_backend() -> Arc<LocalBackend> {
     )
 }
 
+/// The container backend (one pre-started container) on the engine named by `host_var`
+/// (scripts/setup-container.sh), under `runtime` (the engine's default when `None`), or `None`
+/// after saying why it is skipped.
+pub async fn container_backend_at(
+    host_var: &str,
+    runtime: Option<&str>,
+) -> Option<waxell_sandbox::ContainerBackend> {
+    if let Some(why) = waxell_tests::container_engine_missing_at(host_var) {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let host = std::env::var(host_var).expect("checked above");
+    let mut config = waxell_sandbox::ContainerConfig::default()
+        .with_pool_size(1)
+        .with_docker_host(host);
+    if let Some(runtime) = runtime {
+        config = config.with_runtime(runtime);
+    }
+    let backend = waxell_sandbox::ContainerBackend::new(config)
+        .await
+        .expect("container backend (run scripts/setup-container.sh and export what it prints)");
+    Some(backend)
+}
+
 /// The server config the tests use: an API key (so tokens are enforced) and fast keepalives, so a
 /// client that leaves is noticed quickly.
 pub fn server_config() -> ServerConfig {

@@ -3,9 +3,11 @@ container's files). Mirrors the local backend's rules: paths under /home/user on
 any component, regular files only, sizes capped. Errors: exit 2, JSON {"reason": ...} on stderr;
 a missing path: exit 3; a file over the size cap: exit 4.
 Usage: fileop.py OP PATH [ARG]; `write` reads a decimal length line, then that many bytes;
-`setmeta` reads the metadata likewise, as a JSON object (stored as user.e2b.* extended attributes);
+`setmeta` reads the metadata likewise, as a JSON object (stored as metadata.py says);
 `disk` prints the bytes used on the home's file system."""
 import json, os, shutil, stat, sys
+
+# metadata.py is prepended: metadata(), set_metadata().
 
 HOME = "/home/user"
 
@@ -37,25 +39,6 @@ def check(path, must_exist=True):
             fail("refused: a component is a symlink or not a directory")
         if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
             fail("refused: a component is a symlink or not a directory")
-
-
-META = "user.e2b."
-
-
-def metadata(path):
-    """The user.e2b.* extended attributes of a file or directory (never of a symlink)."""
-    out = {}
-    try:
-        names = os.listxattr(path, follow_symlinks=False)
-    except OSError:
-        return out
-    for name in names:
-        if name.startswith(META):
-            try:
-                out[name[len(META):]] = os.getxattr(path, name, follow_symlinks=False).decode()
-            except (OSError, UnicodeDecodeError):
-                pass
-    return out
 
 
 def absolute(link, target):
@@ -140,11 +123,7 @@ def main():
             st = os.lstat(path)
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 fail("metadata goes on regular files and directories only")
-            for name in os.listxattr(path, follow_symlinks=False):
-                if name.startswith(META) and name[len(META):] not in wanted:
-                    os.removexattr(path, name, follow_symlinks=False)
-            for key, value in wanted.items():
-                os.setxattr(path, META + key, value.encode(), follow_symlinks=False)
+            set_metadata(path, wanted, HOME)
             print(json.dumps(entry(path)))
         elif op == "disk":
             # Bytes used on the home's tmpfs (its size cap is the sandbox's scratch limit).

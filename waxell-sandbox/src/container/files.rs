@@ -10,8 +10,8 @@ use super::guard::ContainerGuard;
 use super::spec::USER;
 use crate::paths::{sandbox_path, HOME_DIR};
 
-/// The in-container file helper.
-const FILEOP_SOURCE: &str = include_str!("fileop.py");
+/// The in-container file helper, after the metadata code it shares with the watch.
+const FILEOP_SOURCE: &str = concat!(include_str!("metadata.py"), include_str!("fileop.py"));
 
 /// File operations in one sandbox's container.
 pub(super) struct Files<'a> {

@@ -131,7 +131,8 @@ impl Pooled<Container> {
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
             Err(e) => return Err(api_error("inspecting a sandbox container", e)),
         }
-        for volume in scratch_volumes(&self.backend().config, sandbox_id) {
+        let backend = self.backend();
+        for volume in scratch_volumes(&backend.config, sandbox_id, backend.gvisor()) {
             match docker.inspect_volume(&volume.name).await {
                 Ok(_) => return Ok(true),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
@@ -150,6 +151,11 @@ impl Session<Container> {
 }
 
 impl Container {
+    /// Whether gVisor isolates the code (it differs in memory accounting, terminals and metadata).
+    fn gvisor(&self) -> bool {
+        self.runtime_name == "runsc"
+    }
+
     /// File operations in `container`.
     fn files<'a>(&'a self, container: &'a ContainerGuard) -> Files<'a> {
         Files {
@@ -177,7 +183,7 @@ impl Container {
         }
         let id = naming::new_sandbox_id();
         let name = format!("waxell-{id}");
-        let volumes = scratch_volumes(&inner.config, &id);
+        let volumes = scratch_volumes(&inner.config, &id, inner.gvisor());
         let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
         let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
         if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
@@ -303,7 +309,7 @@ impl Backend for Container {
         }
         // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage):
         // there a relay in the sandbox makes the terminal. Docker Engine with runsc has terminals.
-        let terminals = if self.podman && self.runtime_name.contains("runsc") {
+        let terminals = if self.podman && self.gvisor() {
             process::Terminals::Relay
         } else {
             process::Terminals::Engine

@@ -24,6 +24,11 @@ const LABEL: &str = "io.waxell.sandbox";
 const GVISOR_HEADROOM: u64 = 128 << 20;
 /// The sandbox user inside the container.
 pub(super) const USER: &str = "1000:1000";
+/// Under gVisor, where file metadata is kept instead of extended attributes (fileop.py): the
+/// gofer that serves the scratch volumes to the sandbox refuses `user.*` xattrs.
+const METADATA_STORE_DIR: &str = "/var/lib/waxell/metadata";
+/// The metadata store's size: one page per file that carries metadata, so 16,384 of them.
+const METADATA_STORE_BYTES: u64 = 64 << 20;
 
 /// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
 /// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible
@@ -73,29 +78,32 @@ pub(super) async fn resolve_runtime(
     Ok(runtime.to_owned())
 }
 
-/// One of a sandbox's writable file systems (`/home/user`, `/tmp`): a named volume of the engine's
-/// `local` driver that is a tmpfs with a size and an inode cap, made before its container and removed
-/// after it. Not the engines' own tmpfs mounts: Podman's Docker API (4.x) rejects `nr_inodes` there
-/// and gVisor keeps those in its own memory, ignoring the option; a volume is a tmpfs the host
-/// mounts, so every engine and runtime caps it alike (under gVisor it is reached through the gofer).
+/// One of a sandbox's writable file systems (`/home/user`, `/tmp`, and under gVisor the metadata
+/// store): a named volume of the engine's `local` driver that is a tmpfs with a size and an inode
+/// cap, made before its container and removed after it. Not the engines' own tmpfs mounts: Podman's
+/// Docker API (4.x) rejects `nr_inodes` there and gVisor keeps those in its own memory, ignoring the
+/// option; a volume is a tmpfs the host mounts, so every engine and runtime caps it alike (under
+/// gVisor it is reached through the gofer).
 pub(super) struct ScratchVolume {
     pub(super) name: String,
     pub(super) target: &'static str,
     pub(super) request: VolumeCreateRequest,
 }
 
-/// The sandbox `id`'s scratch volumes, named `waxell-<id>-home` and `waxell-<id>-tmp`.
-pub(super) fn scratch_volumes(config: &ContainerConfig, id: &str) -> Vec<ScratchVolume> {
+/// The sandbox `id`'s scratch volumes, named `waxell-<id>-home`, `waxell-<id>-tmp` and under
+/// gVisor `waxell-<id>-metadata`.
+pub(super) fn scratch_volumes(config: &ContainerConfig, id: &str, gvisor: bool) -> Vec<ScratchVolume> {
     let limits = &config.limits;
     let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
+    let user = (uid, gid);
     // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
     let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
-    let volume = |suffix: &str, target: &'static str, bytes: u64, owner: (&str, &str)| {
+    let volume = |suffix: &str, target: &'static str, bytes: u64, inodes: u64, owner: (&str, &str)| {
         let name = format!("waxell-{id}-{suffix}");
         let options = format!(
             "nosuid,nodev,nr_blocks={},nr_inodes={},mode=1777,uid={},gid={}",
             pages(bytes),
-            limits.tmpfs_inodes,
+            inodes,
             owner.0,
             owner.1
         );
@@ -115,10 +123,15 @@ pub(super) fn scratch_volumes(config: &ContainerConfig, id: &str) -> Vec<Scratch
             target,
         }
     };
-    vec![
-        volume("home", HOME_DIR, limits.scratch_bytes, (uid, gid)),
-        volume("tmp", "/tmp", limits.tmp_bytes, ("0", "0")),
-    ]
+    let mut volumes = vec![
+        volume("home", HOME_DIR, limits.scratch_bytes, limits.tmpfs_inodes, user),
+        volume("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
+    ];
+    if gvisor {
+        let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
+        volumes.push(volume("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
+    }
+    volumes
 }
 
 /// Remove containers and scratch volumes whose host process died (crash, SIGKILL) before it could
@@ -170,7 +183,8 @@ pub(super) fn container_spec(
     seccomp: &str,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
-    let mounts = scratch_volumes(config, id)
+    let gvisor = runtime == "runsc";
+    let mounts = scratch_volumes(config, id, gvisor)
         .into_iter()
         .map(|volume| Mount {
             target: Some(volume.target.to_owned()),
@@ -188,14 +202,14 @@ pub(super) fn container_spec(
     // hitting it kills the whole sandbox; gVisor enforces RLIMIT_NPROC per sandbox itself, so the
     // process cap goes there and the cgroup keeps headroom. Under runc, RLIMIT_NPROC counts per host
     // uid across containers (all run as 1000), so there the cgroup is the cap.
-    let gvisor = runtime == "runsc";
     // Under runc the host's OOM killer works inside the container's cap, which also holds the
     // scratch volumes' pages. Under gVisor it could only end the whole sandbox (the sentry holds
     // the guest's memory): pid 1 is the OOM killer at `memory_bytes` of guest memory, and the
     // container's cap leaves room above that for the sentry, the scratch volumes (host tmpfs
     // pages, which the guest's accounting does not see) and pid 1's reaction time.
     let (memory, init_args) = if gvisor {
-        let cap = limits.memory_bytes + limits.scratch_bytes + limits.tmp_bytes + GVISOR_HEADROOM;
+        let volumes = limits.scratch_bytes + limits.tmp_bytes + METADATA_STORE_BYTES;
+        let cap = limits.memory_bytes + volumes + GVISOR_HEADROOM;
         (cap as i64, vec![limits.memory_bytes.to_string()])
     } else {
         (limits.memory_bytes as i64, Vec::new())

@@ -5,6 +5,8 @@ and exit), then each event as it happens; for each line read on stdin, every eve
 queued until then and {"synced": true}. Events are mapped as envd maps fsnotify's. Usage: watch.py PATH RECURSIVE(0|1) INCLUDE_ENTRY(0|1)"""
 import ctypes, errno, json, os, select, stat, struct, sys
 
+# metadata.py is prepended: metadata().
+
 HOME = "/home/user"
 IN_MODIFY, IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x40, 0x80
 IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x100, 0x200, 0x400, 0x800
@@ -14,7 +16,6 @@ MASK = (IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DEL
 KINDS = [(IN_CREATE | IN_MOVED_TO, "create"), (IN_MOVED_FROM | IN_MOVE_SELF, "rename"), (IN_ATTRIB, "chmod"),
          (IN_MODIFY, "write"), (IN_DELETE | IN_DELETE_SELF, "remove")]
 MAX_DIRS = 1024
-META = "user.e2b."
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -35,14 +36,7 @@ def entry(path):
     except OSError:
         return None
     is_dir, is_link = stat.S_ISDIR(st.st_mode), stat.S_ISLNK(st.st_mode)
-    meta = {}
-    if not is_link:
-        try:
-            for name in os.listxattr(path, follow_symlinks=False):
-                if name.startswith(META):
-                    meta[name[len(META):]] = os.getxattr(path, name, follow_symlinks=False).decode()
-        except (OSError, UnicodeDecodeError):
-            pass
+    meta = {} if is_link else metadata(path)
     target = None
     if is_link:
         text = os.readlink(path)

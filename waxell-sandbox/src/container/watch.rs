@@ -25,8 +25,8 @@ use super::guard::ContainerGuard;
 use super::spec::USER;
 use crate::paths::sandbox_path;
 
-/// The in-container watcher.
-const WATCH_SOURCE: &str = include_str!("watch.py");
+/// The in-container watcher, after the metadata code it shares with the file helper.
+const WATCH_SOURCE: &str = concat!(include_str!("metadata.py"), include_str!("watch.py"));
 /// Events one watch queues until they are taken; past it the watch reports an overflow.
 const MAX_QUEUED: usize = 10_000;
 /// How long a `sync` or the start may take before the watch is reported broken.
