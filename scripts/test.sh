@@ -15,11 +15,11 @@ if [ "$(id -u)" = 0 ]; then export WAXELL_REQUIRE_BROWSER_TESTS=1; fi
 cargo nextest run --workspace --all-features --profile ci
 # The container tests again against Docker Engine itself (the run above used Podman's Docker API): the
 # backend's suites under runc and runsc (one engine, the runtime chosen per container), `serve --backend
-# docker`, the E2B conformance script and the dry-run demo.
+# docker`, the E2B conformance and files scripts and the dry-run demo.
 if [ -n "${WAXELL_DOCKER_ENGINE_HOST:-}" ]; then
   DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" WAXELL_RUNSC_DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" \
     cargo nextest run --workspace --all-features --profile ci \
-    -E 'test(/^containers::|serve_backend_docker|kernel_scripts_in_containers|conformance_script_against_containers|runs_in_a_container|falls_back_to_a_container/)'
+    -E 'test(/^containers::|serve_backend_docker|kernel_scripts_in_containers|conformance_script_against_containers|signed_urls_(against_containers|under_gvisor)|runs_in_a_container|falls_back_to_a_container/)'
 fi
 # The LLM-crate examples, dry run: each answers from a fake provider on 127.0.0.1, and with no
 # collector configured nothing leaves the machine.

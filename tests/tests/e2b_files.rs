@@ -20,7 +20,7 @@ async fn run_script(backend: Arc<dyn waxell::sandbox::SandboxBackend>, args: &[&
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_uses_metadata_watches_and_signed_urls() {
-    // Each local sandbox shows a boot id of its own (runc shows the host's, runsc none).
+    // Each local sandbox shows a boot id of its own (runc shows the host's).
     run_script(e2b_support::local_backend(), &["--own-boot-id"]).await;
 }
 
@@ -32,11 +32,12 @@ async fn official_python_sdk_uses_metadata_watches_and_signed_urls_against_conta
 }
 
 /// Under gVisor the scratch volumes refuse extended attributes, so the metadata is in a store
-/// volume (not visible to the code as attributes); everything else holds as under runc.
+/// volume (not visible to the code as attributes); each sandbox has a boot id of its own there, as
+/// on the local backend; everything else holds as under runc.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_uses_metadata_watches_and_signed_urls_under_gvisor() {
     if let Some(backend) = e2b_support::container_backend_at("WAXELL_RUNSC_DOCKER_HOST", Some("runsc")).await
     {
-        run_script(Arc::new(backend), &["--metadata-store"]).await;
+        run_script(Arc::new(backend), &["--metadata-store", "--own-boot-id"]).await;
     }
 }

@@ -67,6 +67,7 @@ macro_rules! linux_only {
 }
 
 mod local;
+mod report;
 
 linux_only! {
     mod backend;
@@ -87,7 +88,7 @@ linux_only! {
     #[cfg(feature = "container")]
     pub mod container;
     #[cfg(feature = "container")]
-    pub use container::{removals_settled, ContainerConfig};
+    pub use container::{removals_settled, ContainerConfig, ContainerReport};
 
     pub use local::{
         cgroup_subtree_dir, default_venv_python, PythonRuntime, SandboxRoot, PYTHON_ENV_VAR, SANDBOX_ROOT_ENV_VAR,
@@ -117,4 +118,5 @@ linux_only! {
 pub use local::{LocalBackend, LocalSandbox, DEFAULT_CONTEXT_ID};
 
 pub use config::{BackendOptions, Limits, SandboxConfig};
-pub use local::{Check, Feature, HostReport, IsolationMode, LocalConfig, LocalOptions, Status};
+pub use local::{HostReport, IsolationMode, LocalConfig, LocalOptions};
+pub use report::{Check, Feature, Status};

@@ -235,6 +235,14 @@ mod containers {
                     .flatten()
             })
         }
+        fn reported(&self, feature: waxell_sandbox::Feature) -> BoxFut<'_, Option<waxell_sandbox::Status>> {
+            Box::pin(async move {
+                let backend = ContainerBackend::new(self.config().with_pool_size(0))
+                    .await
+                    .expect("engine");
+                backend.report().check(feature).map(|c| c.status)
+            })
+        }
         fn is_gone<'a>(&'a self, id: &'a str) -> BoxFut<'a, bool> {
             Box::pin(async move {
                 let backend = ContainerBackend::new(self.config()).await.expect("engine");

@@ -21,9 +21,24 @@ struct Cli {
 enum Command {
     /// Serve the local sandbox over E2B's protocol (control plane and data plane on one port).
     Serve(Box<ServeArgs>),
-    /// Report which isolation layers and limits the local sandbox has on this host, and the fix
-    /// for each missing piece (exit status 1 when it cannot run here at all).
-    Doctor,
+    /// Report which isolation layers and limits a backend has on this host, and the fix for each
+    /// missing piece (exit status 1 when it cannot run here at all).
+    Doctor(BackendChoice),
+}
+
+/// Which backend, for `serve` and `doctor`.
+#[derive(clap::Args)]
+struct BackendChoice {
+    /// Which sandboxes: `local` (bubblewrap) or `docker` (containers of the engine at
+    /// DOCKER_HOST; needs the `container` feature).
+    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
+    backend: String,
+    /// Image for `--backend docker`.
+    #[arg(long, default_value = "waxell-sandbox:latest")]
+    image: String,
+    /// OCI runtime for `--backend docker`, e.g. `runsc` (gVisor); default: the engine's.
+    #[arg(long)]
+    container_runtime: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -101,16 +116,8 @@ struct ServeArgs {
     /// Largest file the code may write or the files API may move, in MiB.
     #[arg(long, default_value_t = 64)]
     max_file_mib: u64,
-    /// Which sandboxes to serve: `local` (bubblewrap) or `docker` (containers of the engine at
-    /// DOCKER_HOST; needs the `container` feature).
-    #[arg(long, default_value = "local", value_parser = ["local", "docker"])]
-    backend: String,
-    /// Image for `--backend docker`.
-    #[arg(long, default_value = "waxell-sandbox:latest")]
-    image: String,
-    /// OCI runtime for `--backend docker`, e.g. `runsc` (gVisor); default: the engine's.
-    #[arg(long)]
-    container_runtime: Option<String>,
+    #[command(flatten)]
+    choice: BackendChoice,
     /// Python modules imported before an interpreter is pooled (comma-separated, e.g.
     /// `numpy,pandas,matplotlib.pyplot`): slower pool refills, faster first cells.
     #[arg(long, value_delimiter = ',')]
@@ -164,11 +171,7 @@ async fn main() {
         .init();
     let args = match Cli::parse().command {
         Command::Serve(args) => *args,
-        Command::Doctor => {
-            let report = LocalBackend::host_report(&LocalConfig::default());
-            print!("{report}");
-            std::process::exit(if report.mode.is_some() { 0 } else { 1 });
-        }
+        Command::Doctor(choice) => std::process::exit(doctor(&choice).await),
     };
     if let Err(message) = serve(args).await {
         eprintln!("waxell-sandbox serve: {message}");
@@ -176,24 +179,64 @@ async fn main() {
     }
 }
 
-/// The backend `--backend` names, with the same limits, pool and timeouts.
-async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
-    match args.backend.as_str() {
+/// Print the chosen backend's report; the exit status.
+async fn doctor(choice: &BackendChoice) -> i32 {
+    match choice.backend.as_str() {
         #[cfg(feature = "container")]
         "docker" => {
             let mut config = waxell_sandbox::ContainerConfig::default()
-                .with_image(args.image.clone())
+                .with_image(choice.image.clone())
+                .with_pool_size(0);
+            if let Some(runtime) = &choice.container_runtime {
+                config = config.with_runtime(runtime.clone());
+            }
+            match waxell_sandbox::ContainerBackend::new(config).await {
+                Ok(backend) => {
+                    print!("{}", backend.report());
+                    0
+                }
+                Err(e) => {
+                    println!("container sandbox: UNAVAILABLE\n  {e}");
+                    1
+                }
+            }
+        }
+        #[cfg(not(feature = "container"))]
+        "docker" => {
+            println!("--backend docker needs waxell-sandbox built with the `container` feature");
+            1
+        }
+        _ => {
+            let report = LocalBackend::host_report(&LocalConfig::default());
+            print!("{report}");
+            if report.mode.is_some() {
+                0
+            } else {
+                1
+            }
+        }
+    }
+}
+
+/// The backend `--backend` names, with the same limits, pool and timeouts.
+async fn backend(args: &ServeArgs) -> Result<Arc<dyn SandboxBackend>, String> {
+    match args.choice.backend.as_str() {
+        #[cfg(feature = "container")]
+        "docker" => {
+            let mut config = waxell_sandbox::ContainerConfig::default()
+                .with_image(args.choice.image.clone())
                 .with_limits(limits(args))
                 .with_pool_size(args.pool_size)
                 .with_preload(args.preload.iter().cloned())
                 .with_run_timeout(Duration::from_secs(args.max_run_seconds.max(1)));
-            if let Some(runtime) = &args.container_runtime {
+            if let Some(runtime) = &args.choice.container_runtime {
                 config = config.with_runtime(runtime.clone());
             }
             let backend = waxell_sandbox::ContainerBackend::new(config)
                 .await
                 .map_err(|e| e.to_string())?;
-            report_languages(&args.image, backend.languages());
+            report_languages(&args.choice.image, backend.languages());
+            tracing::info!("{}", backend.report().summary());
             Ok(Arc::new(backend))
         }
         #[cfg(not(feature = "container"))]

@@ -1,6 +1,7 @@
 //! A sandbox's container: removed (force, which kills everything in it) with its scratch volumes when
 //! its guard drops, and what a process about to exit waits for so no container outlives it.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -18,13 +19,15 @@ pub struct ContainerGuard {
     /// The sandbox id (the container is named `waxell-<id>`).
     pub(super) name: String,
     pub(super) control: Control,
-    /// The scratch volumes mounted in it (`spec::scratch_volumes`).
+    /// The volumes mounted in it (`spec::sandbox_volumes`).
     pub(super) volumes: Vec<String>,
+    /// Under gVisor, the host file bound as its boot id.
+    pub(super) boot_id: Option<PathBuf>,
 }
 
 impl ContainerGuard {
     pub(super) async fn remove(&self) {
-        remove_sandbox(&self.docker, &self.id, &self.volumes).await;
+        remove_sandbox(&self.docker, Some(&self.id), &self.volumes, self.boot_id.as_deref()).await;
     }
 }
 
@@ -43,11 +46,12 @@ pub async fn removals_settled(limit: Duration) {
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
         let (docker, id, volumes) = (self.docker.clone(), self.id.clone(), self.volumes.clone());
+        let boot_id = self.boot_id.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 PENDING_REMOVALS.fetch_add(1, Ordering::SeqCst);
                 handle.spawn(async move {
-                    remove_sandbox(&docker, &id, &volumes).await;
+                    remove_sandbox(&docker, Some(&id), &volumes, boot_id.as_deref()).await;
                     PENDING_REMOVALS.fetch_sub(1, Ordering::SeqCst);
                 });
             }
@@ -55,7 +59,7 @@ impl Drop for ContainerGuard {
                 // Outside a runtime (e.g. dropped at exit): remove synchronously on a helper thread.
                 let _ = std::thread::spawn(move || {
                     if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        rt.block_on(remove_sandbox(&docker, &id, &volumes));
+                        rt.block_on(remove_sandbox(&docker, Some(&id), &volumes, boot_id.as_deref()));
                     }
                 })
                 .join();
@@ -64,11 +68,16 @@ impl Drop for ContainerGuard {
     }
 }
 
-/// The container `id`, then the volumes it mounted.
-pub(super) async fn remove_sandbox(docker: &Docker, id: &str, volumes: &[String]) {
-    remove_container(docker, id).await;
+/// The container `id` (if it was made), then the volumes and the host file it mounted.
+pub(super) async fn remove_sandbox(docker: &Docker, id: Option<&str>, volumes: &[String], boot_id: Option<&Path>) {
+    if let Some(id) = id {
+        remove_container(docker, id).await;
+    }
     for volume in volumes {
         remove_volume(docker, volume).await;
+    }
+    if let Some(file) = boot_id {
+        let _ = std::fs::remove_file(file);
     }
 }
 

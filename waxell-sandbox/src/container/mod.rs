@@ -20,6 +20,8 @@ mod engine;
 mod files;
 mod guard;
 mod probe;
+mod private_dir;
+mod report;
 mod seccomp;
 mod process;
 mod spec;
@@ -40,11 +42,12 @@ use crate::pool::Pooled;
 use crate::session::Session;
 pub use config::{ContainerConfig, ContainerOptions, DEFAULT_IMAGE};
 use engine::{api_error, Control, Endpoint};
-use guard::{remove_volume, ContainerGuard};
+use guard::{remove_sandbox, ContainerGuard};
 pub use crate::{ContainerBackend, ContainerSandbox};
 pub use guard::removals_settled;
+pub use report::ContainerReport;
 use files::Files;
-use spec::{container_spec, create_error, resolve_runtime, scratch_volumes, sweep_stale, USER};
+use spec::{container_spec, create_error, resolve_runtime, sandbox_volumes, sweep_stale, USER};
 
 
 /// What every container sandbox of one backend shares: the engine client and the configuration.
@@ -56,6 +59,9 @@ pub struct Container {
     podman: bool,
     /// Our syscall policy, as this engine takes it.
     seccomp: seccomp::SeccompOption,
+    /// Under gVisor, each sandbox's boot id file, bound over `/proc/sys/kernel/random/boot_id`
+    /// (runc refuses any mount inside `/proc`).
+    boot_ids: Option<private_dir::PrivateDir>,
     /// The languages the image has runtimes for (probed once per image, `probe.rs`).
     languages: Languages,
     /// When leftovers of dead host processes were last swept (see `create_started`).
@@ -91,13 +97,19 @@ impl Pooled<Container> {
         };
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
-        let seccomp = seccomp::SeccompOption::for_engine(podman, runtime_name == "runsc")?;
+        let gvisor = runtime_name == "runsc";
+        let seccomp = seccomp::SeccompOption::for_engine(podman, gvisor)?;
+        let boot_ids = gvisor
+            .then(|| private_dir::PrivateDir::new("boot-ids"))
+            .transpose()
+            .map_err(|e| SandboxError::Unavailable(format!("making a directory for the sandboxes' boot ids: {e}")))?;
         let mut container = Container {
             docker,
             config,
             runtime_name,
             podman,
             seccomp,
+            boot_ids,
             languages: Languages::python_only(),
             last_sweep: std::sync::Mutex::new(Instant::now()),
         };
@@ -109,6 +121,13 @@ impl Pooled<Container> {
     /// others, and what Python lacks if the image has no IPython or chart extractor.
     pub fn languages(&self) -> &Languages {
         &self.backend().languages
+    }
+
+    /// Which isolation layers and limits this backend has in force, and which only in part (per
+    /// engine and runtime): what `waxell-sandbox doctor --backend docker` prints.
+    pub fn report(&self) -> ContainerReport {
+        let backend = self.backend();
+        ContainerReport::build(backend.podman, &backend.runtime_name, &backend.config.limits, &backend.languages)
     }
 
     /// The OCI runtime isolating the code (`runc`, `crun`, `runsc`, ...).
@@ -132,7 +151,7 @@ impl Pooled<Container> {
             Err(e) => return Err(api_error("inspecting a sandbox container", e)),
         }
         let backend = self.backend();
-        for volume in scratch_volumes(&backend.config, sandbox_id, backend.gvisor()) {
+        for volume in sandbox_volumes(&backend.config, sandbox_id, backend.gvisor()) {
             match docker.inspect_volume(&volume.name).await {
                 Ok(_) => return Ok(true),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
@@ -148,6 +167,18 @@ impl Session<Container> {
     pub fn container_id(&self) -> &str {
         &self.shell().id
     }
+}
+
+/// Write a fresh boot id for sandbox `id` into `dir` (readable by the sandbox user, through the
+/// engine's bind mount); the path of the file.
+fn write_boot_id(dir: &private_dir::PrivateDir, id: &str) -> Result<std::path::PathBuf, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path().join(id);
+    naming::new_boot_id()
+        .and_then(|uuid| std::fs::write(&path, uuid + "\n"))
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")))?;
+    Ok(path)
 }
 
 impl Container {
@@ -183,13 +214,15 @@ impl Container {
         }
         let id = naming::new_sandbox_id();
         let name = format!("waxell-{id}");
-        let volumes = scratch_volumes(&inner.config, &id, inner.gvisor());
+        let boot_id = match &inner.boot_ids {
+            Some(dir) => Some(write_boot_id(dir, &id)?),
+            None => None,
+        };
+        let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor());
         let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
         let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
         if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
-            for volume in &names {
-                remove_volume(&inner.docker, volume).await;
-            }
+            remove_sandbox(&inner.docker, None, &names, boot_id.as_deref()).await;
             return Err(api_error("creating the sandbox's scratch volume", e));
         }
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -197,15 +230,20 @@ impl Container {
             .docker
             .create_container(
                 Some(options),
-                container_spec(&inner.config, &id, inner.podman, &inner.runtime_name, inner.seccomp.as_str()),
+                container_spec(
+                    &inner.config,
+                    &id,
+                    inner.podman,
+                    &inner.runtime_name,
+                    inner.seccomp.as_str(),
+                    boot_id.as_deref(),
+                ),
             )
             .await
         {
             Ok(created) => created,
             Err(e) => {
-                for volume in &names {
-                    remove_volume(&inner.docker, volume).await;
-                }
+                remove_sandbox(&inner.docker, None, &names, boot_id.as_deref()).await;
                 return Err(create_error(&inner.config, e));
             }
         };
@@ -217,6 +255,7 @@ impl Container {
             name: id,
             control,
             volumes: names,
+            boot_id,
         };
         inner
             .docker

@@ -10,11 +10,10 @@
 //! (no_new_privs, then `PR_SET_SECCOMP`; gVisor enforces guest seccomp filters) and then runs the
 //! exec's own Python source in the same interpreter; everything it starts inherits the filters.
 
-use std::path::PathBuf;
-
 use serde_json::{json, Value};
 use waxell::sandbox::SandboxError;
 
+use super::private_dir::PrivateDir;
 use crate::syscall_policy::{DENIED, ENOSYS, NAMESPACE_CLONE_FLAGS, TIOCSTI};
 
 /// Installs the BPF programs in `sys.argv[1]` (hex, comma-separated) on this process, then runs
@@ -106,7 +105,8 @@ fn guest_programs() -> Result<String, SandboxError> {
 /// Under gVisor, also the programs the shim installs in each exec ([`SeccompOption::wrap`]).
 pub(super) struct SeccompOption {
     option: String,
-    file: Option<PathBuf>,
+    /// Podman's copy of the profile, removed with this option.
+    _file: Option<PrivateDir>,
     guest: Option<String>,
 }
 
@@ -117,25 +117,17 @@ impl SeccompOption {
         if !podman {
             return Ok(Self {
                 option: format!("seccomp={profile}"),
-                file: None,
+                _file: None,
                 guest,
             });
         }
         let unavailable = |e: std::io::Error| SandboxError::Unavailable(format!("writing the seccomp profile: {e}"));
-        let dir = (0..100u32)
-            .map(|attempt| {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.subsec_nanos());
-                std::env::temp_dir().join(format!("waxell-seccomp-{}-{nanos}-{attempt}", std::process::id()))
-            })
-            .find(|dir| std::fs::create_dir(dir).is_ok())
-            .ok_or_else(|| unavailable(std::io::Error::other("no fresh directory in the temp dir")))?;
-        let path = dir.join("profile.json");
+        let dir = PrivateDir::new("seccomp").map_err(unavailable)?;
+        let path = dir.path().join("profile.json");
         std::fs::write(&path, profile).map_err(unavailable)?;
         Ok(Self {
             option: format!("seccomp={}", path.display()),
-            file: Some(dir),
+            _file: Some(dir),
             guest,
         })
     }
@@ -161,14 +153,6 @@ impl SeccompOption {
     /// The option, for `HostConfig::security_opt`.
     pub(super) fn as_str(&self) -> &str {
         &self.option
-    }
-}
-
-impl Drop for SeccompOption {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.file {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 

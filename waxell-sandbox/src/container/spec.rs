@@ -3,6 +3,7 @@
 //! dead host processes.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits, VolumeCreateRequest};
 use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
@@ -12,6 +13,7 @@ use waxell::sandbox::SandboxError;
 use super::engine::api_error;
 use super::guard::{remove_container, remove_volume};
 use super::config::ContainerConfig;
+use crate::config::MAX_PTYS;
 use crate::naming;
 use crate::paths::HOME_DIR;
 
@@ -29,6 +31,9 @@ pub(super) const USER: &str = "1000:1000";
 const METADATA_STORE_DIR: &str = "/var/lib/waxell/metadata";
 /// The metadata store's size: one page per file that carries metadata, so 16,384 of them.
 const METADATA_STORE_BYTES: u64 = 64 << 20;
+/// Under runc, the pseudo-terminals one sandbox may hold: its E2B terminals (at most
+/// `MAX_PTYS`, opened through the engine) and as many again opened by its code.
+pub(super) const MAX_TERMINALS: usize = 2 * MAX_PTYS;
 
 /// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
 /// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible
@@ -78,58 +83,67 @@ pub(super) async fn resolve_runtime(
     Ok(runtime.to_owned())
 }
 
-/// One of a sandbox's writable file systems (`/home/user`, `/tmp`, and under gVisor the metadata
-/// store): a named volume of the engine's `local` driver that is a tmpfs with a size and an inode
-/// cap, made before its container and removed after it. Not the engines' own tmpfs mounts: Podman's
-/// Docker API (4.x) rejects `nr_inodes` there and gVisor keeps those in its own memory, ignoring the
+/// One of a sandbox's volumes: a named volume of the engine's `local` driver, made before its
+/// container and removed after it, which the host mounts with options the engines' own mounts do
+/// not take. The writable file systems (`/home/user`, `/tmp`, and under gVisor the metadata
+/// store) are tmpfs volumes with a size and an inode cap: Podman's Docker API (4.x) rejects
+/// `nr_inodes` on its own tmpfs mounts, and gVisor keeps those in its own memory, ignoring the
 /// option; a volume is a tmpfs the host mounts, so every engine and runtime caps it alike (under
-/// gVisor it is reached through the gofer).
-pub(super) struct ScratchVolume {
+/// gVisor it is reached through the gofer). Under runc `/dev/pts` is a devpts volume with `max=`,
+/// so the sandbox's pseudo-terminals are a small share of the host-wide pool (`kernel.pty.max`).
+pub(super) struct SandboxVolume {
     pub(super) name: String,
     pub(super) target: &'static str,
+    /// Device nodes in it must open (Podman mounts volumes `nodev` unless told otherwise).
+    pub(super) devices: bool,
     pub(super) request: VolumeCreateRequest,
 }
 
-/// The sandbox `id`'s scratch volumes, named `waxell-<id>-home`, `waxell-<id>-tmp` and under
-/// gVisor `waxell-<id>-metadata`.
-pub(super) fn scratch_volumes(config: &ContainerConfig, id: &str, gvisor: bool) -> Vec<ScratchVolume> {
+/// The sandbox `id`'s volumes, named `waxell-<id>-home`, `waxell-<id>-tmp`, and under gVisor
+/// `waxell-<id>-metadata`, else `waxell-<id>-pts`.
+pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool) -> Vec<SandboxVolume> {
     let limits = &config.limits;
     let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
     let user = (uid, gid);
+    let volume = |suffix: &str, target: &'static str, fs: &str, options: String| SandboxVolume {
+        request: VolumeCreateRequest {
+            name: Some(format!("waxell-{id}-{suffix}")),
+            driver: Some("local".into()),
+            driver_opts: Some(HashMap::from([
+                ("type".to_owned(), fs.to_owned()),
+                ("device".to_owned(), fs.to_owned()),
+                ("o".to_owned(), options),
+            ])),
+            labels: Some(HashMap::from([(LABEL.to_owned(), id.to_owned())])),
+            ..Default::default()
+        },
+        name: format!("waxell-{id}-{suffix}"),
+        target,
+        devices: fs == "devpts",
+    };
     // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
     let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
-    let volume = |suffix: &str, target: &'static str, bytes: u64, inodes: u64, owner: (&str, &str)| {
-        let name = format!("waxell-{id}-{suffix}");
+    let tmpfs = |suffix: &str, target: &'static str, bytes: u64, inodes: u64, owner: (&str, &str)| {
         let options = format!(
-            "nosuid,nodev,nr_blocks={},nr_inodes={},mode=1777,uid={},gid={}",
+            "nosuid,nodev,nr_blocks={},nr_inodes={inodes},mode=1777,uid={},gid={}",
             pages(bytes),
-            inodes,
             owner.0,
             owner.1
         );
-        ScratchVolume {
-            request: VolumeCreateRequest {
-                name: Some(name.clone()),
-                driver: Some("local".into()),
-                driver_opts: Some(HashMap::from([
-                    ("type".to_owned(), "tmpfs".to_owned()),
-                    ("device".to_owned(), "tmpfs".to_owned()),
-                    ("o".to_owned(), options),
-                ])),
-                labels: Some(HashMap::from([(LABEL.to_owned(), id.to_owned())])),
-                ..Default::default()
-            },
-            name,
-            target,
-        }
+        volume(suffix, target, "tmpfs", options)
     };
     let mut volumes = vec![
-        volume("home", HOME_DIR, limits.scratch_bytes, limits.tmpfs_inodes, user),
-        volume("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
+        tmpfs("home", HOME_DIR, limits.scratch_bytes, limits.tmpfs_inodes, user),
+        tmpfs("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
     ];
     if gvisor {
+        // gVisor's pseudo-terminals are its own; the host's pool is never reached.
         let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
-        volumes.push(volume("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
+        volumes.push(tmpfs("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
+    } else {
+        // The engine's own devpts (as runc mounts it: gid 5 is `tty`) with a cap on its terminals.
+        let options = format!("nosuid,noexec,newinstance,ptmxmode=0666,mode=0620,gid=5,max={MAX_TERMINALS}");
+        volumes.push(volume("pts", "/dev/pts", "devpts", options));
     }
     volumes
 }
@@ -181,10 +195,18 @@ pub(super) fn container_spec(
     podman: bool,
     runtime: &str,
     seccomp: &str,
+    boot_id: Option<&Path>,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
     let gvisor = runtime == "runsc";
-    let mounts = scratch_volumes(config, id, gvisor)
+    // Podman mounts a volume `nodev` unless its bind says `dev`; Docker Engine takes mounts as they are.
+    let (device_volumes, volumes): (Vec<_>, Vec<_>) =
+        sandbox_volumes(config, id, gvisor).into_iter().partition(|v| v.devices && podman);
+    let binds: Vec<String> = device_volumes
+        .into_iter()
+        .map(|v| format!("{}:{}:dev", v.name, v.target))
+        .collect();
+    let mut mounts: Vec<Mount> = volumes
         .into_iter()
         .map(|volume| Mount {
             target: Some(volume.target.to_owned()),
@@ -193,6 +215,16 @@ pub(super) fn container_spec(
             ..Default::default()
         })
         .collect();
+    // The sandbox's own boot id (gVisor's /proc has none; runc refuses mounts inside /proc).
+    if let Some(file) = boot_id {
+        mounts.push(Mount {
+            target: Some("/proc/sys/kernel/random/boot_id".to_owned()),
+            source: Some(file.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     let ulimit = |name: &str, value: u64| ResourcesUlimits {
         name: Some(name.to_owned()),
         soft: Some(value as i64),
@@ -279,6 +311,7 @@ pub(super) fn container_spec(
                 ulimit("sigpending", limits.pending_signals),
             ]),
             mounts: Some(mounts),
+            binds: (!binds.is_empty()).then_some(binds),
             shm_size: Some(16 << 20),
             ipc_mode: Some("private".into()),
             // Podman ignores it (see `resolve_runtime`); Docker needs it.

@@ -11,7 +11,7 @@
 mod capabilities;
 mod config;
 
-pub use capabilities::{Check, Feature, HostReport, IsolationMode, Status};
+pub use capabilities::{HostReport, IsolationMode};
 pub use config::{LocalConfig, LocalOptions};
 
 linux_only! {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use waxell::sandbox::{Execution, RunOptions, SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
-use waxell_sandbox::Limits;
+use waxell_sandbox::{Feature, Limits, Status};
 
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -30,6 +30,10 @@ pub trait Harness: Send + Sync {
     /// Why this backend cannot be tested on this host (no container engine configured), if so.
     fn unavailable(&self) -> Option<String> {
         None
+    }
+    /// What this backend's report says of `feature` (the container backend's; `None` elsewhere).
+    fn reported(&self, _feature: Feature) -> BoxFut<'_, Option<Status>> {
+        Box::pin(async { None })
     }
 }
 
@@ -453,7 +457,9 @@ pub async fn fork_bomb_is_contained(h: &dyn Harness) {
     );
     if h.kind() == Kind::Runsc {
         // Under gVisor the bomb can take the whole sandbox down (its sentry shares the host pids
-        // cgroup): reported as a dead interpreter, and the sandbox then says it is gone.
+        // cgroup): reported as a dead interpreter, and the sandbox then says it is gone. The
+        // backend's report says the process limit holds only in part.
+        assert_eq!(h.reported(Feature::ProcessLimit).await, Some(Status::Partial));
         assert!(
             ["TimeoutError", "KernelDied"].contains(&error.name.as_str()),
             "{error:?}"
@@ -559,7 +565,8 @@ pub async fn output_flood_is_truncated_and_sigint_ignorers_are_killed(h: &dyn Ha
 /// The host-wide kernel pools and the namespace calls are refused by the one policy
 /// (`syscall_policy`) on the local backend and under runc: AIO contexts (`fs.aio-max-nr`), keys,
 /// POSIX message queues, new user namespaces through `unshare` and `clone`, also through the 32-bit
-/// `int 0x80` entry; and the scheduling priority cannot be raised. Under gVisor the same policy
+/// `int 0x80` entry; and the scheduling priority cannot be raised. Pseudo-terminals come from a
+/// small share of the host's pool (none the code opens locally; 16 under runc). Under gVisor the same policy
 /// holds in the kernels (runsc applies the engine's profile to pid 1 only: each exec installs it
 /// itself), the 32-bit entry does not exist, and the host's AIO pool stays untouched.
 pub async fn host_wide_pools_namespaces_and_priority_are_refused(h: &dyn Harness) {
@@ -607,13 +614,53 @@ try:
     result["nice_raise"] = "OK"
 except OSError as e:
     result["nice_raise"] = errno.errorcode.get(e.errno, str(e.errno))
+# Pseudo-terminals, held open until the host has read its pool's use.
+held_ptys = []
+try:
+    for _ in range(64):
+        held_ptys.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    result["ptys"] = [len(held_ptys), "OK"]
+except OSError as e:
+    result["ptys"] = [len(held_ptys), errno.errorcode.get(e.errno, str(e.errno))]
 "#,
     )
     .await;
     let aio_after = std::fs::read_to_string("/proc/sys/fs/aio-nr").unwrap_or_default();
+    let ptys_in_use = std::fs::read_to_string("/proc/sys/kernel/pty/nr")
+        .ok()
+        .and_then(|n| n.trim().parse::<i64>().ok());
+    eval(sandbox.as_ref(), "[os.close(fd) for fd in held_ptys]\n1").await;
+    let ptys_after = std::fs::read_to_string("/proc/sys/kernel/pty/nr")
+        .ok()
+        .and_then(|n| n.trim().parse::<i64>().ok());
+    match h.kind() {
+        // The local sandbox has no /dev/ptmx: its terminals come from the host (at most 8).
+        Kind::Local => assert_eq!(result["ptys"], serde_json::json!([0, "ENOENT"]), "{result}"),
+        // Under runc its own devpts instance holds at most 16 (E2B terminals and the code's own).
+        Kind::Runc => {
+            assert_eq!(result["ptys"][1], "ENOSPC", "{result}");
+            let held = result["ptys"][0].as_i64().unwrap_or(-1);
+            assert!((1..=16).contains(&held), "{result}");
+        }
+        Kind::Runsc => {
+            // gVisor's terminals are its own: 64 open in the sandbox, and the host's pool (other
+            // tests may open a few at the same time) did not grow by them.
+            assert_eq!(result["ptys"], serde_json::json!([64, "OK"]), "{result}");
+            if let (Some(open), Some(closed)) = (ptys_in_use, ptys_after) {
+                assert!(
+                    open - closed < 32,
+                    "the host's pty pool grew by {} with the sandbox's",
+                    open - closed
+                );
+            }
+        }
+    }
     if h.kind() == Kind::Runsc {
         // gVisor's own AIO never reaches the host's pool, policy or not.
         assert_eq!(aio_before, aio_after, "the host's aio-nr moved: {result}");
+    }
+    if h.kind() != Kind::Local {
+        assert_eq!(h.reported(Feature::KernelPools).await, Some(Status::Enforced));
     }
     assert_eq!(result["io_setup"], "ENOSYS", "{result}");
     assert_eq!(result["add_key"], "EPERM", "{result}");
@@ -668,6 +715,7 @@ for root in ("/home/user/flood", "/tmp/flood"):
 /// the interpreter is not a host process: there the limit is named instead.
 pub async fn forged_protocol_frames_are_not_believed(h: &dyn Harness) {
     if h.kind() == Kind::Runsc {
+        assert_eq!(h.reported(Feature::KernelProtocol).await, Some(Status::Partial));
         return eprintln!(
             "limit not enforced on this backend: under gVisor the interpreter is not a host process, so a forged \
              `done` frame is believed (docs/container-sandbox.md)"
