@@ -146,6 +146,15 @@ def terminal(sbx):
     check("the new size holds", "30 100" in text, text)
     check("exit ends the terminal", result.exit_code == 0, result)
 
+    # A resize is in force when the call returns: a program started right after reads the new size
+    # (Podman's own resize is applied later by conmon).
+    term = sbx.pty.create(PtySize(rows=24, cols=80))
+    sbx.pty.resize(term.pid, PtySize(rows=40, cols=120))
+    sbx.pty.send_stdin(term.pid, b"stty size; exit 0\n")
+    sized = bytearray()
+    term.wait(on_pty=lambda data: sized.extend(data))
+    check("a resize is in force when it returns", "40 120" in sized.decode(errors="replace"), bytes(sized))
+
     term = sbx.pty.create(PtySize(rows=24, cols=80))
     check("a terminal can be killed", sbx.pty.kill(term.pid) is True)
     e = expect_exit(term.wait)

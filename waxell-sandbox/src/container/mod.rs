@@ -348,10 +348,10 @@ impl Backend for Container {
         }
         // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage):
         // there a relay in the sandbox makes the terminal. Docker Engine with runsc has terminals.
-        let terminals = if self.podman && self.gvisor() {
-            process::Terminals::Relay
-        } else {
-            process::Terminals::Engine
+        let terminals = match (self.podman, self.gvisor()) {
+            (true, true) => process::Terminals::Relay,
+            (true, false) => process::Terminals::EngineResizedLater,
+            (false, _) => process::Terminals::Engine,
         };
         process::start(
             &self.docker,

@@ -41,6 +41,9 @@ const PTY_RELAY: &str = include_str!("ptyrelay.py");
 pub(crate) enum Terminals {
     /// The engine's own (`Tty` on the exec).
     Engine,
+    /// The engine's own, whose resize the engine only queues (Podman: conmon applies it later, so
+    /// a program started right after could read the old size): the resizer then sets it too.
+    EngineResizedLater,
     /// A relay in the sandbox (`ptyrelay.py`), in a plain exec.
     Relay,
 }
@@ -157,7 +160,9 @@ pub(crate) async fn start(
             last_signal,
             input: Mutex::new(Some(input).filter(|_| with_stdin)),
             tty: pty,
-            relay: relay.then(|| (container.to_owned(), user.to_owned())),
+            resizer: (relay || terminals == Terminals::EngineResizedLater)
+                .then(|| (container.to_owned(), user.to_owned())),
+            relay,
         }),
     })
 }
@@ -276,13 +281,17 @@ struct ExecControl {
     input: Mutex<Option<Pin<Box<dyn AsyncWrite + Send>>>>,
     /// Held while the process runs.
     tty: Option<PtyPermit>,
-    /// The container and user of a relayed terminal (resized by an exec of the relay's resizer).
-    relay: Option<(String, String)>,
+    /// The container and user the in-sandbox resizer runs as: for a relayed terminal, and for an
+    /// engine's terminal that the engine resizes later.
+    resizer: Option<(String, String)>,
+    /// The terminal is the relay's: the engine has none to resize.
+    relay: bool,
 }
 
 impl ExecControl {
-    /// Resize a relayed terminal: an exec of the resizer on the program's terminal.
-    async fn resize_relayed(&self, container: &str, user: &str, size: PtySize) -> Result<(), SandboxError> {
+    /// Resize the program's terminal from inside the sandbox: an exec of the relay's resizer, done
+    /// when it returns.
+    async fn resize_in_sandbox(&self, container: &str, user: &str, size: PtySize) -> Result<(), SandboxError> {
         let pid = self.pid.load(Ordering::Acquire);
         if pid <= 1 {
             return Err(SandboxError::Other("the terminal has not started yet".into()));
@@ -380,9 +389,12 @@ impl ProcessControl for ExecControl {
                 "the process has no terminal to resize (start it with a PTY)".into(),
             ));
         }
-        match &self.relay {
-            Some((container, user)) => self.resize_relayed(container, user, size).await,
-            None => resize(&self.docker, &self.exec_id, size).await,
+        if !self.relay {
+            resize(&self.docker, &self.exec_id, size).await?;
+        }
+        match &self.resizer {
+            Some((container, user)) => self.resize_in_sandbox(container, user, size).await,
+            None => Ok(()),
         }
     }
 }

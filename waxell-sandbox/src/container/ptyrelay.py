@@ -5,7 +5,9 @@
 # prints the program's pid as its first line, then relays its stdin to the terminal and the
 # terminal to its stdout until the program exits (and the output it left is read), and exits as
 # the program did (128 + the signal that killed it). `SOURCE resize <pid> <rows> <cols>` resizes the
-# terminal of that program (its stdin, else stdout or stderr) and sends its relay SIGUSR1, on which
+# terminal of that program (its stdin, else stdout or stderr): after Podman's own resize of an
+# engine's terminal, which conmon applies only later, so the size is in force once it returns; and
+# for a relayed program, whose relay it then sends SIGUSR1, on which
 # the relay sends SIGWINCH to the process groups of the terminal's session: gVisor neither sends it
 # on a resize nor tells which group is in the foreground, so the background jobs get it too (by
 # default they ignore it).
@@ -99,11 +101,14 @@ def resize(pid, rows, cols):
             fcntl.ioctl(tty, termios.TIOCSWINSZ, winsize(rows, cols))
         finally:
             os.close(tty)
+        # A relayed program's parent is its relay, which copies the new size to its own terminal.
+        # An engine's terminal has none (the parent, outside the sandbox's pid namespace, reads as 0).
         with open(f"/proc/{pid}/stat") as f:
             relay_pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{relay_pid}/cmdline", "rb") as f:
-            if b"\0relay\0" in f.read():
-                os.kill(relay_pid, signal.SIGUSR1)
+        if relay_pid > 0:
+            with open(f"/proc/{relay_pid}/cmdline", "rb") as f:
+                if b"\0relay\0" in f.read():
+                    os.kill(relay_pid, signal.SIGUSR1)
         return
     sys.exit(f"process {pid} has no terminal to resize")
 
