@@ -671,6 +671,55 @@ except OSError as e:
     assert_ne!(result["nice_raise"], "OK", "{result}");
 }
 
+/// Kernel buffers the code fills (unix socket queues, in many processes) count against the
+/// sandbox's memory: past the limit the run ends as out of memory or the sends fail, and the
+/// sandbox keeps working. Under gVisor the buffers are the sentry's, seen by the guest's own
+/// accounting, so pid 1's OOM killer acts before the container's cap ends the whole sandbox.
+pub async fn socket_buffer_floods_are_held_by_the_memory_limit(h: &dyn Harness) {
+    let backend = h
+        .backend(Limits::default().with_memory_bytes(256 << 20), None)
+        .await;
+    let sandbox = create(backend.as_ref()).await;
+    // 24 processes, each filling socket pairs until its descriptors run out (about 25 MiB each
+    // at the default 256 files): well past 256 MiB if nothing counted them.
+    let flood = r#"
+import os, socket, time
+def flood():
+    pairs = []
+    try:
+        while True:
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            pairs.append((a, b))
+            while True:
+                a.send(b"x" * 65536)
+    except OSError:
+        time.sleep(15)
+for _ in range(24):
+    if os.fork() == 0:
+        flood()
+        os._exit(0)
+time.sleep(8)
+"done""#;
+    let execution = sandbox
+        .run_code(
+            flood,
+            &RunOptions::default().with_timeout(Duration::from_secs(20)),
+        )
+        .await
+        .expect("the flood's run answers");
+    match &execution.error {
+        Some(error) => assert_eq!(error.name, "OutOfMemory", "{error:?}"),
+        None => assert_eq!(execution.text(), Some("done"), "{execution:?}"),
+    }
+    eprintln!("{:?}: {:?}", h.kind(), execution.error.as_ref().map(|e| &e.name));
+    assert_eq!(
+        eval(sandbox.as_ref(), "1 + 1").await,
+        "2",
+        "the sandbox still answers"
+    );
+}
+
 /// Every writable tmpfs (the home directory, `/tmp`) has an inode cap: a flood of empty files
 /// ends with ENOSPC at the cap, quickly, and the sandbox keeps working.
 pub async fn tmpfs_inode_floods_hit_the_cap(h: &dyn Harness) {
@@ -775,6 +824,7 @@ macro_rules! backend_suite {
                 output_flood_is_truncated_and_sigint_ignorers_are_killed,
                 host_wide_pools_namespaces_and_priority_are_refused,
                 tmpfs_inode_floods_hit_the_cap,
+                socket_buffer_floods_are_held_by_the_memory_limit,
                 forged_protocol_frames_are_not_believed
             );
         }
