@@ -151,7 +151,7 @@ impl Pooled<Container> {
             Err(e) => return Err(api_error("inspecting a sandbox container", e)),
         }
         let backend = self.backend();
-        for volume in sandbox_volumes(&backend.config, sandbox_id, backend.gvisor()) {
+        for volume in sandbox_volumes(&backend.config, sandbox_id, backend.gvisor(), backend.podman) {
             match docker.inspect_volume(&volume.name).await {
                 Ok(_) => return Ok(true),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
@@ -218,7 +218,7 @@ impl Container {
             Some(dir) => Some(write_boot_id(dir, &id)?),
             None => None,
         };
-        let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor());
+        let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor(), inner.podman);
         let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
         let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
         if let Some(Err(e)) = made.into_iter().find(Result::is_err) {

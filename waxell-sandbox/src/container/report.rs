@@ -137,19 +137,33 @@ impl ContainerReport {
             Status::Enforced,
             format!("RLIMIT_FSIZE {} MiB", mib(limits.max_file_bytes)),
         );
-        push(
-            Feature::KernelPools,
-            Status::Enforced,
-            if gvisor {
+        if gvisor {
+            push(
+                Feature::KernelPools,
+                Status::Enforced,
                 "gVisor's own AIO, keys, message queues and pseudo-terminals: the host's pools are never reached"
-                    .into()
-            } else {
+                    .into(),
+            );
+        } else if podman {
+            push(
+                Feature::KernelPools,
+                Status::Partial,
+                "AIO answered ENOSYS, keys and message queues refused; but pseudo-terminals come from the host's \
+                 shared pool (kernel.pty.max less its reserve): Podman mounts its own devpts at /dev/pts, over a \
+                 capped one in no fixed order, so code can open them until the pool is empty (Docker Engine, or \
+                 runsc, holds them)"
+                    .into(),
+            );
+        } else {
+            push(
+                Feature::KernelPools,
+                Status::Enforced,
                 format!(
                     "AIO answered ENOSYS, keys and message queues refused, at most {MAX_TERMINALS} pseudo-terminals \
                      (a devpts volume with max=)"
-                )
-            },
-        );
+                ),
+            );
+        }
         if gvisor {
             push(
                 Feature::KernelProtocol,
@@ -265,6 +279,9 @@ mod tests {
         }
         assert!(runc.check(Feature::KernelPools).unwrap().detail.contains("16 pseudo-terminals"));
         assert_eq!(runc.summary(), "container sandbox, Docker Engine with runc");
+
+        let podman_runc = ContainerReport::build(true, "runc", &limits, &languages);
+        assert_eq!(podman_runc.check(Feature::KernelPools).unwrap().status, Status::Partial);
 
         let runsc = ContainerReport::build(true, "runsc", &limits, &languages);
         let partial: Vec<Feature> = runsc

@@ -89,19 +89,19 @@ pub(super) async fn resolve_runtime(
 /// store) are tmpfs volumes with a size and an inode cap: Podman's Docker API (4.x) rejects
 /// `nr_inodes` on its own tmpfs mounts, and gVisor keeps those in its own memory, ignoring the
 /// option; a volume is a tmpfs the host mounts, so every engine and runtime caps it alike (under
-/// gVisor it is reached through the gofer). Under runc `/dev/pts` is a devpts volume with `max=`,
-/// so the sandbox's pseudo-terminals are a small share of the host-wide pool (`kernel.pty.max`).
+/// gVisor it is reached through the gofer). Under Docker Engine with runc `/dev/pts` is a devpts
+/// volume with `max=`, so the sandbox's pseudo-terminals are a small share of the host-wide pool
+/// (`kernel.pty.max`). Podman mounts its own devpts at `/dev/pts` as well, over or under the volume
+/// in no fixed order, so there the cap cannot be relied on (the report says so).
 pub(super) struct SandboxVolume {
     pub(super) name: String,
     pub(super) target: &'static str,
-    /// Device nodes in it must open (Podman mounts volumes `nodev` unless told otherwise).
-    pub(super) devices: bool,
     pub(super) request: VolumeCreateRequest,
 }
 
 /// The sandbox `id`'s volumes, named `waxell-<id>-home`, `waxell-<id>-tmp`, and under gVisor
-/// `waxell-<id>-metadata`, else `waxell-<id>-pts`.
-pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool) -> Vec<SandboxVolume> {
+/// `waxell-<id>-metadata`; with Docker Engine and runc `waxell-<id>-pts`.
+pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, podman: bool) -> Vec<SandboxVolume> {
     let limits = &config.limits;
     let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
     let user = (uid, gid);
@@ -119,7 +119,6 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool) 
         },
         name: format!("waxell-{id}-{suffix}"),
         target,
-        devices: fs == "devpts",
     };
     // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
     let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
@@ -140,7 +139,7 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool) 
         // gVisor's pseudo-terminals are its own; the host's pool is never reached.
         let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
         volumes.push(tmpfs("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
-    } else {
+    } else if !podman {
         // The engine's own devpts (as runc mounts it: gid 5 is `tty`) with a cap on its terminals.
         let options = format!("nosuid,noexec,newinstance,ptmxmode=0666,mode=0620,gid=5,max={MAX_TERMINALS}");
         volumes.push(volume("pts", "/dev/pts", "devpts", options));
@@ -199,14 +198,7 @@ pub(super) fn container_spec(
 ) -> ContainerCreateBody {
     let limits = &config.limits;
     let gvisor = runtime == "runsc";
-    // Podman mounts a volume `nodev` unless its bind says `dev`; Docker Engine takes mounts as they are.
-    let (device_volumes, volumes): (Vec<_>, Vec<_>) =
-        sandbox_volumes(config, id, gvisor).into_iter().partition(|v| v.devices && podman);
-    let binds: Vec<String> = device_volumes
-        .into_iter()
-        .map(|v| format!("{}:{}:dev", v.name, v.target))
-        .collect();
-    let mut mounts: Vec<Mount> = volumes
+    let mut mounts: Vec<Mount> = sandbox_volumes(config, id, gvisor, podman)
         .into_iter()
         .map(|volume| Mount {
             target: Some(volume.target.to_owned()),
@@ -311,7 +303,6 @@ pub(super) fn container_spec(
                 ulimit("sigpending", limits.pending_signals),
             ]),
             mounts: Some(mounts),
-            binds: (!binds.is_empty()).then_some(binds),
             shm_size: Some(16 << 20),
             ipc_mode: Some("private".into()),
             // Podman ignores it (see `resolve_runtime`); Docker needs it.
