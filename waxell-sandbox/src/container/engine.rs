@@ -223,6 +223,10 @@ impl ProcessControl for ContainerExec {
         self.signal(2)
     }
 
+    async fn signals_delivered(&self) {
+        self.control.delivered(Duration::from_secs(2)).await;
+    }
+
     fn on_ready(&mut self, ready: &ReadyInfo) {
         self.pid = Some(ready.pid);
         self.request_fd = Some(ready.request_fd);
@@ -313,6 +317,9 @@ impl ContainerExec {
 #[derive(Clone)]
 pub(crate) struct Control {
     requests: Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>,
+    /// Requests queued, and pid 1's answers (one newline each, once carried out).
+    sent: Arc<std::sync::atomic::AtomicU64>,
+    answered: Option<tokio::sync::watch::Receiver<u64>>,
     /// Becomes true when pid 1's attach stream ends: the container is gone (under gVisor a fork or
     /// memory bomb ends the whole sandbox, and an exec's stream is then not always closed).
     gone: Option<tokio::sync::watch::Receiver<bool>>,
@@ -324,6 +331,7 @@ impl Control {
     pub(crate) async fn attach(docker: &Docker, container: &str) -> Self {
         let options = bollard::query_parameters::AttachContainerOptionsBuilder::new()
             .stdin(true)
+            .stdout(true)
             .stream(true)
             .build();
         let attached = match docker.attach_container(container, Some(options)).await {
@@ -332,12 +340,15 @@ impl Control {
                 tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
                 return Self {
                     requests: None,
+                    sent: Arc::default(),
+                    answered: None,
                     gone: None,
                 };
             }
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(i32, u32)>();
         let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
+        let (answered_tx, answered_rx) = tokio::sync::watch::channel(0u64);
         let mut input = attached.input;
         let mut output = attached.output;
         tokio::spawn(async move {
@@ -354,21 +365,44 @@ impl Control {
                             requests_open = false;
                         }
                     }
-                    // Nothing is attached but stdin: this ends when pid 1 exits, i.e. the container stops.
-                    item = output.next() => if matches!(item, None | Some(Err(_))) { break },
+                    // pid 1's answers; the stream ends when pid 1 exits, i.e. the container stops.
+                    item = output.next() => match item {
+                        Some(Ok(LogOutput::StdOut { message })) => {
+                            let lines = message.iter().filter(|b| **b == b'\n').count() as u64;
+                            answered_tx.send_modify(|n| *n += lines);
+                        }
+                        Some(Ok(_)) => {}
+                        None | Some(Err(_)) => break,
+                    },
                 }
             }
             let _ = gone_tx.send(true);
         });
         Self {
             requests: Some(tx),
+            sent: Arc::default(),
+            answered: Some(answered_rx),
             gone: Some(gone_rx),
         }
     }
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
     pub(crate) fn send(&self, signal: i32, pid: u32) -> bool {
-        self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok())
+        let queued = self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok());
+        if queued {
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        queued
+    }
+
+    /// Wait until pid 1 has carried out every request queued so far, at most `limit` (it is gone,
+    /// or swamped: the next cell then starts anyway).
+    pub(crate) async fn delivered(&self, limit: Duration) {
+        let Some(mut answered) = self.answered.clone() else { return };
+        let sent = self.sent.load(std::sync::atomic::Ordering::Acquire);
+        if tokio::time::timeout(limit, answered.wait_for(|n| *n >= sent)).await.is_err() {
+            tracing::warn!("the sandbox's pid 1 did not confirm its signals within {limit:?}");
+        }
     }
 
     /// Whether pid 1's stream has already ended, i.e. the container stopped.

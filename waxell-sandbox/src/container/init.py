@@ -1,5 +1,6 @@
 # pid 1 of a sandbox container: reaps orphans, exits on SIGTERM/SIGINT or when the host lets go of
-# its stdin, and signals kernels on the host's behalf. Commands arrive on stdin (the container's attached stdin) as "<signal> <pid>\n".
+# its stdin, and signals kernels on the host's behalf. Commands arrive on stdin (the container's attached stdin) as "<signal> <pid>\n";
+# each one carried out is answered with a newline on stdout.
 # Signalling from here needs no new process, so it works when the code exhausted the pids limit
 # (an exec could not even start then). SIGKILL takes the kernel's process group and descendants,
 # repeated until none is left: a fork bomb's orphans are reparented here but keep their group.
@@ -150,12 +151,12 @@ while True:
             sig, pid = (int(x) for x in line.split())
         except ValueError:
             continue
-        if pid <= 1:
-            continue
-        if sig == signal.SIGKILL:
+        if pid > 1 and sig == signal.SIGKILL:
             kill_tree(pid)
-        else:
+        elif pid > 1:
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
+        # One line per request carried out: the host waits for it before the next cell.
+        os.write(1, b"\n")

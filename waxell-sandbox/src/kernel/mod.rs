@@ -91,6 +91,10 @@ pub(crate) trait ProcessControl: Send + Sync {
     async fn exit_info(&mut self, stderr_tail: &str) -> ExitInfo;
     /// Interrupt the running cell (SIGINT: KeyboardInterrupt, the state survives).
     fn interrupt(&self) -> io::Result<()>;
+    /// Wait (briefly) until every signal sent so far has reached the kernel: one sent through a
+    /// relay (a container's pid 1) could otherwise land in the next cell, after the cell it was
+    /// meant for ended by itself.
+    async fn signals_delivered(&self) {}
     /// Whether the interpreter's main thread is idle between cells (a `done` is only believed
     /// then); `true` when the backend cannot tell.
     fn main_thread_idle(&self) -> bool {

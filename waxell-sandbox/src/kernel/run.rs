@@ -201,6 +201,8 @@ impl KernelProcess {
         // Unguessable: a frame cell code writes for a later run cannot name it.
         let id = unguessable_id();
         let oom_before = cgroup.oom_kills();
+        // An interrupt for the last cell, relayed and still on its way, must not hit this one.
+        self.process.signals_delivered().await;
         let mut execution = Execution::default();
         let mut truncated = false;
         let mut received = 0usize;
