@@ -97,7 +97,7 @@ impl Pooled<Container> {
         };
         let runtime_name = resolve_runtime(&docker, config.runtime.as_deref(), podman).await?;
         sweep_stale(&docker).await;
-        let gvisor = runtime_name == "runsc";
+        let gvisor = spec::is_gvisor(&runtime_name);
         let seccomp = seccomp::SeccompOption::for_engine(podman, gvisor)?;
         let boot_ids = gvisor
             .then(|| private_dir::PrivateDir::new("boot-ids"))
@@ -182,9 +182,9 @@ fn write_boot_id(dir: &private_dir::PrivateDir, id: &str) -> Result<std::path::P
 }
 
 impl Container {
-    /// Whether gVisor isolates the code (it differs in memory accounting, terminals and metadata).
+    /// Whether gVisor isolates the code.
     fn gvisor(&self) -> bool {
-        self.runtime_name == "runsc"
+        spec::is_gvisor(&self.runtime_name)
     }
 
     /// File operations in `container`.

@@ -24,7 +24,7 @@ pub struct ContainerReport {
 
 impl ContainerReport {
     pub(super) fn build(podman: bool, runtime: &str, limits: &Limits, languages: &Languages) -> Self {
-        let gvisor = runtime == "runsc";
+        let gvisor = super::spec::is_gvisor(runtime);
         let mib = |bytes: u64| bytes >> 20;
         let mut checks = Vec::new();
         let mut push = |feature, status, detail: String| {

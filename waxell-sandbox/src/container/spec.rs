@@ -31,9 +31,15 @@ pub(super) const USER: &str = "1000:1000";
 const METADATA_STORE_DIR: &str = "/var/lib/waxell/metadata";
 /// The metadata store's size: one page per file that carries metadata, so 16,384 of them.
 const METADATA_STORE_BYTES: u64 = 64 << 20;
-/// Under runc, the pseudo-terminals one sandbox may hold: its E2B terminals (at most
+/// With Docker Engine and runc, the pseudo-terminals one sandbox may hold: its E2B terminals (at most
 /// `MAX_PTYS`, opened through the engine) and as many again opened by its code.
 pub(super) const MAX_TERMINALS: usize = 2 * MAX_PTYS;
+
+/// Whether `runtime` (a name as `resolve_runtime` gives it) is gVisor's, which differs in memory
+/// accounting, terminals, metadata and boot ids.
+pub(super) fn is_gvisor(runtime: &str) -> bool {
+    runtime == "runsc"
+}
 
 /// Resolve which runtime will isolate the code, or say what is missing. Docker honours the
 /// per-container `HostConfig.Runtime` for any runtime it lists in `/info`; Podman's Docker-compatible
@@ -105,9 +111,11 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, 
     let limits = &config.limits;
     let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
     let user = (uid, gid);
-    let volume = |suffix: &str, target: &'static str, fs: &str, options: String| SandboxVolume {
-        request: VolumeCreateRequest {
-            name: Some(format!("waxell-{id}-{suffix}")),
+    let volume = |suffix: &str, target: &'static str, fs: &str, options: String| {
+        let name = format!("waxell-{id}-{suffix}");
+        SandboxVolume {
+            request: VolumeCreateRequest {
+                name: Some(name.clone()),
             driver: Some("local".into()),
             driver_opts: Some(HashMap::from([
                 ("type".to_owned(), fs.to_owned()),
@@ -117,8 +125,9 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, 
             labels: Some(HashMap::from([(LABEL.to_owned(), id.to_owned())])),
             ..Default::default()
         },
-        name: format!("waxell-{id}-{suffix}"),
+        name,
         target,
+    }
     };
     // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
     let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
@@ -136,7 +145,8 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, 
         tmpfs("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
     ];
     if gvisor {
-        // gVisor's pseudo-terminals are its own; the host's pool is never reached.
+        // Metadata cannot be an extended attribute there (see METADATA_STORE_DIR). gVisor's
+        // pseudo-terminals are its own, so the host's pool needs no cap.
         let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
         volumes.push(tmpfs("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
     } else if !podman {
@@ -197,7 +207,7 @@ pub(super) fn container_spec(
     boot_id: Option<&Path>,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
-    let gvisor = runtime == "runsc";
+    let gvisor = is_gvisor(runtime);
     let mut mounts: Vec<Mount> = sandbox_volumes(config, id, gvisor, podman)
         .into_iter()
         .map(|volume| Mount {
