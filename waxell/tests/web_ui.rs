@@ -833,3 +833,90 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
     ui.shutdown();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The receiver answers once a request is queued for the store's writer: what it answered is read back at
+/// once (a read waits for the writer), and is in the store after a stop that came right after the answers.
+#[test]
+fn answered_spans_are_read_back_at_once_and_kept_by_a_stop_right_after() {
+    use prost::Message as _;
+    let base = waxell_ui_nanos() as u64 - 1_000_000_000;
+    // Runs of 2,000 spans: the writer takes a while over each, so a read that did not wait would miss it.
+    const SPANS: u64 = 2_000;
+    let body = |trace: u8| {
+        let spans = (1..=SPANS)
+            .map(|id| Span {
+                trace_id: vec![trace; 16],
+                span_id: id.to_be_bytes().to_vec(),
+                parent_span_id: if id == 1 {
+                    Vec::new()
+                } else {
+                    1u64.to_be_bytes().to_vec()
+                },
+                name: format!("span {id}"),
+                start_time_unix_nano: base + id,
+                end_time_unix_nano: base + id + 10,
+                ..Default::default()
+            })
+            .collect();
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let dir = temp_dir("queued");
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let traces = format!("{}/v1/traces", ui.otlp_endpoint().unwrap());
+    let base_url = ui.base_url();
+    // Four exporters at once, three runs each.
+    std::thread::scope(|scope| {
+        for exporter in 0..4u8 {
+            let (traces, base_url) = (&traces, &base_url);
+            scope.spawn(move || {
+                let client = client();
+                for i in 0..3u8 {
+                    let trace = 0x10 + exporter * 10 + i;
+                    let response = client
+                        .post(traces)
+                        .header("content-type", "application/x-protobuf")
+                        .body(body(trace))
+                        .send()
+                        .unwrap();
+                    assert_eq!(response.status(), 200);
+                    let run = get_json(&format!(
+                        "{base_url}/api/runs/{}",
+                        format!("{trace:02x}").repeat(16)
+                    ));
+                    assert_eq!(
+                        run["run"]["spans"], SPANS,
+                        "run {trace:02x} read right after its answer"
+                    );
+                }
+            });
+        }
+    });
+    // The last ones again, with no read after them, then a stop at once.
+    for trace in [0x10u8, 0x11] {
+        let response = client()
+            .post(&traces)
+            .header("content-type", "application/x-protobuf")
+            .body(body(trace + 0x80))
+            .send()
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    ui.shutdown();
+    let ui = UiServer::start(options(&dir)).unwrap();
+    let status = get_json(&format!("{}/api/status", ui.base_url()));
+    assert_eq!(
+        (status["runs"].as_u64(), status["spans"].as_u64()),
+        (Some(14), Some(14 * SPANS))
+    );
+    ui.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}

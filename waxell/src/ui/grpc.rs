@@ -12,10 +12,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 
 use super::http::Security;
-use super::store::Store;
+use super::ingest::Ingest;
+use super::store::Prepared;
 
 struct Receiver {
-    store: Arc<Store>,
+    ingest: Arc<Ingest>,
     security: Arc<Security>,
 }
 
@@ -39,12 +40,13 @@ impl TraceService for Receiver {
             }
         }
         let request = request.into_inner();
-        let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || store.ingest_otlp(std::slice::from_ref(&request), None))
-            .await
-        {
-            Ok(Ok(_)) => Ok(tonic::Response::new(ExportTraceServiceResponse::default())),
-            Ok(Err(e)) => Err(tonic::Status::unavailable(e.to_string())),
+        // Made ready here; answered once queued for the store's writer.
+        match tokio::task::spawn_blocking(move || Prepared::from_otlp(std::slice::from_ref(&request))).await {
+            Ok(Ok(prepared)) => match self.ingest.submit(prepared).await {
+                Ok(()) => Ok(tonic::Response::new(ExportTraceServiceResponse::default())),
+                Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+            },
+            Ok(Err(e)) => Err(tonic::Status::invalid_argument(e.to_string())),
             Err(e) => Err(tonic::Status::internal(e.to_string())),
         }
     }
@@ -53,7 +55,7 @@ impl TraceService for Receiver {
 /// Serve OTLP/gRPC on `listener` until `stop` completes.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    store: Arc<Store>,
+    ingest: Arc<Ingest>,
     security: Arc<Security>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -62,7 +64,7 @@ pub(crate) async fn serve(
         Some((accepted, listener))
     });
     let service =
-        TraceServiceServer::new(Receiver { store, security }).max_decoding_message_size(64 * 1024 * 1024);
+        TraceServiceServer::new(Receiver { ingest, security }).max_decoding_message_size(64 * 1024 * 1024);
     if let Err(e) = tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, stop)

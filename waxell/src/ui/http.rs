@@ -16,8 +16,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 
+use super::ingest::Ingest;
 use super::model::RunFilter;
-use super::store::Store;
+use super::store::Prepared;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -38,7 +39,7 @@ pub(crate) struct Security {
 
 #[derive(Clone)]
 struct AppState {
-    store: Arc<Store>,
+    ingest: Arc<Ingest>,
     security: Arc<Security>,
 }
 
@@ -211,8 +212,8 @@ async fn guard_otlp(State(state): State<AppState>, request: Request, next: Next)
     next.run(request).await
 }
 
-pub(crate) fn app(store: Arc<Store>, security: Arc<Security>) -> Router {
-    let state = AppState { store, security };
+pub(crate) fn app(ingest: Arc<Ingest>, security: Arc<Security>) -> Router {
+    let state = AppState { ingest, security };
     Router::new()
         .route("/", get(index))
         .route("/runs/{id}", get(index))
@@ -231,8 +232,8 @@ pub(crate) fn app(store: Arc<Store>, security: Arc<Security>) -> Router {
         .with_state(state)
 }
 
-pub(crate) fn otlp(store: Arc<Store>, security: Arc<Security>) -> Router {
-    let state = AppState { store, security };
+pub(crate) fn otlp(ingest: Arc<Ingest>, security: Arc<Security>) -> Router {
+    let state = AppState { ingest, security };
     Router::new()
         .route("/v1/traces", post(otlp_traces))
         // Metrics and logs are acknowledged and dropped, so an exporter sending all three stays quiet.
@@ -259,6 +260,17 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.map_err(internal)
 }
 
+/// [`blocking`] for the OTLP receiver's reading of a request, which an exporter waits on request by
+/// request: on the UI's multi-thread runtime it runs in place (the worker's other tasks move to another
+/// worker), saving the two thread hand-offs of a blocking task on every request.
+async fn blocking_in_place<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
+    if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        Ok(tokio::task::block_in_place(f))
+    } else {
+        blocking(f).await
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct StatusQuery {
     /// A run whose own change counter to report as `run_seq`, so its page redraws only when it changed.
@@ -267,12 +279,13 @@ struct StatusQuery {
 }
 
 async fn api_status(State(state): State<AppState>, Query(query): Query<StatusQuery>) -> Response {
-    let store = state.store.clone();
+    let ingest = state.ingest.clone();
     let run = query
         .run
         .map(|r| r.to_ascii_lowercase())
         .filter(|r| is_trace_id(r));
     let answer = blocking(move || -> Result<_, super::store::StoreError> {
+        let store = ingest.settled();
         let run_seq = match &run {
             Some(id) => store.run_seq(id)?,
             None => None,
@@ -294,8 +307,12 @@ async fn api_status(State(state): State<AppState>, Query(query): Query<StatusQue
 }
 
 async fn api_runs(State(state): State<AppState>, Query(filter): Query<RunFilter>) -> Response {
-    let store = state.store.clone();
-    match blocking(move || store.seq().and_then(|seq| Ok((seq, store.runs(&filter)?)))).await {
+    let ingest = state.ingest.clone();
+    let runs = move || {
+        let store = ingest.settled();
+        store.seq().and_then(|seq| Ok((seq, store.runs(&filter)?)))
+    };
+    match blocking(runs).await {
         Ok(Ok((seq, (mut runs, agents)))) => {
             runs.iter_mut().for_each(|r| r.search.clear());
             Json(serde_json::json!({ "seq": seq, "runs": runs, "agents": agents })).into_response()
@@ -317,8 +334,12 @@ async fn api_run(State(state): State<AppState>, Path(id): Path<String>) -> Respo
             "a run is named by its trace id (32 hex digits)",
         );
     }
-    let store = state.store.clone();
-    match blocking(move || store.seq().and_then(|seq| Ok((seq, store.run_json(&id)?)))).await {
+    let ingest = state.ingest.clone();
+    let run = move || {
+        let store = ingest.settled();
+        store.seq().and_then(|seq| Ok((seq, store.run_json(&id)?)))
+    };
+    match blocking(run).await {
         Ok(Ok((seq, Some((mut run, spans))))) => {
             run.search.clear();
             // The spans go out as stored (JSON the store wrote), not parsed and written again.
@@ -410,25 +431,42 @@ async fn otlp_traces(State(state): State<AppState>, headers: HeaderMap, body: By
     } else {
         body
     };
-    let store = state.store.clone();
-    let stored = match encoding {
+    // Read, checked and made ready here; answered once queued for the store's writer.
+    let prepared = match encoding {
         // Read in place: no message is built.
-        Encoding::Protobuf => blocking(move || store.ingest_body(&body).map_err(|e| e.to_string())).await,
+        Encoding::Protobuf => blocking_in_place(move || Prepared::from_protobuf(&body)).await,
         Encoding::Json => match serde_json::from_slice::<ExportTraceServiceRequest>(&body) {
             Ok(request) => {
-                blocking(move || Ok(store.ingest_otlp(std::slice::from_ref(&request), None))).await
+                blocking_in_place(move || Ok(Prepared::from_otlp(std::slice::from_ref(&request)))).await
             }
-            Err(e) => Ok(Err(e.to_string())),
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    &format!("not an OTLP trace request: {e}"),
+                )
+            }
         },
     };
-    match stored {
-        Ok(Ok(Ok(_))) => otlp_reply(encoding),
-        Ok(Ok(Err(e))) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        Ok(Err(e)) => refuse(
-            StatusCode::BAD_REQUEST,
-            &format!("not an OTLP trace request: {e}"),
-        ),
-        Err(r) => r,
+    let prepared = match prepared {
+        Ok(Ok(Ok(prepared))) => prepared,
+        Ok(Ok(Err(e))) => return refuse(StatusCode::BAD_REQUEST, &e.to_string()),
+        Ok(Err(e)) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                &format!("not an OTLP trace request: {e}"),
+            )
+        }
+        Err(r) => return r,
+    };
+    match state.ingest.submit(prepared).await {
+        Ok(()) => otlp_reply(encoding),
+        Err(e) => {
+            let mut answer = refuse(StatusCode::SERVICE_UNAVAILABLE, &e.to_string());
+            answer
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            answer
+        }
     }
 }
 

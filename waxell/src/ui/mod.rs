@@ -19,6 +19,7 @@ mod follow;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod http;
+mod ingest;
 pub mod model;
 pub mod store;
 mod wire;
@@ -100,7 +101,7 @@ pub struct UiServer {
     otlp_addr: Option<SocketAddr>,
     grpc_addr: Option<SocketAddr>,
     token: Option<String>,
-    store: Arc<Store>,
+    ingest: Arc<ingest::Ingest>,
     stop: Arc<AtomicBool>,
     shutdown: Arc<tokio::sync::Notify>,
     follower: Option<std::thread::JoinHandle<()>>,
@@ -161,8 +162,9 @@ impl UiServer {
             allowed_hosts: options.allowed_hosts.clone(),
             cookie: format!("waxell_ui_{}", ui_addr.port()),
         });
-        let app = http::app(store.clone(), security.clone());
-        let otlp = http::otlp(store.clone(), security.clone());
+        let ingest = Arc::new(ingest::Ingest::start(store.clone())?);
+        let app = http::app(ingest.clone(), security.clone());
+        let otlp = http::otlp(ingest.clone(), security.clone());
         {
             let _entered = runtime.enter();
             let listener = tokio::net::TcpListener::from_std(ui_listener)?;
@@ -185,7 +187,7 @@ impl UiServer {
             if let Some(l) = grpc_listener {
                 let listener = tokio::net::TcpListener::from_std(l)?;
                 let stop = shutdown.clone();
-                runtime.spawn(grpc::serve(listener, store.clone(), security, async move {
+                runtime.spawn(grpc::serve(listener, ingest.clone(), security, async move {
                     stop.notified().await
                 }));
             }
@@ -234,7 +236,7 @@ impl UiServer {
             otlp_addr,
             grpc_addr,
             token,
-            store,
+            ingest,
             stop,
             shutdown,
             follower: Some(follower),
@@ -286,9 +288,15 @@ impl UiServer {
         self.otlp_addr.map(|a| format!("http://{}", shown(a)))
     }
 
-    /// The store (to query it in process).
+    /// The store (to query it in process), once every OTLP request answered before this call is in it.
     pub fn store(&self) -> &Store {
-        &self.store
+        self.ingest.settled()
+    }
+
+    /// Wait until every OTLP request answered before this call is in the store (the receivers answer once a
+    /// request is queued for the store's writer, which takes milliseconds).
+    pub fn wait_stored(&self) {
+        self.ingest.settled();
     }
 
     /// Serve until Ctrl-C (or SIGTERM), then stop.
@@ -338,7 +346,9 @@ impl UiServer {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(2));
         }
-        if let Err(e) = self.store.sync() {
+        // What the receivers answered is written before the store is saved.
+        self.ingest.stop();
+        if let Err(e) = self.ingest.settled().sync() {
             crate::console::current().message(format_args!("ui: saving the store: {e}"));
         }
     }

@@ -274,6 +274,19 @@ fn shorten(s: &str, max: usize) -> String {
     }
 }
 
+/// `shorten(&text.to_lowercase(), max)`, appended to `out`; ASCII without the copies.
+fn push_lowercase(out: &mut String, text: &str, max: usize) {
+    if !text.is_ascii() {
+        out.push_str(&shorten(&text.to_lowercase(), max));
+        return;
+    }
+    let part = &text[..text.len().min(max)];
+    out.extend(part.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+    if part.len() < text.len() {
+        out.push('…');
+    }
+}
+
 impl RunSummary {
     /// An empty summary of `trace_id`.
     pub fn new(trace_id: &str) -> Self {
@@ -288,6 +301,60 @@ impl RunSummary {
     /// Fold one newly stored span into the summary.
     pub fn add(&mut self, span: &SpanRecord) {
         self.fold(span);
+    }
+
+    /// Fold in the summary of spans that came after this one's (`later`, folded from [`RunSummary::new`]),
+    /// as if they had been folded in one by one. `later_root_agent`: an agent's root span was among them.
+    /// The search text may be cut at another place than one by one would cut it.
+    pub(crate) fn merge(&mut self, later: &RunSummary, later_root_agent: bool) {
+        self.spans += later.spans;
+        self.start = self.start.min(later.start);
+        self.end = self.end.max(later.end);
+        if self.service.is_empty() {
+            later.service.clone_into(&mut self.service);
+        }
+        self.errors += later.errors;
+        if later.root_seen || self.name.is_empty() {
+            later.name.clone_into(&mut self.name);
+        }
+        for agent in &later.agents {
+            if !self.agents.contains(agent) {
+                self.agents.push(agent.clone());
+            }
+        }
+        if later_root_agent || self.agent.is_empty() {
+            later.agent.clone_into(&mut self.agent);
+        }
+        if self.session.is_empty() {
+            later.session.clone_into(&mut self.session);
+        }
+        if self.user.is_empty() {
+            later.user.clone_into(&mut self.user);
+        }
+        self.input_tokens += later.input_tokens;
+        self.output_tokens += later.output_tokens;
+        if let Some(cost) = later.cost {
+            self.cost = Some(self.cost.unwrap_or(0.0) + cost);
+        }
+        for (name, score) in &later.scores {
+            if self.scores.get(name).is_none_or(|old| old.time <= score.time) {
+                self.scores.insert(name.clone(), score.clone());
+            }
+        }
+        if !later.input.is_empty() {
+            later.input.clone_into(&mut self.input);
+        }
+        if !later.output.is_empty() {
+            later.output.clone_into(&mut self.output);
+        }
+        if self.search.len() < SEARCH_CHARS && !later.search.is_empty() {
+            let room = SEARCH_CHARS - self.search.len();
+            self.search.push_str(&shorten(&later.search, room));
+        }
+        if later.root_seen {
+            self.root_seen = true;
+            later.status.clone_into(&mut self.status);
+        }
     }
 
     /// Fold one newly stored span, as a record or straight from OTLP, into the summary.
@@ -364,8 +431,8 @@ impl RunSummary {
                     *slot = shorten(text, PREVIEW_CHARS);
                 }
                 if self.search.len() < SEARCH_CHARS {
-                    self.search
-                        .push_str(&shorten(&text.to_lowercase(), SEARCH_CHARS - self.search.len()));
+                    let room = SEARCH_CHARS - self.search.len();
+                    push_lowercase(&mut self.search, text, room);
                     self.search.push('\n');
                 }
             }
@@ -508,5 +575,143 @@ impl RunFilter {
             && (self.q.is_empty()
                 || run.search.contains(&self.q.to_lowercase())
                 || run.name.to_lowercase().contains(&self.q.to_lowercase()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: &str, parent: &str, start: u64, attributes: serde_json::Value) -> SpanRecord {
+        SpanRecord {
+            trace_id: "ab".repeat(16),
+            span_id: id.into(),
+            parent_id: parent.into(),
+            name: format!("span {id}"),
+            kind: "internal".into(),
+            start,
+            end: start + 10,
+            status: "unset".into(),
+            status_message: String::new(),
+            attributes: attributes.as_object().cloned().unwrap_or_default(),
+            events: Vec::new(),
+            links: Vec::new(),
+            service: "svc".into(),
+            scope: "scope".into(),
+        }
+    }
+
+    fn scored(mut span: SpanRecord, name: &str, value: f64, time: u64) -> SpanRecord {
+        span.events.push(EventRecord {
+            name: GEN_AI_EVALUATION_RESULT.into(),
+            time,
+            attributes: serde_json::json!({
+                GEN_AI_EVALUATION_NAME: name,
+                GEN_AI_EVALUATION_SCORE_VALUE: value,
+                GEN_AI_EVALUATION_EXPLANATION: format!("at {time}"),
+            })
+            .as_object()
+            .cloned()
+            .unwrap(),
+        });
+        span
+    }
+
+    /// A run's spans in the order an exporter might send them: children, the root, a late child.
+    fn run() -> Vec<SpanRecord> {
+        let mut llm = span(
+            "03",
+            "01",
+            30,
+            serde_json::json!({
+                GEN_AI_OPERATION_NAME: "chat",
+                GEN_AI_USAGE_INPUT_TOKENS: 10,
+                GEN_AI_USAGE_OUTPUT_TOKENS: 5,
+                WAXELL_LLM_COST: 0.5,
+            }),
+        );
+        llm.status = "error".into();
+        let mut first = span(
+            "02",
+            "01",
+            20,
+            serde_json::json!({ OI_SESSION_ID: "s1", OI_OUTPUT_VALUE: "Out One" }),
+        );
+        first.service = String::new();
+        vec![
+            first,
+            span(
+                "04",
+                "01",
+                25,
+                serde_json::json!({ GEN_AI_OPERATION_NAME: OP_INVOKE_AGENT, GEN_AI_AGENT_NAME: "inner" }),
+            ),
+            llm,
+            scored(span("05", "01", 40, serde_json::json!({})), "quality", 0.9, 5),
+            scored(span("06", "01", 45, serde_json::json!({})), "quality", 0.2, 7),
+            span(
+                "01",
+                "",
+                10,
+                serde_json::json!({
+                    GEN_AI_OPERATION_NAME: OP_INVOKE_AGENT,
+                    GEN_AI_AGENT_NAME: "outer",
+                    OI_INPUT_VALUE: "In",
+                    OI_OUTPUT_VALUE: "Done",
+                    OI_USER_ID: "u",
+                }),
+            ),
+            span(
+                "07",
+                "01",
+                50,
+                serde_json::json!({
+                    GEN_AI_OPERATION_NAME: OP_INVOKE_AGENT,
+                    GEN_AI_AGENT_NAME: "late",
+                    OI_SESSION_ID: "s2",
+                }),
+            ),
+            scored(
+                span(
+                    "08",
+                    "01",
+                    55,
+                    serde_json::json!({ GEN_AI_OPERATION_NAME: "chat", GEN_AI_USAGE_INPUT_TOKENS: 3 }),
+                ),
+                "quality",
+                0.4,
+                6,
+            ),
+        ]
+    }
+
+    fn folded(spans: &[SpanRecord]) -> (RunSummary, bool) {
+        let mut summary = RunSummary::new(&"ab".repeat(16));
+        for s in spans {
+            summary.fold(s);
+        }
+        let root_agent = spans
+            .iter()
+            .any(|s| s.is_root() && s.is_agent() && s.agent_name().is_some());
+        (summary, root_agent)
+    }
+
+    #[test]
+    fn a_run_summarised_in_parts_and_merged_is_the_run_summarised_span_by_span() {
+        let spans = run();
+        let (whole, _) = folded(&spans);
+        assert_eq!(whole.agent, "outer");
+        assert_eq!((whole.session.as_str(), whole.user.as_str()), ("s1", "u"));
+        assert_eq!(whole.scores["quality"].value, Some(0.2));
+        for i in 0..=spans.len() {
+            for j in i..=spans.len() {
+                let mut merged = RunSummary::new(&"ab".repeat(16));
+                for part in [&spans[..i], &spans[i..j], &spans[j..]] {
+                    let (summary, root_agent) = folded(part);
+                    merged.merge(&summary, root_agent);
+                }
+                assert_eq!(merged, whole, "parts split at {i} and {j}");
+            }
+        }
     }
 }

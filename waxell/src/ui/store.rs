@@ -87,6 +87,8 @@ trait Storable: SpanFacts {
     fn id_text(id: &[u8], out: &mut Vec<u8>);
     /// The stored form, appended to `out`.
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError>;
+    /// About how many bytes [`Storable::value`] appends (to size the row once).
+    fn value_len_hint(&self) -> usize;
 }
 
 impl Storable for SpanRecord {
@@ -99,6 +101,9 @@ impl Storable for SpanRecord {
     }
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
         serde_json::to_writer(out, self).map_err(err)
+    }
+    fn value_len_hint(&self) -> usize {
+        512
     }
 }
 
@@ -116,6 +121,9 @@ impl Storable for WireSpan<'_> {
     fn value(&self, out: &mut Vec<u8>) -> Result<(), StoreError> {
         self.stored(out);
         Ok(())
+    }
+    fn value_len_hint(&self) -> usize {
+        self.stored_len()
     }
 }
 
@@ -184,10 +192,109 @@ fn batch_key(trace: &str, seq: u64) -> String {
     format!("{trace}/{seq:016x}")
 }
 
+/// A request's spans made ready for the store, without it: grouped by run, each run's batch row written
+/// and its spans folded into a summary of their own. The receivers make it on the request's own thread, so
+/// the store's writer only merges summaries and inserts rows ([`Store::commit`]).
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    runs: Vec<PreparedRun>,
+}
+
+/// Whether equal ids are next to each other.
+fn grouped<'a>(ids: impl Iterator<Item = &'a [u8]>) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut last = None;
+    for id in ids {
+        if last != Some(id) {
+            if !seen.insert(id) {
+                return false;
+            }
+            last = Some(id);
+        }
+    }
+    true
+}
+
+#[derive(Debug)]
+struct PreparedRun {
+    trace: String,
+    batch: BatchWriter,
+    /// These spans alone, folded from [`RunSummary::new`].
+    summary: RunSummary,
+    /// An agent's root span was among them (it names the run's agent).
+    root_agent: bool,
+}
+
+impl Prepared {
+    fn new<S: Storable>(spans: &[S]) -> Result<Self, StoreError> {
+        // The spans of a run together (in the order they came).
+        let mut keyed: Vec<(&[u8], &[u8], &S)> = spans
+            .iter()
+            .filter_map(|s| s.ids().map(|(trace, span)| (trace, span, s)))
+            .collect();
+        // An exporter's batch mostly has them together already (a run's spans end together).
+        if !grouped(keyed.iter().map(|k| k.0)) {
+            keyed.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        let mut runs = Vec::new();
+        let mut trace_text = Vec::new();
+        let mut rest = keyed.as_slice();
+        while let Some((trace_id, _, _)) = rest.first() {
+            let n = rest
+                .iter()
+                .position(|(t, _, _)| t != trace_id)
+                .unwrap_or(rest.len());
+            let (group, later) = rest.split_at(n);
+            rest = later;
+            trace_text.clear();
+            S::id_text(trace_id, &mut trace_text);
+            let trace = String::from_utf8(trace_text.clone()).map_err(err)?;
+            let mut run = PreparedRun {
+                summary: RunSummary::new(&trace),
+                trace,
+                batch: BatchWriter {
+                    count: 0,
+                    ids: Vec::with_capacity(group.len() * (2 + 2 * 8)),
+                    spans: Vec::with_capacity(group.iter().map(|(_, _, s)| 4 + s.value_len_hint()).sum()),
+                },
+                root_agent: false,
+            };
+            for (_, id, span) in group {
+                run.batch.push(id, *span)?;
+                run.summary.fold(*span);
+                run.root_agent |= span.is_root() && span.is_agent() && span.agent_name().is_some();
+            }
+            runs.push(run);
+        }
+        Ok(Self { runs })
+    }
+
+    /// The spans of a protobuf `ExportTraceServiceRequest` (the body of an OTLP/HTTP request), read in place
+    /// and checked.
+    pub(crate) fn from_protobuf(body: &[u8]) -> Result<Result<Self, StoreError>, WireError> {
+        Ok(Self::new(&request_spans(body)?))
+    }
+
+    /// The spans of decoded OTLP requests.
+    pub(crate) fn from_otlp(requests: &[ExportTraceServiceRequest]) -> Result<Self, StoreError> {
+        let bodies: Vec<Vec<u8>> = requests.iter().map(Message::encode_to_vec).collect();
+        let mut spans = Vec::new();
+        for body in &bodies {
+            spans.extend(request_spans(body).map_err(err)?);
+        }
+        Self::new(&spans)
+    }
+
+    /// How many spans it holds.
+    pub(crate) fn spans(&self) -> usize {
+        self.runs.iter().map(|r| r.batch.count as usize).sum()
+    }
+}
+
 /// A batch row being written: the number of spans (u32, little-endian), each span's id (u16 length + the
 /// id as text), then each span's stored form (u32 length + bytes), in the order they came. The ids come
 /// first so a run's ids are read without its spans.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct BatchWriter {
     count: u32,
     ids: Vec<u8>,
@@ -223,12 +330,6 @@ impl BatchWriter {
         let (ids, spans) = rest.split_at_mut(self.ids.len());
         ids.copy_from_slice(&self.ids);
         spans.copy_from_slice(&self.spans);
-    }
-
-    fn clear(&mut self) {
-        self.count = 0;
-        self.ids.clear();
-        self.spans.clear();
     }
 }
 
@@ -473,12 +574,7 @@ impl Store {
         requests: &[ExportTraceServiceRequest],
         file: Option<(&str, FilePos)>,
     ) -> Result<usize, StoreError> {
-        let bodies: Vec<Vec<u8>> = requests.iter().map(Message::encode_to_vec).collect();
-        let mut spans = Vec::new();
-        for body in &bodies {
-            spans.extend(request_spans(body).map_err(err)?);
-        }
-        self.ingest_any(&spans, file)
+        self.commit(&[Prepared::from_otlp(requests)?], file)
     }
 
     /// Store the spans of a protobuf `ExportTraceServiceRequest` (the body of an OTLP/HTTP request), read in
@@ -490,8 +586,7 @@ impl Store {
 
     /// [`Store::ingest_protobuf`], telling a body that is not a trace request from a failure of the store.
     pub(crate) fn ingest_body(&self, body: &[u8]) -> Result<Result<usize, StoreError>, WireError> {
-        let spans = request_spans(body)?;
-        Ok(self.ingest_any(&spans, None))
+        Ok(Prepared::from_protobuf(body)?.and_then(|p| self.commit(&[p], None)))
     }
 
     fn ingest_any<S: Storable>(
@@ -499,97 +594,100 @@ impl Store {
         spans: &[S],
         file: Option<(&str, FilePos)>,
     ) -> Result<usize, StoreError> {
-        // The spans of a run together (in the order they came).
-        let mut keyed: Vec<(&[u8], &[u8], &S)> = spans
-            .iter()
-            .filter_map(|s| s.ids().map(|(trace, span)| (trace, span, s)))
-            .collect();
-        keyed.sort_by(|a, b| a.0.cmp(b.0));
+        self.commit(&[Prepared::new(spans)?], file)
+    }
+
+    /// Store requests made ready by [`Prepared`] in one transaction (each one a change of its own, as if
+    /// stored one by one); with `file`, record in it how far that file has been read. Returns the number of
+    /// spans stored.
+    pub(crate) fn commit(
+        &self,
+        requests: &[Prepared],
+        file: Option<(&str, FilePos)>,
+    ) -> Result<usize, StoreError> {
         let mut txn = self.db.begin_write().map_err(err)?;
         txn.set_durability(Durability::None).map_err(err)?;
         let mut stored = 0;
         {
             let mut meta = txn.open_table(META).map_err(err)?;
-            let seq = meta.get("seq").map_err(err)?.map_or(0, |v| v.value()) + 1;
-            meta.insert("seq", seq).map_err(err)?;
+            let mut seq = meta.get("seq").map_err(err)?.map_or(0, |v| v.value());
             let mut span_count = meta.get("spans").map_err(err)?.map_or(0, |v| v.value());
             let mut batches = txn.open_table(BATCHES).map_err(err)?;
             let mut runs = txn.open_table(RUNS).map_err(err)?;
             let mut by_start = txn.open_table(RUNS_BY_START).map_err(err)?;
             let mut agents = txn.open_table(AGENTS).map_err(err)?;
             let mut bytes = Vec::with_capacity(1024);
-            let mut batch = BatchWriter::default();
-            let mut trace_text = Vec::new();
-            let mut rest = keyed.as_slice();
-            while let Some((trace_id, _, _)) = rest.first() {
-                let n = rest
-                    .iter()
-                    .position(|(t, _, _)| t != trace_id)
-                    .unwrap_or(rest.len());
-                let (group, later) = rest.split_at(n);
-                rest = later;
-                trace_text.clear();
-                S::id_text(trace_id, &mut trace_text);
-                let trace = std::str::from_utf8(&trace_text).map_err(err)?;
-                let mut summary = match runs.get(trace).map_err(err)? {
-                    Some(v) => serde_json::from_slice(v.value()).map_err(err)?,
-                    None => RunSummary::new(trace),
-                };
-                let old_start = summary.start;
-                let old_spans = summary.spans;
-                let had_summary = summary.spans > 0;
-                batch.clear();
-                for (_, id, span) in group {
-                    batch.push(id, *span)?;
-                    summary.fold(*span);
-                    stored += 1;
-                }
-                // A span that came before (a retried export, a file read again), or twice in this batch:
-                // it is kept once (its last arrival), and the run is folded anew.
-                let replaced = if had_summary || group.len() > 1 {
-                    let before = if had_summary {
-                        run_batches(&batches, trace)?
-                    } else {
-                        Vec::new()
+            for request in requests {
+                seq += 1;
+                for run in &request.runs {
+                    let trace = run.trace.as_str();
+                    let old = match runs.get(trace).map_err(err)? {
+                        Some(v) => Some(serde_json::from_slice::<RunSummary>(v.value()).map_err(err)?),
+                        None => None,
                     };
-                    repeats(&before, &batch)?
-                } else {
-                    false
-                };
-                batch.write(
-                    batches
-                        .insert_reserve(batch_key(trace, seq).as_str(), batch.len())
-                        .map_err(err)?
-                        .as_mut(),
-                );
-                if replaced {
-                    summary = RunSummary::new(trace);
-                    let values = run_batches(&batches, trace)?;
-                    for (_, v) in live_spans(&values)? {
-                        read_stored(v)?.fold_into(&mut summary);
+                    let had_summary = old.as_ref().is_some_and(|o| o.spans > 0);
+                    let (old_start, old_spans) = old.as_ref().map_or((u64::MAX, 0), |o| (o.start, o.spans));
+                    stored += run.batch.count as usize;
+                    // A span that came before (a retried export, a file read again), or twice in this
+                    // batch: it is kept once (its last arrival), and the run is folded anew.
+                    let replaced = if had_summary || run.batch.count > 1 {
+                        let before = if had_summary {
+                            run_batches(&batches, trace)?
+                        } else {
+                            Vec::new()
+                        };
+                        repeats(&before, &run.batch)?
+                    } else {
+                        false
+                    };
+                    run.batch.write(
+                        batches
+                            .insert_reserve(batch_key(trace, seq).as_str(), run.batch.len())
+                            .map_err(err)?
+                            .as_mut(),
+                    );
+                    let mut summary = if replaced {
+                        let mut summary = RunSummary::new(trace);
+                        let values = run_batches(&batches, trace)?;
+                        for (_, v) in live_spans(&values)? {
+                            read_stored(v)?.fold_into(&mut summary);
+                        }
+                        summary
+                    } else {
+                        match old.filter(|_| had_summary) {
+                            Some(mut summary) => {
+                                summary.merge(&run.summary, run.root_agent);
+                                summary
+                            }
+                            None => run.summary.clone(),
+                        }
+                    };
+                    span_count = span_count + summary.spans - old_spans;
+                    summary.seq = seq;
+                    for agent in &summary.agents {
+                        if agents.get(agent.as_str()).map_err(err)?.is_none() {
+                            agents.insert(agent.as_str(), seq).map_err(err)?;
+                        }
                     }
-                }
-                span_count = span_count + summary.spans - old_spans;
-                summary.seq = seq;
-                for agent in &summary.agents {
-                    if agents.get(agent.as_str()).map_err(err)?.is_none() {
-                        agents.insert(agent.as_str(), seq).map_err(err)?;
-                    }
-                }
-                if !had_summary || old_start != summary.start {
-                    if had_summary {
+                    if !had_summary || old_start != summary.start {
+                        if had_summary {
+                            by_start
+                                .remove(time_key(old_start, trace).as_slice())
+                                .map_err(err)?;
+                        }
                         by_start
-                            .remove(time_key(old_start, trace).as_slice())
+                            .insert(time_key(summary.start, trace).as_slice(), 0)
                             .map_err(err)?;
                     }
-                    by_start
-                        .insert(time_key(summary.start, trace).as_slice(), 0)
-                        .map_err(err)?;
+                    bytes.clear();
+                    serde_json::to_writer(&mut bytes, &summary).map_err(err)?;
+                    runs.insert(trace, bytes.as_slice()).map_err(err)?;
                 }
-                bytes.clear();
-                serde_json::to_writer(&mut bytes, &summary).map_err(err)?;
-                runs.insert(trace, bytes.as_slice()).map_err(err)?;
             }
+            if requests.is_empty() {
+                seq += 1;
+            }
+            meta.insert("seq", seq).map_err(err)?;
             meta.insert("spans", span_count).map_err(err)?;
             if let Some((path, pos)) = file {
                 let mut files = txn.open_table(FILES).map_err(err)?;

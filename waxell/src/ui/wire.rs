@@ -40,7 +40,19 @@ enum Wire<'a> {
 #[derive(Clone, Copy)]
 struct Fields<'a>(&'a [u8]);
 
+#[inline]
 fn varint(buf: &mut &[u8]) -> Result<u64> {
+    // Tags, lengths and small numbers are one byte.
+    if let Some((&b, rest)) = buf.split_first() {
+        if b < 0x80 {
+            *buf = rest;
+            return Ok(u64::from(b));
+        }
+    }
+    varint_long(buf)
+}
+
+fn varint_long(buf: &mut &[u8]) -> Result<u64> {
     let mut value = 0u64;
     for i in 0..10 {
         let (&b, rest) = buf.split_first().ok_or(WireError("a varint runs past the end"))?;
@@ -53,51 +65,57 @@ fn varint(buf: &mut &[u8]) -> Result<u64> {
     Err(WireError("a varint is too long"))
 }
 
+impl<'a> Fields<'a> {
+    #[inline]
+    fn field(&mut self) -> Result<(u64, Wire<'a>)> {
+        let tag = varint(&mut self.0)?;
+        let field = tag >> 3;
+        if field == 0 {
+            return Err(WireError("field number 0"));
+        }
+        let wire = match tag & 7 {
+            0 => Wire::Varint(varint(&mut self.0)?),
+            1 => {
+                let (b, rest) = self
+                    .0
+                    .split_first_chunk::<8>()
+                    .ok_or(WireError("a fixed64 runs past the end"))?;
+                self.0 = rest;
+                Wire::Fixed64(u64::from_le_bytes(*b))
+            }
+            2 => {
+                let len =
+                    usize::try_from(varint(&mut self.0)?).map_err(|_| WireError("a length is too large"))?;
+                let (b, rest) = self
+                    .0
+                    .split_at_checked(len)
+                    .ok_or(WireError("a field runs past the end"))?;
+                self.0 = rest;
+                Wire::Bytes(b)
+            }
+            5 => {
+                let (_, rest) = self
+                    .0
+                    .split_first_chunk::<4>()
+                    .ok_or(WireError("a fixed32 runs past the end"))?;
+                self.0 = rest;
+                Wire::Fixed32
+            }
+            _ => return Err(WireError("an unknown wire type")),
+        };
+        Ok((field, wire))
+    }
+}
+
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<(u64, Wire<'a>)>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.0.is_empty() {
             return None;
         }
-        let item = (|| {
-            let tag = varint(&mut self.0)?;
-            let field = tag >> 3;
-            if field == 0 {
-                return Err(WireError("field number 0"));
-            }
-            let wire = match tag & 7 {
-                0 => Wire::Varint(varint(&mut self.0)?),
-                1 => {
-                    let (b, rest) = self
-                        .0
-                        .split_first_chunk::<8>()
-                        .ok_or(WireError("a fixed64 runs past the end"))?;
-                    self.0 = rest;
-                    Wire::Fixed64(u64::from_le_bytes(*b))
-                }
-                2 => {
-                    let len = usize::try_from(varint(&mut self.0)?)
-                        .map_err(|_| WireError("a length is too large"))?;
-                    if len > self.0.len() {
-                        return Err(WireError("a field runs past the end"));
-                    }
-                    let (b, rest) = self.0.split_at(len);
-                    self.0 = rest;
-                    Wire::Bytes(b)
-                }
-                5 => {
-                    let (_, rest) = self
-                        .0
-                        .split_first_chunk::<4>()
-                        .ok_or(WireError("a fixed32 runs past the end"))?;
-                    self.0 = rest;
-                    Wire::Fixed32
-                }
-                _ => return Err(WireError("an unknown wire type")),
-            };
-            Ok((field, wire))
-        })();
+        let item = self.field();
         if item.is_err() {
             self.0 = &[];
         }
@@ -105,6 +123,7 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
+#[inline]
 fn bytes<'a>(w: Wire<'a>) -> Result<&'a [u8]> {
     match w {
         Wire::Bytes(b) => Ok(b),
@@ -112,10 +131,12 @@ fn bytes<'a>(w: Wire<'a>) -> Result<&'a [u8]> {
     }
 }
 
+#[inline]
 fn text(w: Wire<'_>) -> Result<&str> {
     std::str::from_utf8(bytes(w)?).map_err(|_| WireError("a string is not UTF-8"))
 }
 
+#[inline]
 fn uint(w: Wire<'_>) -> Result<u64> {
     match w {
         Wire::Varint(v) => Ok(v),
@@ -123,6 +144,7 @@ fn uint(w: Wire<'_>) -> Result<u64> {
     }
 }
 
+#[inline]
 fn fixed64(w: Wire<'_>) -> Result<u64> {
     match w {
         Wire::Fixed64(v) => Ok(v),
@@ -343,6 +365,11 @@ impl<'a> WireSpan<'a> {
         let (service, scope) = names.split_at(service_len);
         let name = |b| std::str::from_utf8(b).map_err(|_| WireError("a stored name is not UTF-8"));
         Self::read(raw, name(service)?, name(scope)?)
+    }
+
+    /// The length of [`WireSpan::stored`].
+    pub(crate) fn stored_len(&self) -> usize {
+        self.raw.len() + self.service.len() + self.scope.len() + 8
     }
 
     /// The span as the store keeps it: its bytes, its service and scope names, and their lengths.
