@@ -748,9 +748,23 @@ fn spans_stored_straight_from_otlp_match_their_records() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// An OTLP/HTTP protobuf body with `spans` (of one resource and scope).
+fn protobuf_request(spans: Vec<Span>) -> Vec<u8> {
+    use prost::Message as _;
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
 #[test]
 fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
-    use prost::Message as _;
     // Recent, so the retention the UI applies when it starts again keeps them.
     let base = waxell_ui_nanos() as u64 - 1_000_000_000;
     let span = |trace: u8, id: u64| Span {
@@ -766,18 +780,7 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
         end_time_unix_nano: base + id * 1_000 + 500,
         ..Default::default()
     };
-    let body = |spans: Vec<Span>| {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
-    };
+    let body = protobuf_request;
     // Run c3's 60 spans in 6 requests, out of start order (request k has the ids ≡ k mod 6, last first),
     // each among spans of runs d4 and e5; the third request is sent twice, as a retried export is.
     let mut requests = Vec::new();
@@ -838,7 +841,6 @@ fn a_run_sent_in_many_requests_among_other_runs_shows_every_span_in_order() {
 /// once (a read waits for the writer), and is in the store after a stop that came right after the answers.
 #[test]
 fn answered_spans_are_read_back_at_once_and_kept_by_a_stop_right_after() {
-    use prost::Message as _;
     let base = waxell_ui_nanos() as u64 - 1_000_000_000;
     // Runs of 2,000 spans: the writer takes a while over each, so a read that did not wait would miss it.
     const SPANS: u64 = 2_000;
@@ -858,16 +860,7 @@ fn answered_spans_are_read_back_at_once_and_kept_by_a_stop_right_after() {
                 ..Default::default()
             })
             .collect();
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+        protobuf_request(spans)
     };
     let dir = temp_dir("queued");
     let ui = UiServer::start(options(&dir)).unwrap();
