@@ -280,6 +280,11 @@ impl ProcessControl for ContainerExec {
         self.killed = true;
         if !self.ended.load(Ordering::SeqCst) {
             let _ = self.signal(9);
+        } else if let Some(pid) = self.pid {
+            // It ended by itself (the OOM killer): what it started keeps its group and may hold what
+            // got it killed, and would get the next kernel killed too. Pid 1 takes the tree, if the
+            // container still runs (no helper exec for a kernel already gone).
+            self.control.send(9, pid);
         }
     }
 }

@@ -153,6 +153,8 @@ while True:
             continue
         if pid > 1 and sig == signal.SIGKILL:
             kill_tree(pid)
+            # Its memory comes back a little later: no other process is chosen for it meanwhile.
+            killed_at = time.monotonic()
         elif pid > 1:
             try:
                 os.kill(pid, sig)

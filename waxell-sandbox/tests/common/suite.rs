@@ -725,6 +725,24 @@ time.sleep(8)
         "2",
         "the sandbox still answers"
     );
+    if execution.error.is_some() {
+        // The killed kernel's processes (forks of it, so started as it was) went with it: left,
+        // they would hold their buffers and get the next kernel killed too.
+        let others = r#"
+import os
+me = open("/proc/self/cmdline", "rb").read()
+def same(pid):
+    try:
+        return open("/proc/%s/cmdline" % pid, "rb").read() == me
+    except OSError:
+        return False
+sum(1 for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and same(p))"#;
+        assert_eq!(
+            eval(sandbox.as_ref(), others).await,
+            "0",
+            "no process the flood started outlives its kernel"
+        );
+    }
 }
 
 /// Every writable tmpfs (the home directory, `/tmp`) has an inode cap: a flood of empty files
