@@ -1,7 +1,7 @@
 //! A sandbox's container: removed (force, which kills everything in it) with its scratch volumes when
 //! its guard drops, and what a process about to exit waits for so no container outlives it.
 
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use bollard::Docker;
 use tokio::time::Instant;
 
 use super::engine::Control;
+use super::host_mounts::HostMounts;
 
 /// Removes its container (force: kills everything in it), then its scratch volumes, when dropped.
 pub struct ContainerGuard {
@@ -21,13 +22,13 @@ pub struct ContainerGuard {
     pub(super) control: Control,
     /// The volumes mounted in it (`spec::sandbox_volumes`).
     pub(super) volumes: Vec<String>,
-    /// Under gVisor, the host file bound as its boot id.
-    pub(super) boot_id: Option<PathBuf>,
+    /// What the host made for it (`host_mounts`).
+    pub(super) host: Arc<HostMounts>,
 }
 
 impl ContainerGuard {
     pub(super) async fn remove(&self) {
-        remove_sandbox(&self.docker, Some(&self.id), &self.volumes, self.boot_id.as_deref()).await;
+        remove_sandbox(&self.docker, Some(&self.id), &self.volumes, &self.host).await;
     }
 }
 
@@ -46,12 +47,12 @@ pub async fn removals_settled(limit: Duration) {
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
         let (docker, id, volumes) = (self.docker.clone(), self.id.clone(), self.volumes.clone());
-        let boot_id = self.boot_id.clone();
+        let host = self.host.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 PENDING_REMOVALS.fetch_add(1, Ordering::SeqCst);
                 handle.spawn(async move {
-                    remove_sandbox(&docker, Some(&id), &volumes, boot_id.as_deref()).await;
+                    remove_sandbox(&docker, Some(&id), &volumes, &host).await;
                     PENDING_REMOVALS.fetch_sub(1, Ordering::SeqCst);
                 });
             }
@@ -59,7 +60,7 @@ impl Drop for ContainerGuard {
                 // Outside a runtime (e.g. dropped at exit): remove synchronously on a helper thread.
                 let _ = std::thread::spawn(move || {
                     if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                        rt.block_on(remove_sandbox(&docker, Some(&id), &volumes, boot_id.as_deref()));
+                        rt.block_on(remove_sandbox(&docker, Some(&id), &volumes, &host));
                     }
                 })
                 .join();
@@ -68,17 +69,15 @@ impl Drop for ContainerGuard {
     }
 }
 
-/// The container `id` (if it was made), then the volumes and the host file it mounted.
-pub(super) async fn remove_sandbox(docker: &Docker, id: Option<&str>, volumes: &[String], boot_id: Option<&Path>) {
+/// The container `id` (if it was made), then the volumes and what the host made for it.
+pub(super) async fn remove_sandbox(docker: &Docker, id: Option<&str>, volumes: &[String], host: &HostMounts) {
     if let Some(id) = id {
         remove_container(docker, id).await;
     }
     for volume in volumes {
         remove_volume(docker, volume).await;
     }
-    if let Some(file) = boot_id {
-        let _ = std::fs::remove_file(file);
-    }
+    host.remove();
 }
 
 /// Remove a scratch volume. An engine still removing the container that used it (AutoRemove after

@@ -19,6 +19,7 @@ mod config;
 mod engine;
 mod files;
 mod guard;
+mod host_mounts;
 mod probe;
 mod private_dir;
 mod report;
@@ -59,9 +60,12 @@ pub struct Container {
     podman: bool,
     /// Our syscall policy, as this engine takes it.
     seccomp: seccomp::SeccompOption,
-    /// Under gVisor, each sandbox's boot id file, bound over `/proc/sys/kernel/random/boot_id`
-    /// (runc refuses any mount inside `/proc`).
-    boot_ids: Option<private_dir::PrivateDir>,
+    /// Where each sandbox's host-made mounts are made (under gVisor or with Podman; see
+    /// `host_mounts`).
+    host_dir: Option<private_dir::PrivateDir>,
+    /// With Podman and runc: each sandbox gets a capped devpts instance of its own (this process
+    /// can mount it).
+    own_pts: bool,
     /// The languages the image has runtimes for (probed once per image, `probe.rs`).
     languages: Languages,
     /// When leftovers of dead host processes were last swept (see `create_started`).
@@ -99,17 +103,19 @@ impl Pooled<Container> {
         sweep_stale(&docker).await;
         let gvisor = spec::is_gvisor(&runtime_name);
         let seccomp = seccomp::SeccompOption::for_engine(podman, gvisor)?;
-        let boot_ids = gvisor
-            .then(|| private_dir::PrivateDir::new("boot-ids"))
+        let host_dir = (gvisor || podman)
+            .then(|| private_dir::PrivateDir::new("sandboxes"))
             .transpose()
-            .map_err(|e| SandboxError::Unavailable(format!("making a directory for the sandboxes' boot ids: {e}")))?;
+            .map_err(|e| SandboxError::Unavailable(format!("making a directory for the sandboxes' host files: {e}")))?;
+        let own_pts = podman && !gvisor && host_dir.as_ref().is_some_and(host_mounts::can_mount_devpts);
         let mut container = Container {
             docker,
             config,
             runtime_name,
             podman,
             seccomp,
-            boot_ids,
+            host_dir,
+            own_pts,
             languages: Languages::python_only(),
             last_sweep: std::sync::Mutex::new(Instant::now()),
         };
@@ -127,7 +133,13 @@ impl Pooled<Container> {
     /// engine and runtime): what `waxell-sandbox doctor --backend docker` prints.
     pub fn report(&self) -> ContainerReport {
         let backend = self.backend();
-        ContainerReport::build(backend.podman, &backend.runtime_name, &backend.config.limits, &backend.languages)
+        ContainerReport::build(
+            backend.podman,
+            &backend.runtime_name,
+            backend.own_pts,
+            &backend.config.limits,
+            &backend.languages,
+        )
     }
 
     /// The OCI runtime isolating the code (`runc`, `crun`, `runsc`, ...).
@@ -169,18 +181,6 @@ impl Session<Container> {
     }
 }
 
-/// Write a fresh boot id for sandbox `id` into `dir` (readable by the sandbox user, through the
-/// engine's bind mount); the path of the file.
-fn write_boot_id(dir: &private_dir::PrivateDir, id: &str) -> Result<std::path::PathBuf, SandboxError> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.path().join(id);
-    naming::new_boot_id()
-        .and_then(|uuid| std::fs::write(&path, uuid + "\n"))
-        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)))
-        .map_err(|e| SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")))?;
-    Ok(path)
-}
-
 impl Container {
     /// Whether gVisor isolates the code.
     fn gvisor(&self) -> bool {
@@ -214,15 +214,17 @@ impl Container {
         }
         let id = naming::new_sandbox_id();
         let name = format!("waxell-{id}");
-        let boot_id = match &inner.boot_ids {
-            Some(dir) => Some(write_boot_id(dir, &id)?),
-            None => None,
-        };
+        let host = std::sync::Arc::new(host_mounts::HostMounts::make(
+            inner.host_dir.as_ref(),
+            &id,
+            inner.gvisor(),
+            inner.own_pts,
+        )?);
         let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor(), inner.podman);
         let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
         let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
         if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
-            remove_sandbox(&inner.docker, None, &names, boot_id.as_deref()).await;
+            remove_sandbox(&inner.docker, None, &names, &host).await;
             return Err(api_error("creating the sandbox's scratch volume", e));
         }
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -236,14 +238,14 @@ impl Container {
                     inner.podman,
                     &inner.runtime_name,
                     inner.seccomp.as_str(),
-                    boot_id.as_deref(),
+                    &host,
                 ),
             )
             .await
         {
             Ok(created) => created,
             Err(e) => {
-                remove_sandbox(&inner.docker, None, &names, boot_id.as_deref()).await;
+                remove_sandbox(&inner.docker, None, &names, &host).await;
                 return Err(create_error(&inner.config, e));
             }
         };
@@ -255,7 +257,7 @@ impl Container {
             name: id,
             control,
             volumes: names,
-            boot_id,
+            host,
         };
         inner
             .docker

@@ -23,7 +23,7 @@ pub struct ContainerReport {
 }
 
 impl ContainerReport {
-    pub(super) fn build(podman: bool, runtime: &str, limits: &Limits, languages: &Languages) -> Self {
+    pub(super) fn build(podman: bool, runtime: &str, own_pts: bool, limits: &Limits, languages: &Languages) -> Self {
         let gvisor = super::spec::is_gvisor(runtime);
         let mib = |bytes: u64| bytes >> 20;
         let mut checks = Vec::new();
@@ -144,23 +144,28 @@ impl ContainerReport {
                 "gVisor's own AIO, keys, message queues and pseudo-terminals: the host's pools are never reached"
                     .into(),
             );
-        } else if podman {
+        } else if podman && !own_pts {
             push(
                 Feature::KernelPools,
                 Status::Partial,
                 "AIO answered ENOSYS, keys and message queues refused; but pseudo-terminals come from the host's \
-                 shared pool (kernel.pty.max less its reserve): Podman mounts its own devpts at /dev/pts, over a \
-                 capped one in no fixed order, so code can open them until the pool is empty (Docker Engine, or \
-                 runsc, holds them)"
+                 shared pool (kernel.pty.max less its reserve): Podman mounts its own devpts at /dev/pts, and this \
+                 process is not root, so it cannot bind a capped one of its own there; code can open them until the \
+                 pool is empty (as root, Docker Engine, or runsc, holds them)"
                     .into(),
             );
         } else {
+            let how = if podman {
+                "a devpts instance of its own, bound at /dev/pts"
+            } else {
+                "a devpts volume"
+            };
             push(
                 Feature::KernelPools,
                 Status::Enforced,
                 format!(
                     "AIO answered ENOSYS, keys and message queues refused, at most {MAX_TERMINALS} pseudo-terminals \
-                     (a devpts volume with max=)"
+                     ({how} with max=)"
                 ),
             );
         }
@@ -273,17 +278,19 @@ mod tests {
     fn under_runc_everything_is_held_and_under_gvisor_the_report_names_what_is_not() {
         let limits = Limits::default();
         let languages = Languages::python_only();
-        let runc = ContainerReport::build(false, "runc", &limits, &languages);
+        let runc = ContainerReport::build(false, "runc", false, &limits, &languages);
         for check in &runc.checks {
             assert_eq!(check.status, Status::Enforced, "{check:?}");
         }
         assert!(runc.check(Feature::KernelPools).unwrap().detail.contains("16 pseudo-terminals"));
         assert_eq!(runc.summary(), "container sandbox, Docker Engine with runc");
 
-        let podman_runc = ContainerReport::build(true, "runc", &limits, &languages);
-        assert_eq!(podman_runc.check(Feature::KernelPools).unwrap().status, Status::Partial);
+        let podman_runc = ContainerReport::build(true, "runc", true, &limits, &languages);
+        assert_eq!(podman_runc.check(Feature::KernelPools).unwrap().status, Status::Enforced);
+        let podman_rootless = ContainerReport::build(true, "runc", false, &limits, &languages);
+        assert_eq!(podman_rootless.check(Feature::KernelPools).unwrap().status, Status::Partial);
 
-        let runsc = ContainerReport::build(true, "runsc", &limits, &languages);
+        let runsc = ContainerReport::build(true, "runsc", false, &limits, &languages);
         let partial: Vec<Feature> = runsc
             .checks
             .iter()

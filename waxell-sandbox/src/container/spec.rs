@@ -3,7 +3,6 @@
 //! dead host processes.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits, VolumeCreateRequest};
 use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
@@ -12,6 +11,7 @@ use waxell::sandbox::SandboxError;
 
 use super::engine::api_error;
 use super::guard::{remove_container, remove_volume};
+use super::host_mounts::HostMounts;
 use super::config::ContainerConfig;
 use crate::config::MAX_PTYS;
 use crate::naming;
@@ -97,8 +97,8 @@ pub(super) async fn resolve_runtime(
 /// option; a volume is a tmpfs the host mounts, so every engine and runtime caps it alike (under
 /// gVisor it is reached through the gofer). Under Docker Engine with runc `/dev/pts` is a devpts
 /// volume with `max=`, so the sandbox's pseudo-terminals are a small share of the host-wide pool
-/// (`kernel.pty.max`). Podman mounts its own devpts at `/dev/pts` as well, over or under the volume
-/// in no fixed order, so there the cap cannot be relied on (the report says so).
+/// (`kernel.pty.max`). Podman mounts its own devpts at `/dev/pts` as well, over or under such a
+/// volume in no fixed order, so there the host binds a devpts of its own instead (`host_mounts`).
 pub(super) struct SandboxVolume {
     pub(super) name: String,
     pub(super) target: &'static str,
@@ -204,7 +204,7 @@ pub(super) fn container_spec(
     podman: bool,
     runtime: &str,
     seccomp: &str,
-    boot_id: Option<&Path>,
+    host: &HostMounts,
 ) -> ContainerCreateBody {
     let limits = &config.limits;
     let gvisor = is_gvisor(runtime);
@@ -217,16 +217,7 @@ pub(super) fn container_spec(
             ..Default::default()
         })
         .collect();
-    // The sandbox's own boot id (gVisor's /proc has none; runc refuses mounts inside /proc).
-    if let Some(file) = boot_id {
-        mounts.push(Mount {
-            target: Some("/proc/sys/kernel/random/boot_id".to_owned()),
-            source: Some(file.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
+    mounts.extend(host.mounts());
     let ulimit = |name: &str, value: u64| ResourcesUlimits {
         name: Some(name.to_owned()),
         soft: Some(value as i64),

@@ -1,0 +1,123 @@
+//! What the host itself makes for one sandbox and binds into its container, in the backend's
+//! [`PrivateDir`], removed with the sandbox:
+//! - under gVisor, its boot id (a file bound over `/proc/sys/kernel/random/boot_id`: gVisor's
+//!   `/proc` has none, and runc refuses any mount inside `/proc`);
+//! - with Podman and runc, a devpts instance of its own with at most [`MAX_TERMINALS`] terminals,
+//!   bound at `/dev/pts`. Podman mounts its own devpts there too and puts a devpts *volume* over or
+//!   under it in no fixed order; a bind of that path replaces Podman's. Mounting needs root (the
+//!   engine is then rootful on this host); without it the report says the cap does not hold.
+
+use std::path::{Path, PathBuf};
+
+use bollard::models::{Mount, MountType};
+use rustix::mount::{MountFlags, UnmountFlags};
+
+use super::private_dir::PrivateDir;
+use super::spec::MAX_TERMINALS;
+use waxell::sandbox::SandboxError;
+
+/// The devpts options runc gives `/dev/pts` (gid 5 is `tty`), with the cap.
+fn devpts_options() -> String {
+    format!("newinstance,ptmxmode=0666,mode=0620,gid=5,max={MAX_TERMINALS}")
+}
+
+/// Whether this process can give sandboxes devpts instances of their own (it can mount: root).
+pub(super) fn can_mount_devpts(dir: &PrivateDir) -> bool {
+    let probe = dir.path().join("probe-pts");
+    let made = std::fs::create_dir(&probe).is_ok() && mount_devpts(&probe).is_ok();
+    if made {
+        let _ = rustix::mount::unmount(&probe, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+    }
+    let _ = std::fs::remove_dir(&probe);
+    made
+}
+
+fn mount_devpts(at: &Path) -> std::io::Result<()> {
+    let options = std::ffi::CString::new(devpts_options()).map_err(std::io::Error::other)?;
+    rustix::mount::mount(
+        "devpts",
+        at,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        options.as_c_str(),
+    )?;
+    Ok(())
+}
+
+/// One sandbox's host-made mounts.
+#[derive(Debug, Default)]
+pub(super) struct HostMounts {
+    /// Its boot id file (gVisor).
+    pub(super) boot_id: Option<PathBuf>,
+    /// Its devpts instance's mount point (Podman with runc, as root).
+    pub(super) pts: Option<PathBuf>,
+}
+
+impl HostMounts {
+    /// Make what sandbox `id` gets in `dir`: a boot id file if `boot_id`, a devpts instance if
+    /// `pts`. On failure nothing is left behind.
+    pub(super) fn make(dir: Option<&PrivateDir>, id: &str, boot_id: bool, pts: bool) -> Result<Self, SandboxError> {
+        let mut made = HostMounts::default();
+        let Some(dir) = dir.filter(|_| boot_id || pts) else {
+            return Ok(made);
+        };
+        if boot_id {
+            made.boot_id = Some(write_boot_id(dir, id)?);
+        }
+        if pts {
+            let at = dir.path().join(format!("{id}-pts"));
+            let mounted = std::fs::create_dir(&at).and_then(|()| mount_devpts(&at));
+            if let Err(e) = mounted {
+                let _ = std::fs::remove_dir(&at);
+                made.remove();
+                return Err(SandboxError::Unavailable(format!(
+                    "mounting the sandbox's own pseudo-terminals (devpts): {e}"
+                )));
+            }
+            made.pts = Some(at);
+        }
+        Ok(made)
+    }
+
+    /// The binds for the container.
+    pub(super) fn mounts(&self) -> Vec<Mount> {
+        let bind = |source: &Path, target: &str, read_only: bool| Mount {
+            target: Some(target.to_owned()),
+            source: Some(source.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
+        let mut mounts = Vec::new();
+        if let Some(file) = &self.boot_id {
+            mounts.push(bind(file, "/proc/sys/kernel/random/boot_id", true));
+        }
+        if let Some(pts) = &self.pts {
+            mounts.push(bind(pts, "/dev/pts", false));
+        }
+        mounts
+    }
+
+    /// Remove them (once the container is gone; a devpts still bound there is detached).
+    pub(super) fn remove(&self) {
+        if let Some(file) = &self.boot_id {
+            let _ = std::fs::remove_file(file);
+        }
+        if let Some(pts) = &self.pts {
+            let _ = rustix::mount::unmount(pts, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW);
+            let _ = std::fs::remove_dir(pts);
+        }
+    }
+}
+
+/// Write a fresh boot id for sandbox `id` into `dir` (readable by the sandbox user, through the
+/// engine's bind mount); the path of the file.
+fn write_boot_id(dir: &PrivateDir, id: &str) -> Result<PathBuf, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path().join(id);
+    crate::naming::new_boot_id()
+        .and_then(|uuid| std::fs::write(&path, uuid + "\n"))
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)))
+        .map_err(|e| SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")))?;
+    Ok(path)
+}
