@@ -495,11 +495,23 @@ pub async fn memory_bomb_is_reported_as_out_of_memory(h: &dyn Harness) {
     let in_other = RunOptions::default().with_context(&other.id);
     let kept = sandbox.run_code("kept = 5", &in_other).await.unwrap();
     assert!(kept.error.is_none(), "{kept:?}");
-    let execution = run(
-        sandbox.as_ref(),
-        "hog = []\nwhile True:\n    hog.append(b'x' * (8 << 20))",
-    )
-    .await;
+    // The bomb's kernel first forks sleepers, which must go with it when it is killed: left, a
+    // dead kernel's forks keep whatever they hold. Each notes its pid and start time (a pid alone
+    // may be reused).
+    let bomb = r#"
+import os, time
+for _ in range(3):
+    if os.fork() == 0:
+        stat = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        with open("/tmp/bomb-forks", "a") as f:
+            f.write("%d %s\n" % (os.getpid(), stat[19]))
+        time.sleep(120)
+        os._exit(0)
+time.sleep(0.5)
+hog = []
+while True:
+    hog.append(b'x' * (8 << 20))"#;
+    let execution = run(sandbox.as_ref(), bomb).await;
     let error = execution.error.expect("reported");
     // Under gVisor too: there pid 1 is the OOM killer at the guest's limit (the host's would end
     // the whole sandbox, its sentry holding the guest's memory).
@@ -519,6 +531,19 @@ pub async fn memory_bomb_is_reported_as_out_of_memory(h: &dyn Harness) {
         kept.text(),
         Some("5"),
         "the other context kept its state: {kept:?}"
+    );
+    let forks = r#"
+def alive(pid, started):
+    try:
+        return open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[19] == started
+    except OSError:
+        return False
+noted = [line.split() for line in open("/tmp/bomb-forks")]
+(len(noted), sum(1 for pid, started in noted if alive(pid, started)))"#;
+    assert_eq!(
+        eval(sandbox.as_ref(), forks).await,
+        "(3, 0)",
+        "the killed kernel's forks went with it"
     );
     let id = sandbox.sandbox_id().to_owned();
     drop(sandbox);
@@ -692,6 +717,8 @@ pub async fn socket_buffer_floods_are_held_by_the_memory_limit(h: &dyn Harness) 
         .backend(Limits::default().with_memory_bytes(256 << 20), None)
         .await;
     let sandbox = create(backend.as_ref()).await;
+    // Kept while the kernel lives: tells a kernel killed for memory from one whose forks were.
+    eval(sandbox.as_ref(), "flood_marker = 1").await;
     // 24 processes, each filling socket pairs until its descriptors run out (about 25 MiB each
     // at the default 256 files): well past 256 MiB if nothing counted them.
     let flood = r#"
@@ -730,11 +757,12 @@ time.sleep(8)
         "2",
         "the sandbox still answers"
     );
-    // Rootless, the local backend still leaves them (nothing there kills a dead kernel's forks).
-    let held_here = h.kind() != Kind::Local || rustix::process::geteuid().is_root();
-    if execution.error.is_some() && held_here {
-        // The killed kernel's processes (forks of it, so started as it was) went with it: left,
-        // they would hold their buffers and get the next kernel killed too.
+    let kernel_lived = eval(sandbox.as_ref(), "'flood_marker' in dir()").await == "True";
+    eprintln!("{:?}: the kernel lived: {kernel_lived}", h.kind());
+    // A kernel that lived keeps its forks (the biggest went, as the OOM killer picks); they end
+    // by themselves. A killed kernel's processes (forks of it, so started as it was) go with it:
+    // left, they would hold their buffers and get the next kernel killed too.
+    if !kernel_lived {
         let others = r#"
 import os
 me = open("/proc/self/cmdline", "rb").read()
