@@ -164,6 +164,8 @@ pub(crate) struct ContainerExec {
     /// The kernel among the host's processes, where it can be seen from here (runc, the engine on
     /// this host): its host pid and what its request fd was at `ready`.
     on_host: Option<(u32, std::path::PathBuf)>,
+    /// Not seen from here, but pid 1 can check its main thread (under gVisor: init.py).
+    checked_by_init: bool,
     /// Its output stream ended.
     ended: Arc<AtomicBool>,
     killed: bool,
@@ -234,31 +236,36 @@ impl ProcessControl for ContainerExec {
 
     /// The engine's exec pid is the kernel's host pid under runc when the engine shares this host's
     /// pid namespace: confirmed by the process's own `NSpid` ending in the pid the kernel reported.
-    /// Under gVisor (the pid is runsc's, not the interpreter's), or when it cannot be confirmed, the
-    /// check is skipped and `done` is believed (docs/container-sandbox.md).
+    /// Under gVisor (the pid is runsc's, not the interpreter's) pid 1 checks instead, once it has
+    /// seen the kernel idle here, at `ready`. When neither can, `done` is believed
+    /// (docs/container-sandbox.md).
     async fn locate_on_host(&mut self) {
         let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return };
-        let Ok(inspect) = self.docker.inspect_exec(&self.exec_id).await else { return };
-        let Some(host_pid) = inspect.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0) else {
-            return;
-        };
-        let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
-        let nspid_matches = status
-            .lines()
-            .find_map(|line| line.strip_prefix("NSpid:"))
-            .and_then(|pids| pids.split_whitespace().last())
-            .is_some_and(|inner| inner == pid.to_string());
-        if !nspid_matches {
+        if let Some(host_pid) = self.host_pid(pid).await {
+            if let Ok(target) = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")) {
+                self.on_host = Some((host_pid, target));
+            }
             return;
         }
-        if let Ok(target) = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")) {
-            self.on_host = Some((host_pid, target));
+        // Just after `ready` the kernel is on its way to its first read: a few tries.
+        for _ in 0..20 {
+            if self.control.main_thread_idle(pid, fd, INIT_CHECK_LIMIT).await {
+                self.checked_by_init = true;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        tracing::warn!(pid, "neither the host nor pid 1 can see the kernel's main thread: `done` is believed");
     }
 
     /// Whether the kernel's main thread is blocked reading its request fd (where it waits between
-    /// cells and no cell code runs), seen from the host's `/proc`, as on the local backend.
-    fn main_thread_idle(&self) -> bool {
+    /// cells and no cell code runs), seen from the host's `/proc` as on the local backend, or by
+    /// pid 1.
+    async fn main_thread_idle(&self) -> bool {
+        if self.checked_by_init {
+            let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return true };
+            return self.control.main_thread_idle(pid, fd, INIT_CHECK_LIMIT).await;
+        }
         let (Some((host_pid, request)), Some(fd)) = (&self.on_host, self.request_fd) else {
             return true;
         };
@@ -289,7 +296,23 @@ impl ProcessControl for ContainerExec {
     }
 }
 
+/// How long pid 1 may take to answer a check (a ptrace stop of the kernel, under a millisecond).
+const INIT_CHECK_LIMIT: Duration = Duration::from_millis(500);
+
 impl ContainerExec {
+    /// The kernel's host pid, where the engine shares this host's pid namespace (runc).
+    async fn host_pid(&self, pid: u32) -> Option<u32> {
+        let inspect = self.docker.inspect_exec(&self.exec_id).await.ok()?;
+        let host_pid = inspect.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)?;
+        let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
+        let nspid_matches = status
+            .lines()
+            .find_map(|line| line.strip_prefix("NSpid:"))
+            .and_then(|pids| pids.split_whitespace().last())
+            .is_some_and(|inner| inner == pid.to_string());
+        nspid_matches.then_some(host_pid)
+    }
+
     /// The Engine API cannot signal an exec: the container's pid 1 does it (see `Control`), or,
     /// if its channel is gone, a helper exec run as the sandbox user. Fire and forget.
     fn signal(&self, signal: i32) -> io::Result<()> {
@@ -318,11 +341,12 @@ impl ContainerExec {
 
 /// The host's line to the container's pid 1 (its attached stdin): "<signal> <pid>" requests, which
 /// it carries out without starting a process, so signals still arrive when the code has used up
-/// the pids limit (then no exec can start, not even the kill helper).
+/// the pids limit (then no exec can start, not even the kill helper); and "check <pid> <fd>",
+/// whether a kernel's main thread waits for requests (under gVisor, see init.py).
 #[derive(Clone)]
 pub(crate) struct Control {
-    requests: Option<tokio::sync::mpsc::UnboundedSender<(i32, u32)>>,
-    /// Requests queued, and pid 1's answers (one newline each, once carried out).
+    requests: Option<tokio::sync::mpsc::UnboundedSender<Request>>,
+    /// Requests queued, and pid 1's answers (one line each, in order, once carried out).
     sent: Arc<std::sync::atomic::AtomicU64>,
     answered: Option<tokio::sync::watch::Receiver<u64>>,
     /// Becomes true when pid 1's attach stream ends: the container is gone (under gVisor a fork or
@@ -351,21 +375,39 @@ impl Control {
                 };
             }
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(i32, u32)>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Request>();
         let (gone_tx, gone_rx) = tokio::sync::watch::channel(false);
         let (answered_tx, answered_rx) = tokio::sync::watch::channel(0u64);
         let mut input = attached.input;
         let mut output = attached.output;
+        let key = AnswerKey::new();
+        // The key goes first, before the container starts and so before any code runs in it.
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let mut first = Some(format!("key {}\n", key.hex()));
         tokio::spawn(async move {
             let mut requests_open = true;
+            let mut checks = std::collections::HashMap::<u64, tokio::sync::oneshot::Sender<bool>>::new();
+            let mut next_nonce = 0u64;
+            let mut partial = Vec::new();
             loop {
                 tokio::select! {
-                    request = rx.recv(), if requests_open => {
-                        let Some((signal, pid)) = request else {
-                            requests_open = false;
-                            continue;
+                    request = async { match first.take() { Some(line) => Some(Err(line)), None => rx.recv().await.map(Ok) } },
+                        if requests_open =>
+                    {
+                        let line = match request {
+                            None => {
+                                requests_open = false;
+                                continue;
+                            }
+                            Some(Err(line)) => line,
+                            Some(Ok(Request::Signal { signal, pid })) => format!("{signal} {pid}\n"),
+                            Some(Ok(Request::Check { pid, fd, answer })) => {
+                                next_nonce += 1;
+                                checks.retain(|_, waiter| !waiter.is_closed());
+                                checks.insert(next_nonce, answer);
+                                format!("check {pid} {fd} {next_nonce}\n")
+                            }
                         };
-                        let line = format!("{signal} {pid}\n");
                         if input.write_all(line.as_bytes()).await.is_err() || input.flush().await.is_err() {
                             requests_open = false;
                         }
@@ -373,7 +415,21 @@ impl Control {
                     // pid 1's answers; the stream ends when pid 1 exits, i.e. the container stops.
                     item = output.next() => match item {
                         Some(Ok(LogOutput::StdOut { message })) => {
-                            let lines = message.iter().filter(|b| **b == b'\n').count() as u64;
+                            partial.extend_from_slice(&message);
+                            let mut lines = 0;
+                            while let Some(end) = partial.iter().position(|b| *b == b'\n') {
+                                let line: Vec<u8> = partial.drain(..=end).collect();
+                                if let Some((nonce, idle)) = key.verify(&line[..end]) {
+                                    if let Some(waiter) = checks.remove(&nonce) {
+                                        let _ = waiter.send(idle);
+                                    }
+                                }
+                                lines += 1;
+                            }
+                            // Only the code could write a line this long (through /proc/1/fd/1).
+                            if partial.len() > 4096 {
+                                partial.clear();
+                            }
                             answered_tx.send_modify(|n| *n += lines);
                         }
                         Some(Ok(_)) => {}
@@ -385,7 +441,7 @@ impl Control {
         });
         Self {
             requests: Some(tx),
-            sent: Arc::default(),
+            sent,
             answered: Some(answered_rx),
             gone: Some(gone_rx),
         }
@@ -393,9 +449,25 @@ impl Control {
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
     pub(crate) fn send(&self, signal: i32, pid: u32) -> bool {
-        let queued = self.requests.as_ref().is_some_and(|tx| tx.send((signal, pid)).is_ok());
-        if queued {
-            self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.queue(Request::Signal { signal, pid })
+    }
+
+    /// Whether kernel `pid`'s main thread is blocked reading `fd`, as pid 1 sees it (init.py);
+    /// false when pid 1 cannot tell or does not answer within `limit`.
+    pub(crate) async fn main_thread_idle(&self, pid: u32, fd: i32, limit: Duration) -> bool {
+        let (answer, idle) = tokio::sync::oneshot::channel();
+        if !self.queue(Request::Check { pid, fd, answer }) {
+            return false;
+        }
+        matches!(tokio::time::timeout(limit, idle).await, Ok(Ok(true)))
+    }
+
+    fn queue(&self, request: Request) -> bool {
+        // Counted before it can be answered, so `delivered` never waits for fewer than were sent.
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let queued = self.requests.as_ref().is_some_and(|tx| tx.send(request).is_ok());
+        if !queued {
+            self.sent.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
         queued
     }
@@ -427,6 +499,60 @@ impl Control {
             }
         }
     }
+}
+
+/// The key pid 1 signs its check answers with (init.py): random, known only to this process and
+/// pid 1, so code in the sandbox that writes to pid 1's stdout cannot answer for it.
+struct AnswerKey([u8; 32]);
+
+impl AnswerKey {
+    fn new() -> Self {
+        let mut key = [0u8; 32];
+        let mut filled = 0;
+        while filled < key.len() {
+            match rustix::rand::getrandom(&mut key[filled..], rustix::rand::GetRandomFlags::empty()) {
+                Ok(n) => filled += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => panic!("the kernel's random source failed: {e}"),
+            }
+        }
+        Self(key)
+    }
+
+    fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// `<idle|busy> <nonce> <tag>` with a valid tag: the nonce and whether it said idle.
+    fn verify(&self, line: &[u8]) -> Option<(u64, bool)> {
+        use hmac::Mac;
+        let text = std::str::from_utf8(line).ok()?;
+        let (answer, tag) = text.rsplit_once(' ')?;
+        let (verdict, nonce) = answer.split_once(' ')?;
+        let idle = match verdict {
+            "idle" => true,
+            "busy" => false,
+            _ => return None,
+        };
+        let tag: Vec<u8> = (0..tag.len())
+            .step_by(2)
+            .map(|i| tag.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect::<Option<_>>()?;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0).ok()?;
+        mac.update(answer.as_bytes());
+        mac.verify_slice(&tag).ok()?;
+        Some((nonce.parse().ok()?, idle))
+    }
+}
+
+/// One request to pid 1.
+enum Request {
+    Signal { signal: i32, pid: u32 },
+    Check {
+        pid: u32,
+        fd: i32,
+        answer: tokio::sync::oneshot::Sender<bool>,
+    },
 }
 
 /// Fallback of [`Control`]: signal a process (SIGKILL: and all its descendants), run inside the
@@ -512,6 +638,7 @@ pub(crate) async fn start_kernel_exec(
         pid: None,
         request_fd: None,
         on_host: None,
+        checked_by_init: false,
         ended,
         killed: false,
     };
@@ -644,7 +771,7 @@ pub(crate) async fn run_helper(
 
 #[cfg(test)]
 mod tests {
-    use super::default_sockets;
+    use super::{default_sockets, AnswerKey};
     use std::path::PathBuf;
 
     #[test]
@@ -662,5 +789,27 @@ mod tests {
         // Without HOME or XDG_RUNTIME_DIR only the system-wide sockets remain.
         let system_only = default_sockets(None, Some(""));
         assert_eq!(system_only, ["/var/run/docker.sock", "/run/podman/podman.sock"].map(PathBuf::from));
+    }
+
+    /// pid 1 signs with Python's `hmac` (init.py): its tags verify here, and nothing else does.
+    #[test]
+    fn answers_signed_by_pid_1_verify_and_others_do_not() {
+        let key = AnswerKey::new();
+        let sign = |answer: &str| {
+            let out = std::process::Command::new("python3")
+                .args(["-I", "-c", "import hmac, sys\nsys.stdout.write(hmac.new(bytes.fromhex(sys.argv[1]), sys.argv[2].encode(), 'sha256').hexdigest())"])
+                .args([key.hex().as_str(), answer])
+                .output()
+                .unwrap();
+            format!("{answer} {}", String::from_utf8(out.stdout).unwrap())
+        };
+        assert_eq!(key.verify(sign("idle 7").as_bytes()), Some((7, true)));
+        assert_eq!(key.verify(sign("busy 8").as_bytes()), Some((8, false)));
+        let forged_nonce = sign("idle 7").replacen("idle 7", "idle 9", 1);
+        assert_eq!(key.verify(forged_nonce.as_bytes()), None);
+        assert_eq!(key.verify(format!("idle 7 {}", "0".repeat(64)).as_bytes()), None);
+        assert_eq!(AnswerKey::new().verify(sign("idle 7").as_bytes()), None, "another key");
+        assert_eq!(key.verify(b"idle 7"), None);
+        assert_eq!(key.verify(b""), None);
     }
 }

@@ -169,22 +169,17 @@ impl ContainerReport {
                 ),
             );
         }
-        if gvisor {
-            push(
-                Feature::KernelProtocol,
-                Status::Partial,
-                "a cell can end its own run early with a made-up result: gVisor's /proc shows no thread's system \
-                 call, so the host cannot check that the interpreter is back waiting (the next run is not affected)"
-                    .into(),
-            );
-        } else {
-            push(
-                Feature::KernelProtocol,
-                Status::Enforced,
+        push(
+            Feature::KernelProtocol,
+            Status::Enforced,
+            if gvisor {
+                "a run ends only once the interpreter's main thread is back waiting for requests, seen by pid 1 \
+                 (ptrace: gVisor's /proc shows no thread's system call)"
+            } else {
                 "a run ends only once the interpreter's main thread is back waiting for requests, seen from the host"
-                    .into(),
-            );
-        }
+            }
+            .into(),
+        );
         if gvisor {
             push(
                 Feature::FileMetadata,
@@ -299,11 +294,11 @@ mod tests {
             .collect();
         assert_eq!(
             partial,
-            [Feature::ProcessLimit, Feature::KernelProtocol, Feature::FileMetadata]
+            [Feature::ProcessLimit, Feature::FileMetadata]
         );
         assert_eq!(
             runsc.summary(),
-            "container sandbox, Podman with runsc; held in part: process limit, kernel protocol, file metadata \
+            "container sandbox, Podman with runsc; held in part: process limit, file metadata \
              (see `waxell-sandbox doctor`)"
         );
         let printed = runsc.to_string();

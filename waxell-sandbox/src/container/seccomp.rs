@@ -9,6 +9,9 @@
 //! runs a shim ([`SeccompOption::wrap`]) that installs the same policy as BPF programs on itself
 //! (no_new_privs, then `PR_SET_SECCOMP`; gVisor enforces guest seccomp filters) and then runs the
 //! exec's own Python source in the same interpreter; everything it starts inherits the filters.
+//! The shim also names pid 1 its tracer (`PR_SET_PTRACER`), and pid 1's profile there allows
+//! `ptrace`: pid 1 checks a kernel's `done` by reading its registers (init.py), which nothing else
+//! in a gVisor sandbox can see.
 
 use serde_json::{json, Value};
 use waxell::sandbox::SandboxError;
@@ -24,6 +27,7 @@ def _install():
     libc = ctypes.CDLL(None, use_errno=True)
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    libc.prctl(0x59616D61, 1, 0, 0, 0)  # PR_SET_PTRACER: pid 1 (init.py) may check a `done`
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
     for text in sys.argv.pop(1).split(","):
@@ -51,11 +55,16 @@ fn architectures() -> &'static [&'static str] {
     }
 }
 
-/// The profile as the JSON text the engine API takes after `seccomp=`.
-fn profile() -> String {
+/// The profile as the JSON text the engine API takes after `seccomp=`. Under gVisor it reaches
+/// only pid 1, which may then `ptrace` (the shim denies it to everything else).
+fn profile(gvisor: bool) -> String {
     let names = |list: &'static [(&'static str, libc::c_long)]| list.iter().map(|(name, _)| *name).collect::<Vec<_>>();
+    let mut denied = names(DENIED);
+    if gvisor {
+        denied.retain(|name| *name != "ptrace");
+    }
     let mut rules = vec![
-        json!({ "names": names(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM }),
+        json!({ "names": denied, "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM }),
         json!({ "names": names(ENOSYS), "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS }),
         // Only local (AF_UNIX) sockets, as on the local backend (the container has no network).
         arg_rule("socket", 0, libc::AF_UNIX as u64, "SCMP_CMP_NE"),
@@ -112,7 +121,7 @@ pub(super) struct SeccompOption {
 
 impl SeccompOption {
     pub(super) fn for_engine(podman: bool, gvisor: bool) -> Result<Self, SandboxError> {
-        let profile = profile();
+        let profile = profile(gvisor);
         let guest = if gvisor { Some(guest_programs()?) } else { None };
         if !podman {
             return Ok(Self {

@@ -97,7 +97,7 @@ pub(crate) trait ProcessControl: Send + Sync {
     async fn signals_delivered(&self) {}
     /// Whether the interpreter's main thread is idle between cells (a `done` is only believed
     /// then); `true` when the backend cannot tell.
-    fn main_thread_idle(&self) -> bool {
+    async fn main_thread_idle(&self) -> bool {
         true
     }
     /// Kill it and everything it started; idempotent.

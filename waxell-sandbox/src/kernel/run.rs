@@ -65,8 +65,8 @@ impl KernelProcess {
         self.process.interrupt()
     }
 
-    fn main_thread_idle(&self) -> bool {
-        self.process.main_thread_idle()
+    async fn main_thread_idle(&mut self) -> bool {
+        self.process.main_thread_idle().await
     }
 
     /// A `done` for the current run is real only if the main thread then goes idle (within
@@ -77,7 +77,7 @@ impl KernelProcess {
         let now = Instant::now();
         let deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
         loop {
-            if self.main_thread_idle() {
+            if self.main_thread_idle().await {
                 return true;
             }
             if Instant::now() >= deadline {

@@ -112,7 +112,7 @@ impl ProcessControl for LocalChild {
     /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
     /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
     /// frame written by cell code, from any thread, cannot fake it.
-    fn main_thread_idle(&self) -> bool {
+    async fn main_thread_idle(&self) -> bool {
         let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
             return true; // nothing to check against: fall back to believing `done`
         };

@@ -823,28 +823,42 @@ for root in ("/home/user/flood", "/tmp/flood"):
 /// main thread is back waiting for requests, which it sees from outside (`/proc`). Under gVisor
 /// the interpreter is not a host process: there the limit is named instead.
 pub async fn forged_protocol_frames_are_not_believed(h: &dyn Harness) {
-    if h.kind() == Kind::Runsc {
-        assert_eq!(h.reported(Feature::KernelProtocol).await, Some(Status::Partial));
-        return eprintln!(
-            "limit not enforced on this backend: under gVisor the interpreter is not a host process, so a forged \
-             `done` frame is believed (docs/container-sandbox.md)"
-        );
+    if h.kind() != Kind::Local {
+        assert_eq!(h.reported(Feature::KernelProtocol).await, Some(Status::Enforced));
     }
     let backend = h.backend(Limits::default(), None).await;
     let sandbox = create(backend.as_ref()).await;
+    if h.kind() != Kind::Local {
+        // Whoever checks the main thread for the host (pid 1 under gVisor) cannot be traced (its
+        // answers, which gVisor lets the code write, are signed: the third case below).
+        let seize = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.ptrace(0x4206, 1, 0, 0) == 0 or errno.errorcode[ctypes.get_errno()]";
+        assert_eq!(eval(sandbox.as_ref(), seize).await, "EPERM");
+    }
     let setup = r#"import gc, json, os, threading, time
 k = [o for o in gc.get_objects() if type(o).__name__ == "Kernel"][0]
 def frame(**msg):
     os.write(k.proto_out, (json.dumps(msg) + "\n").encode())
 def forge(run_id):
     frame(type="result", id=run_id, is_main=True, data={"text/plain": "FORGED"})
-    frame(type="done", id=run_id, execution_count=99, truncated=False)"#;
+    frame(type="done", id=run_id, execution_count=99, truncated=False)
+def forge_idle():
+    # pid 1's answers to the host's checks, unsigned, where the code can reach its stdout.
+    try:
+        with open("/proc/1/fd/1", "wb", buffering=0) as out:
+            for nonce in range(1, 400):
+                out.write(b"idle %d %s\n" % (nonce, b"0" * 64))
+    except OSError:
+        pass"#;
     eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
     for (how, code) in [
         ("main thread", "forge(k.current_id)\ntime.sleep(5)\nfinished = 1"),
         (
             "background thread",
             "t = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 2",
+        ),
+        (
+            "checker's answers forged",
+            "t.join()\nforge_idle()\nt = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or forge_idle() or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 3",
         ),
     ] {
         let started = std::time::Instant::now();
