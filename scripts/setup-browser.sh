@@ -24,5 +24,5 @@ as_root() {
     fi
 }
 log "installing chromium and chromium-driver (Debian packages)"
-as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >&2
+as_root bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" update -qq
+as_root bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" install -y -qq chromium chromium-driver >&2

@@ -51,8 +51,8 @@ for pair in podman:podman runc:runc runsc:runsc debootstrap:debootstrap curl:cur
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     log "installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    bash "$here/apt-get.sh" update -qq
+    bash "$here/apt-get.sh" install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
 # --- engine configuration (only for our service: CONTAINERS_CONF, nothing system-wide) -------------

@@ -51,8 +51,8 @@ fi
 if ! "$BASE_PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
     log "$BASE_PYTHON lacks venv/ensurepip; installing python3-venv"
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv
+        bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" update -qq
+        bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" install -y -qq --no-install-recommends python3-venv
         BASE_PYTHON=/usr/bin/python3
     else
         log "install python3-venv (or set WAXELL_E2B_PEER_PYTHON) and rerun"

@@ -53,10 +53,10 @@ apt_install() {
         return 1
     fi
     if [ "$apt_updated" -eq 0 ]; then
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" update -qq
         apt_updated=1
     fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+    as_root bash "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" install -y -qq --no-install-recommends "$@"
 }
 
 # --- system packages -------------------------------------------------------------------------------
