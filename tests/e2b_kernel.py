@@ -51,11 +51,24 @@ def ipython():
         run.results,
     )
     run = sbx.run_code("def f():\n    return 1 / 0\nf()")
+    tb = run.error.traceback if run.error is not None else ""
     check(
-        "an error names the exception and the cell's line",
-        run.error is not None and run.error.name == "ZeroDivisionError" and "----> 3 f()" in run.error.traceback,
+        "an error names the exception and the cell's line, in Python's layout",
+        run.error is not None
+        and run.error.name == "ZeroDivisionError"
+        and tb.startswith("Traceback (most recent call last):")
+        and "line 2" in tb
+        and "    return 1 / 0\n" in tb
+        and "---->" not in tb,
         run.error,
     )
+    run = sbx.run_code("%xmode Context\nf()")
+    check(
+        "%xmode Context brings back IPython's layout",
+        run.error is not None and "----> 2     return 1 / 0" in run.error.traceback,
+        run.error,
+    )
+    sbx.run_code("%xmode Plain")
     run = sbx.run_code("exit(3)")
     check("exit() ends the cell with SystemExit", run.error is not None and run.error.name == "SystemExit", run)
     check("the state survives exit()", sbx.run_code("x").text == "20")

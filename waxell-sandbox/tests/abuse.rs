@@ -472,7 +472,7 @@ result = {"inodes": inodes, "size": size}"#;
         "{result}"
     );
     // The home is full: the host's write is refused by the same cap; after a cell frees space it
-    // goes through (through the sandbox's mount namespace when rootless).
+    // goes through (through the sandbox's mount namespace).
     assert!(sandbox
         .write_file("one-more.bin", &vec![0u8; 16 << 20])
         .await
@@ -493,8 +493,8 @@ result = {"inodes": inodes, "size": size}"#;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tmpfs_inodes_are_capped() {
     let backend = backend_with(config().with_limits(Limits::default().with_tmpfs_inodes(1000)));
-    // As root the tmpfs mounts are the host's; rootless they are mounted in the sandbox's own user
-    // and mount namespaces (host report: "mounted in the sandbox's own user and mount namespaces").
+    // The tmpfs mounts are in the sandbox's own mount namespace (rootless, with its own user
+    // namespace: the host report says "mounted in the sandbox's own user and mount namespaces").
     assert!(enforced(&backend, Feature::ScratchSize));
     let sandbox = abuse_sandbox(&backend).await;
     let code = r#"def touch_many(d, n=3000):
@@ -677,7 +677,7 @@ async fn live_sandboxes_never_share_a_uid() {
     let next = sandbox(&backend).await;
     assert!(their_uids.contains(&next.uid()), "{} reclaimed", next.uid());
     drop((next, mine));
-    // Sweeps the dead helper's cgroups and mounts.
+    // Sweeps the dead helper's cgroups and directories.
     drop(backend_with(lease_test_config()));
 }
 

@@ -57,7 +57,12 @@ async fn output_streams_and_errors_come_back() {
     let error = failed.error.expect("error");
     assert_eq!(error.name, "ZeroDivisionError");
     assert_eq!(error.value, "division by zero");
-    assert!(error.traceback.contains("line 2, in f"), "{}", error.traceback);
+    // Python's layout: the failing line of the cell, by number and by text.
+    assert!(
+        error.traceback.contains("line 2") && error.traceback.contains("return 1 / 0"),
+        "{}",
+        error.traceback
+    );
     assert!(
         !error.traceback.contains("kernel.py"),
         "kernel frames stripped: {}",

@@ -57,8 +57,8 @@ fn leftovers(pid: u32) -> Vec<String> {
         .filter(|line| line.contains(&prefix))
         .map(|line| format!("mount: {line}"))
         .collect();
-    // Rootless the tmpfs mounts live in each sandbox's own mount namespace; the host sees the
-    // directories they sit on (`<id>`, `<id>.tmp`, `<id>.shm`).
+    // The tmpfs mounts live in each sandbox's own mount namespace; the host sees the directories
+    // they sit on (`<id>`, `<id>.tmp`, `<id>.shm`).
     found.extend(
         common::scratch_roots()
             .iter()
@@ -83,13 +83,26 @@ fn leftovers(pid: u32) -> Vec<String> {
 
 #[test]
 fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
-    let child = Command::new(common::sandbox_exe())
+    let mut command = Command::new(common::sandbox_exe());
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "1"])
         .env_remove("WAXELL_SANDBOX_API_KEY")
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start waxell-sandbox serve");
+        .stderr(Stdio::inherit());
+    // Started with the usual soft open-file limit of 1,024 below its hard limit, as from a login shell.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    let soft = hard.map(|h| h.min(1024) - 1);
+    // SAFETY: setrlimit is a plain system call, allowed between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            let limit = rustix::process::Rlimit {
+                current: soft,
+                maximum: hard,
+            };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, limit).map_err(std::io::Error::from)
+        });
+    }
+    let child = command.spawn().expect("start waxell-sandbox serve");
     let mut server = Server(child);
     let pid = server.0.id();
 
@@ -112,35 +125,52 @@ fn serve_starts_closed_and_sigterm_removes_every_sandbox() {
     assert!(key.starts_with("e2b_") && key.len() == 44, "{key}");
     let address = url.trim_start_matches("http://").to_owned();
 
+    // It raised its open-file limit to the hard one (descriptors held per live sandbox).
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("the open-file limit")
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(
+        open_files[0], open_files[1],
+        "soft and hard open-file limits: {open_files:?}"
+    );
+
     // Closed: no key, no sandbox.
     let (status, _) = request(&address, "POST", "/v2/sandboxes", &[], "{}");
     assert!(status.contains(" 401 "), "{status}");
     let (status, body) = request(&address, "POST", "/v2/sandboxes", &[("X-API-KEY", key)], "{}");
     assert!(status.contains(" 201 "), "{status}: {body}");
 
-    // One live sandbox and one pooled interpreter behind it, each with a scratch mount and cgroups
-    // (as root); rootless each with its scratch directory, on which its own mount namespace has the
-    // tmpfs, and cgroups only where a subtree is delegated to the user.
+    // One live sandbox and one pooled interpreter behind it, each with its scratch directory, on
+    // which its own mount namespace has the tmpfs (none of its mounts is in the host's table), and
+    // cgroups (as root; rootless only where a subtree is delegated to the user).
     let root = common::euid() == 0;
     let scratch_count = || {
-        let left = leftovers(pid);
-        if root {
-            left.iter().filter(|l| l.starts_with("mount:")).count()
-        } else {
-            let scratch = |l: &&String| l.starts_with("dir:") && !l.ends_with(".tmp") && !l.ends_with(".shm");
-            left.iter().filter(scratch).count()
-        }
+        let scratch = |l: &&String| l.starts_with("dir:") && !l.ends_with(".tmp") && !l.ends_with(".shm");
+        leftovers(pid).iter().filter(scratch).count()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while scratch_count() < 2 {
         assert!(
             Instant::now() < deadline,
-            "expected 2 scratch {}: {:?}",
-            if root { "mounts" } else { "directories" },
+            "expected 2 scratch directories: {:?}",
             leftovers(pid)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let mounts: Vec<String> = leftovers(pid)
+        .into_iter()
+        .filter(|l| l.starts_with("mount:"))
+        .collect();
+    assert!(
+        mounts.is_empty(),
+        "sandbox mounts in the host's mount table: {mounts:#?}"
+    );
     if root {
         assert!(leftovers(pid).iter().any(|l| l.starts_with("cgroup:")));
     }

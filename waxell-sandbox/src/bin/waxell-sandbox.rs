@@ -293,6 +293,23 @@ fn banner(url: &str, api_key: Option<&str>, key_is_generated: bool) -> String {
     )
 }
 
+/// Raise this process's open-file limit to its hard limit. Each live local sandbox holds about 7 descriptors
+/// here (its kernel's pipes, pidfds, cgroup and namespace fds), so the usual soft limit of 1,024 would refuse
+/// creates at about 140 live sandboxes; sandboxes set their own limit (`Limits::open_files`), so theirs stays.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!("could not raise the open-file limit to its hard limit: {e}");
+        }
+    }
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
     if args.no_auth && !args.listen.ip().is_loopback() {
         return Err(format!(
@@ -306,6 +323,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             "--api-key on the command line is visible to other local users (ps); prefer WAXELL_SANDBOX_API_KEY"
         );
     }
+    raise_open_file_limit();
     let backend = backend(&args).await?;
     let mut config = ServerConfig::new()
         .with_max_sandboxes(args.max_sandboxes)

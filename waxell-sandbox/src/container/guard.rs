@@ -36,10 +36,12 @@ impl ContainerGuard {
 static PENDING_REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Wait (at most `limit`) until the containers of dropped sandboxes and pools are removed. A
-/// process about to exit calls it: removal tasks do not run once the runtime shuts down.
+/// process about to exit calls it: removal tasks do not run once the runtime shuts down. A pool's
+/// refill that is starting a container holds the pool until it is up, so that one is waited for too.
 pub async fn removals_settled(limit: Duration) {
     let deadline = Instant::now() + limit;
-    while PENDING_REMOVALS.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+    let pending = || PENDING_REMOVALS.load(Ordering::SeqCst) > 0 || crate::pool::refills_holding_a_pool();
+    while pending() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -11,15 +11,15 @@
 # process with the largest resident set, as the kernel's OOM killer would; the container's own cap
 # is set above the limit by the host (headroom for the sentry and for the time between polls).
 # Polling costs about 1.5% of a core at 10 ms, so below half the limit it polls every 50 ms.
-# "check <pid> <fd>" asks whether that kernel's main thread is blocked reading its request fd
-# (where it waits between cells), answered "idle" or "busy": under gVisor no host process can see
-# the interpreter's system calls, so pid 1 looks, by stopping it for a moment with ptrace
-# (PTRACE_SEIZE, PTRACE_INTERRUPT, its registers, PTRACE_DETACH). Only pid 1 may trace: the
+# "check <pid> <fd> <nonce>" asks whether that kernel's main thread is blocked reading its request
+# fd (where it waits between cells), answered "<idle|busy> <nonce> <tag>": under gVisor no host
+# process can see the interpreter's system calls, so pid 1 looks, by stopping it for a moment with
+# ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT, its registers, PTRACE_DETACH). Only pid 1 may trace: the
 # shim each exec runs under gVisor names it the tracer (PR_SET_PTRACER) and denies ptrace to the
 # code. gVisor lets the code open /proc/1/fd/0 and 1, so the answers are signed: the host's first
-# line, "key <hex>", written before the container starts, is an HMAC-SHA-256 key, and a check
-# "check <pid> <fd> <nonce>" is answered "<idle|busy> <nonce> <tag>". pid 1 is non-dumpable, so
-# its memory, where the key lives, is out of the code's reach.
+# line, "key <hex>", written before the container starts, is an HMAC-SHA-256 key, and <tag> is the
+# HMAC of "<idle|busy> <nonce>". pid 1 is non-dumpable, so its memory, where the key lives, is out
+# of the code's reach.
 import ctypes, hmac, os, platform, select, signal, sys, time
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -144,12 +144,25 @@ def start_time(pid):
     return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[19]
 
 
+def forget_ended_kernels():
+    for pid, started in list(request_targets):
+        try:
+            alive = start_time(pid) == started
+        except OSError:
+            alive = False
+        if not alive:
+            del request_targets[(pid, started)]
+
+
 def main_thread_idle(pid, fd):
     if platform.machine() != "x86_64":
         return True  # registers read as x86-64's user_regs_struct only: believe `done`
     try:
         target = os.readlink("/proc/%d/fd/%d" % (pid, fd))
-        if request_targets.setdefault((pid, start_time(pid)), target) != target:
+        kernel = (pid, start_time(pid))
+        if kernel not in request_targets:
+            forget_ended_kernels()  # a new kernel: drop the entries of those that are gone
+        if request_targets.setdefault(kernel, target) != target:
             return False
     except OSError:
         return False

@@ -443,7 +443,8 @@ def make_shell(kernel):
             kernel.cell_error = {
                 "name": getattr(etype, "__name__", str(etype)),
                 "value": safe_str(evalue),
-                "traceback": "\n".join(stb),
+                # Joined as IPython's terminal joins them (the separator depends on the xmode).
+                "traceback": self.InteractiveTB.stb2text(stb),
             }
 
         def system_piped(self, cmd):
@@ -470,6 +471,10 @@ def make_shell(kernel):
 
     config = Config()
     config.InteractiveShell.colors = "NoColor"
+    # Tracebacks in Python's own layout. IPython's default ("Context") parses the source of every library
+    # file it shows (stack_data, executing): the first error out of pandas costs 0.5-1 s. `%xmode Context`
+    # in a cell brings it back.
+    config.InteractiveShell.xmode = "Plain"
     config.InteractiveShell.autocall = 0
     config.HistoryManager.enabled = False
     config.PlainTextFormatter.max_seq_length = 0

@@ -70,17 +70,7 @@ impl ScratchFiles {
     }
 
     fn open_root(&self) -> Result<OwnedFd, SandboxError> {
-        match &self.root {
-            ScratchRoot::Host(root) => rustix::fs::open(
-                root,
-                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
-                Mode::empty(),
-            )
-            .map_err(|e| SandboxError::NotFound(format!("scratch directory {}: {e}", root.display()))),
-            // Rootless: the tmpfs in the sandbox's mount namespace, reached through an fd opened
-            // when it was mounted (no path the sandbox controls is followed to get there).
-            ScratchRoot::Namespace(namespace) => namespace.open_scratch(),
-        }
+        self.root.open()
     }
 
     fn sandbox_path(rel: &Path) -> String {

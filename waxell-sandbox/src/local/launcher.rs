@@ -60,8 +60,9 @@ pub(crate) struct Slot<'a> {
     /// The sandbox's tmpfs mounts bound at /tmp and /dev/shm.
     pub(crate) tmp: &'a Path,
     pub(crate) shm: &'a Path,
-    /// Rootless: the user and mount namespaces the tmpfs mounts live in (bwrap starts inside them).
-    pub(crate) namespace: Option<std::sync::Arc<crate::local::rootless::MountNamespace>>,
+    /// The mount namespace (rootless, with its user namespace) the tmpfs mounts live in: bwrap
+    /// starts inside it. `None` once the sandbox is removed.
+    pub(crate) namespace: Option<std::sync::Arc<crate::local::mounts::MountNamespace>>,
     pub(crate) cgroup: &'a Cgroup,
     /// The sandbox's own boot id, bound over the host's.
     pub(crate) boot_id: &'a str,
@@ -229,7 +230,7 @@ impl Launcher {
             add(&mut args, &["--symlink", link, target]);
         }
         // /tmp and /dev/shm are tmpfs mounts of the sandbox (bwrap's --tmpfs cannot cap nr_inodes),
-        // shared by its contexts: on the host, or rootless in the sandbox's own mount namespace.
+        // shared by its contexts, in the sandbox's own mount namespace.
         add(&mut args, &["--bind"]);
         args.extend([slot.tmp.into(), "/tmp".into()]);
         // /root exists, empty and read-only (remounted below, after the Python installation, which may
@@ -469,11 +470,10 @@ impl Launcher {
             // Set on the interpreter once it runs (rootless.rs: counted per user namespace there).
             rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
         }
-        let join = match (&slot.namespace, self.tools.rootless) {
-            (Some(namespace), true) => namespace.join_fds()?,
+        let join = match &slot.namespace {
+            Some(namespace) => namespace.join_fds()?,
             // Never the plain host directories instead of the capped tmpfs mounts.
-            (None, true) => return Err(SandboxError::NotFound("the sandbox was removed".into())),
-            (_, false) => Vec::new(),
+            None => return Err(SandboxError::NotFound("the sandbox was removed".into())),
         };
         Ok(ChildSetup {
             inherit,

@@ -5,10 +5,9 @@
 //! `/tmp`, cleared environment and no-new-privs apply as in root mode.
 //!
 //! The sandbox's tmpfs file systems (`/home/user`, `/tmp`, `/dev/shm`, size- and inode-capped as
-//! in root mode) cannot be mounted on the host without root. They are mounted instead in a user and
-//! mount namespace of the sandbox's own ([`MountNamespace`]), made once per sandbox; every context's
-//! bwrap starts inside it (and makes its own namespaces below it), and the host's file calls reach
-//! `/home/user` through a directory fd opened there.
+//! in root mode) live in a mount namespace of the sandbox's own, as in root mode
+//! ([`crate::local::mounts::MountNamespace`]); rootless, it belongs to a user namespace of the
+//! sandbox's own too, since mounting takes capabilities this user has only there.
 //!
 //! What differs, and is reported by the host report (`capabilities.rs`):
 //! * `RLIMIT_NPROC` is set on each interpreter after it starts (see [`cap_processes`]) instead of on
@@ -16,13 +15,10 @@
 //!   creates;
 //! * the invoking user's supplementary groups stay (an unprivileged process cannot drop them).
 
-use std::ffi::CString;
 use std::fs;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use waxell::sandbox::SandboxError;
 
@@ -179,97 +175,6 @@ pub(crate) fn scratch_root(configured: Option<&Path>) -> Result<PathBuf, Sandbox
         )));
     }
     Ok(root)
-}
-
-/// One sandbox's user and mount namespaces, holding its tmpfs mounts (on its host directories, seen
-/// only inside), and a directory fd of its `/home/user` tmpfs for the host's file calls. Made by a
-/// short-lived child ([`crate::local::spawn::spawn_mount_holder`]); these fds keep the namespaces and
-/// mounts alive, and once they and every process of the sandbox are gone the kernel frees them.
-#[derive(Debug)]
-pub(crate) struct MountNamespace {
-    user: OwnedFd,
-    mount: OwnedFd,
-    scratch: OwnedFd,
-}
-
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-
-impl MountNamespace {
-    /// Mount a tmpfs with `options` on each of `mounts` (existing empty directories of this user)
-    /// in new namespaces; `scratch` is the one whose fd the host's file calls use.
-    pub(crate) fn new(mounts: &[(&Path, String)], scratch: &Path) -> Result<Self, SandboxError> {
-        let c = |bytes: &[u8]| CString::new(bytes).map_err(|e| SandboxError::InvalidArgument(e.to_string()));
-        let (uid, gid) = (
-            rustix::process::geteuid().as_raw(),
-            rustix::process::getegid().as_raw(),
-        );
-        let setup = crate::local::spawn::HolderSetup {
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            mounts: mounts
-                .iter()
-                .map(|(path, options)| Ok((c(path.as_os_str().as_bytes())?, c(options.as_bytes())?)))
-                .collect::<Result<_, SandboxError>>()?,
-        };
-        let mut command = Command::new("cat");
-        command
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = crate::local::spawn::spawn_mount_holder(command, setup).map_err(|e| {
-            SandboxError::Unavailable(format!(
-                "cannot mount the sandbox's tmpfs file systems in a user namespace of its own: {e}"
-            ))
-        })?;
-        let pid = child.id();
-        let open = |path: String, flags: rustix::fs::OFlags| {
-            rustix::fs::open(&path, flags | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-                .map_err(|e| SandboxError::Unavailable(format!("{path}: {e}")))
-        };
-        let opened = (|| {
-            let user = open(format!("/proc/{pid}/ns/user"), rustix::fs::OFlags::RDONLY)?;
-            let mount = open(format!("/proc/{pid}/ns/mnt"), rustix::fs::OFlags::RDONLY)?;
-            // Our own path (the scratch root is this user's 0700 directory), in the holder's view;
-            // without symlinks, which would resolve in the host's view and miss the tmpfs.
-            let path = fs::canonicalize(scratch)?;
-            let scratch = open(
-                format!("/proc/{pid}/root{}", path.display()),
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW,
-            )?;
-            let fs = rustix::fs::fstatfs(&scratch).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
-            if fs.f_type as i64 != TMPFS_MAGIC {
-                return Err(SandboxError::IsolationCheck(
-                    "the scratch directory is not the sandbox's tmpfs inside its mount namespace".into(),
-                ));
-            }
-            Ok(Self { user, mount, scratch })
-        })();
-        drop(child.stdin.take());
-        let _ = child.kill();
-        let _ = child.wait();
-        opened
-    }
-
-    /// Copies of the namespace fds for a launcher to join (user namespace first).
-    pub(crate) fn join_fds(&self) -> Result<Vec<OwnedFd>, SandboxError> {
-        Ok(vec![self.user.try_clone()?, self.mount.try_clone()?])
-    }
-
-    /// A new directory fd of the sandbox's `/home/user` tmpfs.
-    pub(crate) fn open_scratch(&self) -> Result<OwnedFd, SandboxError> {
-        rustix::fs::openat(
-            &self.scratch,
-            ".",
-            rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::NOFOLLOW
-                | rustix::fs::OFlags::CLOEXEC
-                | rustix::fs::OFlags::RDONLY,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| SandboxError::NotFound(format!("the sandbox's home directory: {e}")))
-    }
 }
 
 /// Cap the tasks of an interpreter (and everything it starts) at `max`, applied from the host

@@ -171,7 +171,7 @@ impl Local {
     ) -> Result<T, SandboxError> {
         let root = shell
             .mounts
-            .scratch_root(self.launcher.tools.rootless)
+            .scratch_root()
             .ok_or_else(|| SandboxError::NotFound(format!("sandbox {} was removed", shell.id)))?;
         let files = ScratchFiles {
             root,

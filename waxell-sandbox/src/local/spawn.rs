@@ -1,7 +1,7 @@
 //! The only `unsafe` in the crate: starting the launcher with inherited fds, cgroup membership,
 //! namespaces to join and rlimits applied between `fork` and `exec`, from one long-lived thread;
-//! and (rootless) the short-lived child that makes a sandbox's user and mount namespaces and mounts
-//! its tmpfs file systems there ([`spawn_mount_holder`]); and the child that makes the memory
+//! the short-lived child that makes a sandbox's mount namespace (rootless, with a user namespace)
+//! and mounts its tmpfs file systems there ([`spawn_mount_holder`]); and the child that makes the memory
 //! watchdog's `sock_diag` socket inside a sandbox's network namespace ([`sock_diag_socket_in`]).
 //!
 //! Why a dedicated thread: bwrap's `--die-with-parent` uses `PR_SET_PDEATHSIG`, whose "parent" is the
@@ -30,8 +30,8 @@ pub(crate) struct ChildSetup {
     pub(crate) inherit: Vec<(OwnedFd, RawFd)>,
     /// Pre-opened `cgroup.procs` files; the child writes "0" to each to join before exec.
     pub(crate) cgroup_procs: Vec<OwnedFd>,
-    /// Namespaces to join, in order (rootless: the sandbox's user namespace, then its mount
-    /// namespace, where its tmpfs mounts are; see `rootless::MountNamespace`).
+    /// Namespaces to join, in order: the sandbox's mount namespace, where its tmpfs mounts are
+    /// (rootless, its user namespace before it; see `mounts::MountNamespace`).
     pub(crate) join: Vec<OwnedFd>,
     pub(crate) rlimits: Vec<Rlimit>,
 }
@@ -144,12 +144,13 @@ pub(crate) async fn spawn(mut command: Command, setup: ChildSetup) -> io::Result
         .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
 }
 
-/// What the mount holder's child does before it execs: its own user namespace mapping only this
-/// user's ids, its own mount namespace, and the tmpfs mounts (all prepared before the fork).
+/// What the mount holder's child does before it execs: its own mount namespace (rootless, in its
+/// own user namespace mapping only this user's ids), and the tmpfs mounts (all prepared before the
+/// fork).
 #[derive(Debug)]
 pub(crate) struct HolderSetup {
-    pub(crate) uid_map: Vec<u8>,
-    pub(crate) gid_map: Vec<u8>,
+    /// Rootless: the new user namespace's `uid_map` and `gid_map`.
+    pub(crate) id_maps: Option<(Vec<u8>, Vec<u8>)>,
     /// `(target, mount options)`, NUL-terminated.
     pub(crate) mounts: Vec<(std::ffi::CString, std::ffi::CString)>,
 }
@@ -173,18 +174,21 @@ fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
 }
 
 impl HolderSetup {
-    /// Runs in the forked child: the new namespaces get their capabilities here, before `exec`
-    /// (which drops them: the ids are not 0 inside).
+    /// Runs in the forked child: the mounts are made here, before `exec` (rootless, the new user
+    /// namespace's capabilities are dropped there: the ids are not 0 inside).
     fn apply(&self) -> io::Result<()> {
+        let user = if self.id_maps.is_some() { libc::CLONE_NEWUSER } else { 0 };
         // SAFETY: unshare/mount with NUL-terminated strings prepared before the fork.
         unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) < 0 {
+            if libc::unshare(user | libc::CLONE_NEWNS) < 0 {
                 return Err(io::Error::last_os_error());
             }
         }
-        write_proc(c"/proc/self/setgroups", b"deny")?;
-        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
-        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        if let Some((uid_map, gid_map)) = &self.id_maps {
+            write_proc(c"/proc/self/setgroups", b"deny")?;
+            write_proc(c"/proc/self/uid_map", uid_map)?;
+            write_proc(c"/proc/self/gid_map", gid_map)?;
+        }
         // SAFETY: as above.
         unsafe {
             // Nothing mounted here propagates back to the host's mount namespace.
@@ -204,8 +208,8 @@ impl HolderSetup {
     }
 }
 
-/// Start `command` (a process that waits for its stdin to close) in new user and mount
-/// namespaces set up by `setup`. The caller opens the namespaces through `/proc/<pid>/ns` and then
+/// Start `command` (a process that waits for its stdin to close) in the new namespaces set up by
+/// `setup`. The caller opens the namespaces through `/proc/<pid>/ns` and then
 /// lets it exit: open namespace fds keep them, and their mounts, alive.
 pub(crate) fn spawn_mount_holder(mut command: Command, setup: HolderSetup) -> io::Result<Child> {
     // SAFETY: `HolderSetup::apply` only makes async-signal-safe syscalls (unshare, open, write,

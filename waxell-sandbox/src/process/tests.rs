@@ -114,6 +114,29 @@ async fn the_pool_hands_out_ready_sandboxes_and_refills() {
     assert_eq!(backend.pool_len(), 1);
 }
 
+/// When the kernel of a sandbox started: (clock ticks since boot, pid).
+async fn kernel_started(sandbox: &dyn SandboxSession) -> (u64, u32) {
+    let code = "import os\nf'{open(\"/proc/self/stat\").read().rsplit(\")\", 1)[1].split()[19]} {os.getpid()}'";
+    let text = eval(sandbox, code).await;
+    let (ticks, pid) = text.trim_matches('\'').split_once(' ').expect("ticks and pid");
+    (ticks.parse().unwrap(), pid.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_during_the_first_fill_takes_the_sandbox_being_started() {
+    let backend = backend(SandboxConfig::<ProcessOptions>::default().with_pool_size(1));
+    // Right away: the pool's first kernel is still starting, and this create waits for it rather
+    // than starting one beside it; the refill then starts the next one.
+    let first = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    backend.warm_up().await.unwrap();
+    let second = backend.create_sandbox(&SandboxOptions::default()).await.unwrap();
+    let (first, second) = (kernel_started(&first).await, kernel_started(&second).await);
+    assert!(
+        first < second,
+        "the first create took kernel {first:?} (ticks, pid), started after the pooled {second:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_ends_when_killed_or_its_lifetime_passes() {
     let backend = backend(SandboxConfig::default());

@@ -133,8 +133,11 @@ pub async fn state_results_errors_and_streaming(h: &dyn Harness) {
         (error.name.as_str(), error.value.as_str()),
         ("ZeroDivisionError", "division by zero")
     );
+    // Python's layout: the failing line of the cell, by number and by text; no kernel frame.
     assert!(
-        error.traceback.contains("line 2, in f") && !error.traceback.contains("kernel.py"),
+        error.traceback.contains("line 2")
+            && error.traceback.contains("return 1 / 0")
+            && !error.traceback.contains("kernel.py"),
         "{}",
         error.traceback
     );
