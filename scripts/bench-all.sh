@@ -17,7 +17,7 @@ cd "$repo"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 doc="$repo/docs/performance.md"
 
-all=(O1 O2 S:local S:modes S:containers S:docker-engine I T F L U B)
+all=(O1 O2 S:local S:modes S:containers S:docker-engine I D T F L U B)
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 list() {
     cat <<'EOF'
@@ -28,6 +28,9 @@ S:modes          the same, root vs rootless; needs root and WAXELL_BENCH_ROOTLES
 S:containers     the container backend on Podman; needs DOCKER_HOST (eval "$(bash scripts/setup-container.sh)")
 S:docker-engine  the same on Docker Engine; needs WAXELL_DOCKER_ENGINE_HOST (same script)
 I                IPython's cost in containers; needs DOCKER_HOST and WAXELL_BENCH_PLAIN_IMAGE=<image without IPython>
+D                scripts/bench-density.py: live sandboxes per machine through E2B's Python SDK against
+                 waxell-sandbox serve; needs root, bwrap and the E2B peer venv (scripts/setup-e2b-peer.sh);
+                 also on Docker Engine with WAXELL_DOCKER_ENGINE_HOST
 T                cargo bench -p waxell-tests --bench suite; needs root and bwrap (scripts/setup.sh). One case:
                  T:run_code, T:concurrent, T:export, T:collector_down, T:demo, T:exit
 F                the fail_open test's overhead table and its million-span test (release)
@@ -62,7 +65,7 @@ else
         w="${w// /}"
         case "$w" in
             S) selected+=(S:local S:modes S:containers S:docker-engine) ;;
-            O1|O2|S:local|S:modes|S:containers|S:docker-engine|I|T|F|L|U|B) selected+=("$w") ;;
+            O1|O2|S:local|S:modes|S:containers|S:docker-engine|I|D|T|F|L|U|B) selected+=("$w") ;;
             T:run_code|T:concurrent|T:export|T:collector_down|T:demo|T:exit) selected+=("$w") ;;
             *) echo "bench-all: unknown selector $w (see --list)" >&2; exit 2 ;;
         esac
@@ -89,6 +92,8 @@ table="$target/release/bench-table"
 
 is_root() { [ "$(id -u)" = 0 ]; }
 has() { command -v "$1" >/dev/null 2>&1; }
+# E2B's official Python SDK (scripts/setup-e2b-peer.sh), which [D] drives.
+peer_python="${WAXELL_E2B_PEER_VENV:-$HOME/.local/share/waxell/e2b-peer-venv}/bin/python"
 # Why a selector cannot run here, or nothing when it can.
 missing() {
     case "$1" in
@@ -98,6 +103,7 @@ missing() {
         S:containers) [ -n "${DOCKER_HOST:-}" ] || echo "no container engine: DOCKER_HOST is not set (eval \"\$(bash scripts/setup-container.sh)\")" ;;
         S:docker-engine) [ -n "${WAXELL_DOCKER_ENGINE_HOST:-}" ] || echo "no Docker Engine: WAXELL_DOCKER_ENGINE_HOST is not set (eval \"\$(bash scripts/setup-container.sh)\")" ;;
         I) if [ -z "${DOCKER_HOST:-}" ]; then echo "no container engine: DOCKER_HOST is not set"; elif [ -z "${WAXELL_BENCH_PLAIN_IMAGE:-}" ]; then echo "WAXELL_BENCH_PLAIN_IMAGE (an image without IPython) is not set"; fi ;;
+        D) if ! is_root; then echo "needs root (the local sandbox backend)"; elif ! has bwrap; then echo "bwrap is not installed (scripts/setup.sh)"; elif [ ! -x "$peer_python" ]; then echo "no E2B peer venv at $peer_python (scripts/setup-e2b-peer.sh)"; fi ;;
     esac
 }
 
@@ -156,6 +162,10 @@ run() {
             DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" WAXELL_RUNSC_DOCKER_HOST="$WAXELL_DOCKER_ENGINE_HOST" \
             cargo bench -p waxell-sandbox --features container --bench sandbox -- side_by_side ;;
         I) cargo bench -p waxell-sandbox --features container --bench image ;;
+        # The serve binary just built ($CARGO_TARGET_DIR/release), not one WAXELL_SANDBOX_BIN names.
+        D) local extra=() && [ "$quick" = 1 ] && extra=(--quick)
+            cargo build --release -p waxell-sandbox --features server,container &&
+                env -u WAXELL_SANDBOX_BIN "$peer_python" scripts/bench-density.py "${extra[@]}" ;;
         T) env -u WAXELL_BENCH_ONLY cargo bench -p waxell-tests --bench suite "${q[@]}" ;;
         T:*) WAXELL_BENCH_ONLY="${1#T:}" cargo bench -p waxell-tests --bench suite "${q[@]}" ;;
         F) local runs=() && [ "$quick" = 1 ] && runs=(WAXELL_OVERHEAD_RUNS=200)

@@ -12,6 +12,7 @@ DOC = ROOT / "docs" / "configuration.md"
 ENV_NAME = re.compile(r"\b((?:WAXELL|WAX|OTEL|E2B|OPENAI|DOCKER|JAEGER)_[A-Z0-9_]*[A-Z0-9])\b")
 # In code only string literals count (the same names in upper case are also attribute constants).
 ENV_LITERAL = re.compile(r'"((?:WAXELL|WAX|OTEL|E2B|OPENAI|DOCKER|JAEGER)_[A-Z0-9_]*[A-Z0-9])"')
+ENV_PY_LITERAL = re.compile(r"""["']((?:WAXELL|WAX|OTEL|E2B|OPENAI|DOCKER|JAEGER)_[A-Z0-9_]*[A-Z0-9])["']""")
 # Set by a test or bench for its own child process (how the child knows its role), or planted as a fake secret;
 # nothing a person sets.
 INTERNAL = {
@@ -46,6 +47,13 @@ def env_in_code():
         text = path.read_text()
         for name in re.findall(r"\$\{?((?:WAXELL|DEBIAN)_[A-Z0-9_]*[A-Z0-9])", text):
             names.setdefault(name, path.relative_to(ROOT))
+    # The Python scripts read theirs as string literals (os.environ.get("..."), os.environ["..."]).
+    for path in (ROOT / "scripts").glob("*.py"):
+        if path.resolve() == pathlib.Path(__file__).resolve():
+            continue  # this file names the variables it skips
+        for name in ENV_PY_LITERAL.findall(path.read_text()):
+            if name not in INTERNAL:
+                names.setdefault(name, path.relative_to(ROOT))
     return names
 
 

@@ -82,6 +82,23 @@ struct Args {
     /// Do not check first that the sandbox's Python has pandas, numpy and matplotlib.
     #[arg(long)]
     skip_sandbox_check: bool,
+    /// Print the dry run's cells as one plain Python program and exit (the benchmark's anchor: the cells'
+    /// own work, run by the sandbox's Python without the sandbox).
+    #[arg(long, hide = true)]
+    print_cells_as_python: bool,
+}
+
+/// The cells a dry run sends to the sandbox, in order: the module check, the runner's three snippets, and the
+/// scripted LLM's two analysis scripts.
+fn dry_run_cells() -> Vec<String> {
+    vec![
+        preflight::check_cell(),
+        script::BASIC_CODE.to_owned(),
+        script::statistics_code(),
+        script::ERROR_CODE.to_owned(),
+        script::buggy_analysis_script(),
+        script::fixed_analysis_script(),
+    ]
 }
 
 type DemoResult<T> = agents::DemoResult<T>;
@@ -152,7 +169,10 @@ async fn sandbox_backend(args: &Args) -> DemoResult<(Box<dyn SandboxBackend>, St
 /// `auto` goes on to a container engine (Docker Desktop, Docker, Podman: `DOCKER_HOST` or the usual
 /// sockets) and then to E2B if a key is set; the error names why each one could not be used.
 async fn local_or_fallback(kind: SandboxKind) -> DemoResult<(Box<dyn SandboxBackend>, String)> {
-    let local_error = match waxell_sandbox::LocalBackend::new(waxell_sandbox::LocalConfig::default()) {
+    // A pool of one: the module check's sandbox starts with the backend, and the agents' sandbox starts
+    // while the check runs.
+    let config = waxell_sandbox::LocalConfig::default().with_pool_size(1);
+    let local_error = match waxell_sandbox::LocalBackend::new(config) {
         Ok(local) => {
             let why = local.capabilities().summary();
             return Ok((Box::new(local), why));
@@ -359,6 +379,10 @@ async fn run(args: Args) -> DemoResult<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.print_cells_as_python {
+        print!("{}", script::as_plain_python(&dry_run_cells()));
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

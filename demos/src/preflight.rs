@@ -21,7 +21,7 @@ pub enum Target {
 }
 
 /// Prints the missing modules (comma-separated) and the interpreter, without importing anything.
-fn check_cell() -> String {
+pub fn check_cell() -> String {
     format!(
         "import importlib.util, sys\n\
          missing = [m for m in {REQUIRED_MODULES:?} if importlib.util.find_spec(m) is None]\n\

@@ -1,4 +1,5 @@
-//! The data, the fixed snippets the runner's first three tools execute, and the scripted LLM of `--dry-run`.
+//! The data, the fixed snippets the runner's first three tools execute, and the scripted LLM of `--dry-run`
+//! (and its cells as one plain Python program, for the benchmark).
 //!
 //! The scripted LLM behaves like a real one would on this task: its first analysis script has a realistic
 //! bug (a wrong column name), the sandbox reports the `KeyError`, the error goes back as the tool result,
@@ -107,6 +108,31 @@ stats
         prelude = data_prelude(),
         chart = CHART_FILE
     )
+}
+
+/// `cells` as one plain Python program, for the demo's benchmark anchor (the cells' own work, without the
+/// sandbox): each runs in one `__main__` namespace as the kernel runs it, an error's traceback is printed, and
+/// figures left open are rendered as PNG, as the kernel shows them.
+pub fn as_plain_python(cells: &[String]) -> String {
+    let mut program = String::from(
+        "import io, sys, traceback\n\
+         namespace = {'__name__': '__main__'}\n\
+         def show_open_figures():\n    \
+             plt = sys.modules.get('matplotlib.pyplot')\n    \
+             for number in (plt.get_fignums() if plt else []):\n        \
+                 plt.figure(number).savefig(io.BytesIO(), format='png')\n    \
+             if plt:\n        plt.close('all')\n",
+    );
+    for cell in cells {
+        // A JSON string is a Python string literal.
+        let literal = serde_json::Value::String(cell.clone()).to_string();
+        program.push_str(&format!(
+            "try:\n    exec(compile({literal}, '<cell>', 'exec'), namespace)\n\
+             except Exception:\n    traceback.print_exc()\n\
+             show_open_figures()\n"
+        ));
+    }
+    program
 }
 
 /// The scripted LLM for `--dry-run`: the code agent's two attempts and final answer, and the evaluator's

@@ -400,3 +400,51 @@ fn links_point_to_the_run_in_a_running_waxell_ui() {
         "{stderr}"
     );
 }
+
+/// The benchmark's anchor: the dry run's cells as one plain Python program, run by the sandbox's Python
+/// without the sandbox, do the demo's work (both planted errors reported, the analysis printed, its files
+/// written) and exit cleanly.
+#[test]
+fn the_cells_as_plain_python_do_the_dry_runs_work() {
+    let printed = Command::new(waxell_tests::bin_exe!("demos"))
+        .arg("--print-cells-as-python")
+        .output()
+        .expect("the demo runs");
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let python = waxell_sandbox::PythonRuntime::detect()
+        .expect("the sandbox's Python")
+        .executable;
+    let work_dir = std::env::temp_dir().join(format!("waxell-demo-cells-{}", std::process::id()));
+    std::fs::create_dir_all(&work_dir).unwrap();
+    let program = work_dir.join("cells.py");
+    std::fs::write(&program, &printed.stdout).unwrap();
+    let output = Command::new(python)
+        .arg(&program)
+        .current_dir(&work_dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for expected in [
+        "hello from the sandbox",
+        "n=12 mean=17025.00",
+        "=== Monthly sales analysis ===",
+        "trend: upward",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in\n{stdout}");
+    }
+    for expected in ["ZeroDivisionError: division by zero", "KeyError: 'Sales'"] {
+        assert!(stderr.contains(expected), "{expected:?} not in\n{stderr}");
+    }
+    let chart = std::fs::read(work_dir.join("sales_chart.png")).expect("the chart");
+    assert!(chart.starts_with(b"\x89PNG"), "the chart is a PNG");
+    assert!(work_dir.join("sales_analysis.csv").is_file());
+    std::fs::remove_dir_all(&work_dir).unwrap();
+}
