@@ -20,6 +20,8 @@ JS_DIR="${WAXELL_E2B_PEER_JS:-${HOME:-/root}/.local/share/waxell/e2b-peer-js}"
 JS_PACKAGE="${WAXELL_E2B_PEER_JS_PACKAGE:-@e2b/code-interpreter}"
 
 log() { printf '[setup-e2b-peer] %s\n' "$*" >&2; }
+# Written once both SDKs load (tests look for it, not for the venv's python, which exists mid-install).
+READY="$VENV/.waxell-peers-ready"
 
 # Tests running in parallel processes may call this at once: one installs, the others then find it done.
 mkdir -p "$(dirname "$VENV")"
@@ -44,7 +46,7 @@ setup_js() {
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import e2b_code_interpreter' 2>/dev/null; then
     log "ok: $("$VENV/bin/python" -m pip show e2b-code-interpreter 2>/dev/null | grep '^Version' || true) in $VENV"
-    setup_js
+    setup_js && touch "$READY"
     exit $?
 fi
 
@@ -69,3 +71,4 @@ mkdir -p "$(dirname "$VENV")"
     || { log "e2b_code_interpreter does not import after install"; exit 1; }
 log "installed $("$VENV/bin/python" -m pip show e2b-code-interpreter | grep '^Version') into $VENV"
 setup_js
+touch "$READY"

@@ -34,8 +34,11 @@ trap 'rm -rf "$work"' EXIT
 chmod 0755 "$work"
 
 # The user's own sandbox venv (in its home, where it can read it), made by the same setup script.
-install -m 0644 scripts/setup-sandbox.sh "$work/setup-sandbox.sh"
+install -m 0644 scripts/setup-sandbox.sh scripts/apt-get.sh "$work/"
 as_user "bash $work/setup-sandbox.sh"
+# Likewise E2B's SDKs (the suites' peers), before the tests start rather than by the first test needing them.
+install -m 0644 scripts/setup-e2b-peer.sh "$work/setup-e2b-peer.sh"
+as_user "bash $work/setup-e2b-peer.sh"
 
 # The root run's test binaries, packed (same package set, features and profile as that run, so
 # nothing is rebuilt), the nextest program, and the source tree the tests read their files from.

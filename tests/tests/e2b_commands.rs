@@ -26,12 +26,7 @@ async fn commands_are_held_by_the_sandbox_limits() {
 /// The directory with E2B's JS SDK (`node_modules/e2b`; scripts/setup-e2b-peer.sh installs it with
 /// the code interpreter's), or why the JS checks cannot run here.
 fn js_peer() -> Result<std::path::PathBuf, String> {
-    let dir = std::env::var_os("WAXELL_E2B_PEER_JS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".local/share/waxell/e2b-peer-js")
-        });
+    let (_, dir) = e2b_support::ensure_peers();
     if !dir.join("node_modules/e2b/package.json").exists() {
         return Err(format!(
             "no E2B JS SDK in {}: run scripts/setup-e2b-peer.sh",

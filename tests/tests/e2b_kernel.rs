@@ -14,39 +14,15 @@ use waxell_sandbox::{ContainerBackend, ContainerConfig, Language, Limits};
 
 mod e2b_support;
 
-fn repo_root() -> PathBuf {
-    waxell_tests::manifest_dir!()
-        .parent()
-        .expect("tests/ has a parent")
-        .to_owned()
-}
-
-fn peer_dir(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-            .join(".local/share/waxell")
-            .join(default)
-    })
-}
-
 /// The SDK peers, installed with the setup script when missing (idempotent).
 fn peers() -> (PathBuf, PathBuf) {
-    let python = peer_dir("WAXELL_E2B_PEER_VENV", "e2b-peer-venv").join("bin/python");
-    let js = peer_dir("WAXELL_E2B_PEER_JS", "e2b-peer-js");
-    if !python.exists() || !js.join("node_modules/@e2b/code-interpreter").exists() {
-        let status = std::process::Command::new("bash")
-            .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
-            .status()
-            .expect("running scripts/setup-e2b-peer.sh");
-        assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
-    }
-    (python, js)
+    e2b_support::ensure_peers()
 }
 
 async fn run_script(program: &std::path::Path, script: &str, url: &str, js_peer: &std::path::Path) {
     let mut command = tokio::process::Command::new(program);
     command
-        .arg(repo_root().join(script))
+        .arg(e2b_support::repo_root().join(script))
         .env_remove("E2B_DEBUG")
         .env_remove("E2B_DOMAIN")
         .env("E2B_API_URL", url)

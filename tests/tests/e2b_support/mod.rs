@@ -99,24 +99,35 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
-/// The python of the official E2B SDK's venv (scripts/setup-e2b-peer.sh), installed when missing.
-pub fn peer_python() -> PathBuf {
-    let venv = std::env::var_os("WAXELL_E2B_PEER_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                .join(".local/share/waxell/e2b-peer-venv")
-        });
-    let python = venv.join("bin/python");
-    if !python.exists() {
+/// Where a peer lives: `var`, else `~/.local/share/waxell/<default>`.
+pub fn peer_dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+            .join(".local/share/waxell")
+            .join(default)
+    })
+}
+
+/// The official E2B SDKs' venv (Python) and directory (JS), installed by scripts/setup-e2b-peer.sh when its
+/// ready mark is missing. Tests in parallel processes may get here at once: the script lets one install and the
+/// others wait; the venv's python exists before the install ends, so it is no sign of a finished one.
+pub fn ensure_peers() -> (PathBuf, PathBuf) {
+    let venv = peer_dir("WAXELL_E2B_PEER_VENV", "e2b-peer-venv");
+    if !venv.join(".waxell-peers-ready").exists() {
         let status = std::process::Command::new("bash")
             .arg(repo_root().join("scripts/setup-e2b-peer.sh"))
             .status()
             .expect("running scripts/setup-e2b-peer.sh");
         assert!(status.success(), "scripts/setup-e2b-peer.sh failed: {status}");
     }
+    let python = venv.join("bin/python");
     assert!(python.exists(), "no python at {}", python.display());
-    python
+    (python, peer_dir("WAXELL_E2B_PEER_JS", "e2b-peer-js"))
+}
+
+/// The python of the official E2B SDK's venv, installed when missing.
+pub fn peer_python() -> PathBuf {
+    ensure_peers().0
 }
 
 /// Run a script of tests/ with the peer python against the server at `url`; its output, after
