@@ -109,6 +109,7 @@ impl<T: Waiting> PoolState<T> {
 static REFILLS_HOLDING_A_POOL: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a refill task still holds a pool.
+#[cfg(feature = "container")]
 pub(crate) fn refills_holding_a_pool() -> bool {
     REFILLS_HOLDING_A_POOL.load(Ordering::SeqCst) > 0
 }
