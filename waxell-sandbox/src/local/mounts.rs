@@ -150,9 +150,9 @@ impl SandboxMounts {
     }
 }
 
-/// Remove a sandbox's directory, first detaching a tmpfs on it in the host's mount namespace, which
-/// an older version of this crate left there. Never follows a symlink: `remove_dir_all` does not
-/// (CVE-2022-21658 was fixed in Rust 1.58.1).
+/// Remove a sandbox's directory, first detaching anything mounted on it in the host's mount
+/// namespace (normally nothing: the sandbox's tmpfs lives in its own). Never follows a symlink:
+/// `remove_dir_all` does not (CVE-2022-21658 was fixed in Rust 1.58.1).
 fn unmount_and_remove(path: &Path) {
     // EINVAL: not a mount point (the usual case); ENOENT: already gone.
     match rustix::mount::unmount(
