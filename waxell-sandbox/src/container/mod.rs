@@ -68,6 +68,8 @@ pub struct Container {
     own_pts: bool,
     /// The languages the image has runtimes for (probed once per image, `probe.rs`).
     languages: Languages,
+    /// The kernel as `KERNEL_BOOT` takes it, compiled by the image's Python (`probe.rs`).
+    kernel: std::sync::Arc<str>,
     /// When leftovers of dead host processes were last swept (see `create_started`).
     last_sweep: std::sync::Mutex<Instant>,
 }
@@ -117,9 +119,11 @@ impl Pooled<Container> {
             host_dir,
             own_pts,
             languages: Languages::python_only(),
+            kernel: KERNEL_SOURCE.into(),
             last_sweep: std::sync::Mutex::new(Instant::now()),
         };
-        container.languages = probe::languages(&container, &image_id).await?;
+        let image = probe::image(&container, &image_id).await?;
+        (container.languages, container.kernel) = (image.languages, image.kernel);
         Ok(Pooled::with_backend(container))
     }
 
@@ -469,7 +473,7 @@ impl Container {
         "-I".to_owned(),
         "-c".to_owned(),
         KERNEL_BOOT.to_owned(),
-        KERNEL_SOURCE.to_owned(),
+        inner.kernel.to_string(),
     ];
     let exec_env = vec![
         format!("SBX_OUTPUT_LIMIT={}", config.limits.output_chars),

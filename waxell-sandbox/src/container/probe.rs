@@ -1,11 +1,13 @@
-//! Which languages a backend's image runs: one throwaway sandbox container per image (same
-//! isolation as a sandbox's) runs `probe.py`, which says which runtime files the image has (symlinks
-//! resolved) and whether Python has IPython and E2B's chart extractor. Remembered per image id for
-//! the process, so later backends over the same image ask nothing.
+//! Which languages a backend's image runs, and the kernel compiled by its Python: one throwaway
+//! sandbox container per image (same isolation as a sandbox's) runs `probe.py`, which says which
+//! runtime files the image has (symlinks resolved) and whether Python has IPython and E2B's chart
+//! extractor, and compiles the kernel, so each kernel start loads code instead of compiling 50 KB
+//! of source. Remembered per image id for the process, so later backends over the same image ask
+//! nothing.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use waxell::sandbox::SandboxError;
@@ -13,41 +15,53 @@ use waxell::sandbox::SandboxError;
 use super::engine::run_helper;
 use super::spec::USER;
 use super::Container;
-use crate::kernel::{Language, Languages};
+use crate::kernel::{Language, Languages, KERNEL_SOURCE};
 
 const PROBE_SOURCE: &str = include_str!("probe.py");
+/// The longest kernel argument taken from a probe (one exec argument may hold 128 KiB).
+const KERNEL_ARGUMENT_LIMIT: usize = 120 << 10;
+
+/// What a backend learns of its image.
+#[derive(Clone)]
+pub(super) struct ImageProbe {
+    pub(super) languages: Languages,
+    /// The kernel as `KERNEL_BOOT` takes it: its code from the image's Python, or its source when
+    /// that Python could not compile it.
+    pub(super) kernel: Arc<str>,
+}
 
 /// Probed images, by image id.
-static PROBED: Mutex<Vec<(String, Languages)>> = Mutex::new(Vec::new());
+static PROBED: Mutex<Vec<(String, ImageProbe)>> = Mutex::new(Vec::new());
 
 #[derive(Deserialize)]
 struct Probe {
     files: HashMap<String, Option<String>>,
     modules: HashMap<String, bool>,
+    kernel: Option<String>,
 }
 
-/// The languages of the image `image_id` (the backend's image), probed once per process.
-pub(super) async fn languages(backend: &Container, image_id: &str) -> Result<Languages, SandboxError> {
+/// The image `image_id` (the backend's image), probed once per process.
+pub(super) async fn image(backend: &Container, image_id: &str) -> Result<ImageProbe, SandboxError> {
     let known = {
         let probed = PROBED.lock().unwrap_or_else(|e| e.into_inner());
-        probed.iter().find(|(id, _)| id == image_id).map(|(_, l)| l.clone())
+        probed.iter().find(|(id, _)| id == image_id).map(|(_, found)| found.clone())
     };
-    if let Some(languages) = known {
-        return Ok(languages);
+    if let Some(found) = known {
+        return Ok(found);
     }
-    let languages = probe(backend).await?;
+    let found = probe(backend).await?;
     let mut probed = PROBED.lock().unwrap_or_else(|e| e.into_inner());
     if !probed.iter().any(|(id, _)| id == image_id) {
-        probed.push((image_id.to_owned(), languages.clone()));
+        probed.push((image_id.to_owned(), found.clone()));
     }
-    Ok(languages)
+    Ok(found)
 }
 
-async fn probe(backend: &Container) -> Result<Languages, SandboxError> {
+async fn probe(backend: &Container) -> Result<ImageProbe, SandboxError> {
     let image = &backend.config.image;
     let began = std::time::Instant::now();
     let (container, _, _) = backend.create_started().await?;
-    let mut cmd = vec!["python3".to_owned(), "-I".to_owned(), "-c".to_owned(), PROBE_SOURCE.to_owned()];
+    let mut cmd = ["python3", "-I", "-c", PROBE_SOURCE, KERNEL_SOURCE].map(str::to_owned).to_vec();
     cmd.extend(Languages::runtime_files().into_iter().map(str::to_owned));
     let output = run_helper(&backend.docker, &container.id, USER, cmd, None).await;
     container.remove().await;
@@ -63,7 +77,20 @@ async fn probe(backend: &Container) -> Result<Languages, SandboxError> {
             ))
         })?;
     tracing::debug!(image, probe_ms = began.elapsed().as_secs_f64() * 1e3, "image runtimes probed");
-    Ok(from_probe(&probe, image))
+    Ok(ImageProbe { languages: from_probe(&probe, image), kernel: kernel_argument(probe.kernel).into() })
+}
+
+/// The probe's compiled kernel when it looks like one (it comes from the image: at worst a kernel
+/// that does not start, as a broken Python in the image would be), else the source.
+fn kernel_argument(compiled: Option<String>) -> String {
+    compiled
+        .filter(|code| {
+            code.len() <= KERNEL_ARGUMENT_LIMIT
+                && code.strip_prefix('@').is_some_and(|b64| {
+                    b64.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+                })
+        })
+        .unwrap_or_else(|| KERNEL_SOURCE.to_owned())
 }
 
 fn from_probe(probe: &Probe, image: &str) -> Languages {
@@ -98,7 +125,7 @@ mod tests {
     fn an_image_without_runtimes_reports_what_it_lacks() {
         let probe: Probe = serde_json::from_str(
             r#"{"files": {"/usr/bin/node": "/usr/bin/node", "/bin/bash": "/usr/bin/bash"},
-                "modules": {"IPython": false, "e2b_charts": false}}"#,
+                "modules": {"IPython": false, "e2b_charts": false}, "kernel": null}"#,
         )
         .unwrap();
         let languages = from_probe(&probe, "custom:1");

@@ -19,24 +19,26 @@ The host treats everything here as untrusted: user code can write to the protoco
 `ready` names), which a frame written by cell code cannot fake; see docs/sandbox.md.
 """
 
+import _json
+import _signal
+import _thread
 import builtins
 import codecs
 import io
-import json
-import math
 import os
-import signal
 import sys
-import threading
-import time
 import types
-import warnings
 
-# Needed only once code runs: imported by a thread after `ready` so start-up is not delayed (a
-# module import in the main thread waits for the thread's import to finish, never duplicates it).
-DEFERRED_IMPORTS = ("ast", "linecache", "traceback", "base64", "subprocess")
+# Needed only once the host talks to the kernel or code runs: imported by a thread after `ready`, so
+# start-up does not wait for them (`json` alone pulls in `re` and `enum`, half the kernel's start).
+# A module import in the main thread waits for the thread's import to finish, never duplicates it.
+# `threading` (7 ms with `functools` and `collections`) is imported right after `ready` too: until
+# then the kernel uses `_thread`, its C part.
+DEFERRED_IMPORTS = ("json", "math", "signal", "warnings", "ast", "linecache", "traceback", "base64", "subprocess")
 
-KERNEL_FILE = __file__
+# The name this code was compiled under (the host may run it from bytecode, where `__file__` is the
+# bytecode's path): frames of the kernel itself are left out of cell tracebacks by it.
+KERNEL_FILE = (lambda: None).__code__.co_filename
 OUTPUT_LIMIT = int(os.environ.pop("SBX_OUTPUT_LIMIT", str(1 << 20)))
 RESULT_LIMIT = int(os.environ.pop("SBX_RESULT_LIMIT", str(4 << 20)))
 PRELOAD = [m for m in os.environ.pop("SBX_PRELOAD", "").split(",") if m]
@@ -61,8 +63,8 @@ class Kernel:
         devnull = os.open("/dev/null", os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        self.send_lock = threading.Lock()
-        self.state_lock = threading.Lock()
+        self.send_lock = _thread.allocate_lock()
+        self.state_lock = _thread.allocate_lock()
         self.current_id = None
         self.executing = False
         self.output_chars = 0
@@ -70,12 +72,13 @@ class Kernel:
         self.stream_truncated = False
         self.execution_count = 0
         self.pid = os.getpid()
-        self.synced = {1: threading.Event(), 2: threading.Event()}
+        # Made after `ready` (`serve`): a pump needs them only once a cell has ended.
+        self.synced = None
         for fd, name in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
             os.dup2(w, fd)
             os.close(w)
-            threading.Thread(target=self.pump, args=(r, fd, name), daemon=True).start()
+            _thread.start_new_thread(self.pump, (r, fd, name))
         sys.stdout = StreamWriter(self, "stdout", 1)
         sys.stderr = StreamWriter(self, "stderr", 2)
         self.main = types.ModuleType("__main__")
@@ -88,7 +91,11 @@ class Kernel:
 
     # ---- protocol -------------------------------------------------------------------------------
     def send(self, msg):
-        data = json.dumps(msg, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+        import json
+
+        self.write_frame(json.dumps(msg, ensure_ascii=False).encode("utf-8", "replace") + b"\n")
+
+    def write_frame(self, data):
         with self.send_lock:
             view = memoryview(data)
             while view:
@@ -156,6 +163,8 @@ class Kernel:
             line = self.proto_in.readline()
             if not line:
                 os._exit(0)
+            import json
+
             try:
                 msg = json.loads(line)
             except ValueError:
@@ -173,24 +182,33 @@ class Kernel:
             raise KeyboardInterrupt
 
     def serve(self):
-        seed_matplotlib_cache()
+        if PRELOAD:
+            seed_matplotlib_cache()
         for name in PRELOAD:
             try:
                 __import__(name)
             except Exception:
                 pass
-        self.send(
-            {
-                "type": "ready",
-                "pid": os.getpid(),
-                "uid": os.getuid(),
-                "gid": os.getgid(),
-                "prefix": sys.prefix,
-                "base_prefix": sys.base_prefix,
-                "version": sys.version.split()[0],
-                "request_fd": self.proto_in.fileno(),
-            }
+        # Written without the `json` module, which is imported after this (`_json` is its C part).
+        text = _json.encode_basestring_ascii
+        self.write_frame(
+            (
+                '{"type": "ready", "pid": %d, "uid": %d, "gid": %d, "prefix": %s, "base_prefix": %s, '
+                '"version": %s, "request_fd": %d}\n'
+                % (
+                    os.getpid(),
+                    os.getuid(),
+                    os.getgid(),
+                    text(sys.prefix),
+                    text(sys.base_prefix),
+                    text(sys.version.split()[0]),
+                    self.proto_in.fileno(),
+                )
+            ).encode("ascii")
         )
+        import threading
+
+        self.synced = {1: threading.Event(), 2: threading.Event()}
         # Started after `ready`: a second thread wanting the GIL would delay it by up to a switch
         # interval.
         self.imports = threading.Thread(target=self.prepare_python, daemon=True)
@@ -313,6 +331,12 @@ class Kernel:
                 __import__(name)
             except Exception:
                 pass
+        if not PRELOAD:
+            seed_matplotlib_cache()
+        import warnings
+
+        warnings.filterwarnings("ignore", message=".*non-interactive.*")
+        warnings.filterwarnings("ignore", message="To exit: use")
         # A kernel told to run another language by now (the host says so right after `ready`)
         # needs no IPython.
         if self.runner is None:
@@ -579,10 +603,14 @@ def seed_matplotlib_cache():
     try:
         os.makedirs(target, exist_ok=True)
         for name in names:
-            if not os.path.exists(os.path.join(target, name)):
-                import shutil
-
-                shutil.copyfile(os.path.join(source, name), os.path.join(target, name))
+            # Plain reads and writes: `shutil` would import `fnmatch`, `re` and compression modules.
+            with open(os.path.join(source, name), "rb") as src:
+                data = src.read()
+            try:
+                with open(os.path.join(target, name), "xb") as dst:
+                    dst.write(data)
+            except FileExistsError:
+                pass
     except OSError:
         pass
 
@@ -780,6 +808,8 @@ class Runner:
                     "traceback": "",
                 }
                 return
+            import json
+
             try:
                 answer = json.loads(line)
             except ValueError:
@@ -815,7 +845,7 @@ class Runner:
     def stop(self):
         if self.process is not None:
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.process.pid, _signal.SIGKILL)
             except OSError:
                 pass
             try:
@@ -845,6 +875,8 @@ class NodeRunner(Runner):
         return env
 
     def request(self, code, env, nonce):
+        import json
+
         return json.dumps({"code": code, "env": env, "nonce": nonce}).encode() + b"\n"
 
 
@@ -1149,7 +1181,7 @@ class StreamWriter(io.TextIOBase):
         self._fd = fd
         self._buffer = []
         self._buffered = 0
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         self._timer = None
 
     @property
@@ -1175,7 +1207,12 @@ class StreamWriter(io.TextIOBase):
             self._buffered += len(text)
             # A long partial line is not held back (nor kept in memory) either.
             whole_line = text.endswith("\n") or self._buffered >= STREAM_HOLD_LIMIT
-            if not whole_line and self._timer is None:
+            # Before `ready` (output of a preloaded module) there is no `threading` to time it with:
+            # the text goes at once. Imported only by the main thread, which it takes as its main.
+            threading = sys.modules.get("threading")
+            if threading is None:
+                whole_line = True
+            elif not whole_line and self._timer is None:
                 self._timer = threading.Timer(STREAM_FLUSH_DELAY, self.flush)
                 self._timer.daemon = True
                 self._timer.start()
@@ -1224,6 +1261,8 @@ def json_safe(value, depth=0):
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
+        import math
+
         return value if math.isfinite(value) else None
     if depth > 64:
         return safe_str(value)
@@ -1247,10 +1286,9 @@ def json_safe(value, depth=0):
 
 
 def main():
-    warnings.filterwarnings("ignore", message=".*non-interactive.*")
-    warnings.filterwarnings("ignore", message="To exit: use")
     kernel = Kernel()
-    signal.signal(signal.SIGINT, kernel.on_interrupt)
+    # `_signal`, the C part of `signal`, which would import `enum` before `ready`.
+    _signal.signal(_signal.SIGINT, kernel.on_interrupt)
     kernel.serve()
 
 

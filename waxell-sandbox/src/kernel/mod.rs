@@ -25,12 +25,18 @@ pub(crate) use protocol::{KernelReader, KernelWriter, ReadyInfo};
 
 /// The kernel script every backend runs (`kernel.py`), the same file for all of them.
 pub(crate) const KERNEL_SOURCE: &str = include_str!("kernel.py");
-/// Where the kernel script is inside a sandbox (its traceback filter expects this name).
+/// The file name the kernel is compiled under, which its tracebacks name.
 pub(crate) const KERNEL_PATH: &str = "/opt/waxell/kernel.py";
-/// Runs the kernel source passed as argv[1] under the file name its traceback filter expects.
+/// Runs the kernel passed as argv[1]: its source, or `@` and its code object (`marshal`, zlib,
+/// base64: what the container backend's image probe makes with the image's Python, `probe.py`).
 /// It first leads its own process group, which pid 1 kills as a whole (see `init.py`).
 #[cfg(any(feature = "container", test))]
-pub(crate) const KERNEL_BOOT: &str = "import os,sys\ntry: os.setsid()\nexcept OSError: pass\nf='/opt/waxell/kernel.py';exec(compile(sys.argv.pop(1),f,'exec'),{'__name__':'__main__','__file__':f})";
+pub(crate) const KERNEL_BOOT: &str = "import os,sys\ntry: os.setsid()\nexcept OSError: pass\n\
+f='/opt/waxell/kernel.py';a=sys.argv.pop(1)\n\
+if a[:1]=='@':import marshal,zlib,binascii;c=marshal.loads(zlib.decompress(binascii.a2b_base64(a[1:])))\n\
+else:c=compile(a,f,'exec')\n\
+exec(c,{'__name__':'__main__','__file__':f})";
+
 /// A kernel's own stderr kept for error messages.
 const STDERR_TAIL_LIMIT: usize = 8 << 10;
 

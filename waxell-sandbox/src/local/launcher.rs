@@ -19,7 +19,7 @@ use crate::local::config::LocalConfig;
 use crate::local::host::{HostTools, PythonMount, PythonRuntime};
 use crate::local::root::SandboxRoot;
 use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
-use crate::kernel::{KernelProcess, KERNEL_PATH, KERNEL_SOURCE};
+use crate::kernel::KernelProcess;
 use crate::local::child;
 use crate::paths::HOME_DIR;
 use crate::local::spawn::{self, ChildSetup, Rlimit};
@@ -32,6 +32,8 @@ const FD_SECCOMP: [RawFd; 3] = [10, 11, 12];
 const FD_PASSWD: RawFd = 13;
 const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
+/// The kernel inside the sandbox, as the sandbox's Python's byte code (`host.rs`, `KernelPyc`).
+const KERNEL_PYC_PATH: &str = "/opt/waxell/kernel.pyc";
 const FD_ARGS: RawFd = 16;
 const FD_BOOT_ID: RawFd = 17;
 const FD_SUDO: RawFd = 18;
@@ -285,7 +287,7 @@ impl Launcher {
                 "0644",
                 "--ro-bind-data",
                 &FD_KERNEL.to_string(),
-                KERNEL_PATH,
+                KERNEL_PYC_PATH,
             ],
         );
         add(&mut args, &["--perms", "0755", "--dir", "/etc"]);
@@ -413,7 +415,7 @@ impl Launcher {
         }
         match program {
             Program::Kernel => {
-                command.arg(&self.python.executable).args(["-I", KERNEL_PATH]);
+                command.arg(&self.python.executable).args(["-I", KERNEL_PYC_PATH]);
             }
             // Root: the rlimits are all set before bwrap runs; the helper only for a terminal.
             Program::Process { spec, pty: false } if !self.tools.rootless => {
@@ -461,7 +463,7 @@ impl Launcher {
         let group = format!("user:x:{}:\nnogroup:x:65534:\n", slot.uid);
         inherit.push((memfd("waxell-passwd", passwd.as_bytes())?, FD_PASSWD));
         inherit.push((memfd("waxell-group", group.as_bytes())?, FD_GROUP));
-        inherit.push((memfd("waxell-kernel", KERNEL_SOURCE.as_bytes())?, FD_KERNEL));
+        inherit.push((memfd("waxell-kernel", self.python.kernel_pyc().bytes())?, FD_KERNEL));
         inherit.push((memfd("waxell-bwrap-args", options)?, FD_ARGS));
         inherit.push((memfd("waxell-boot-id", format!("{}\n", slot.boot_id).as_bytes())?, FD_BOOT_ID));
         inherit.push((memfd("waxell-sudo", SUDO_SOURCE.as_bytes())?, FD_SUDO));

@@ -141,6 +141,11 @@ pub async fn state_results_errors_and_streaming(h: &dyn Harness) {
         "{}",
         error.traceback
     );
+    // The kernel runs as byte code its sandbox's Python compiled (the local backend's `kernel.pyc`,
+    // the container backend's `@` argument), never compiled from source at each start.
+    let compiled = "a = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n\
+        any(x.endswith(b'/kernel.pyc') or x.startswith(b'@') for x in a) and not any(b'def main' in x for x in a)";
+    assert_eq!(eval(sandbox.as_ref(), compiled).await, "True");
     assert_eq!(
         run(sandbox.as_ref(), "exit(3)").await.error.expect("error").name,
         "SystemExit"
