@@ -236,8 +236,17 @@ mod side_by_side {
                 ms(cc) / ms(lc),
                 ms(sc) / ms(lc)
             ),
-            target: "<= 1 s".into(),
-            verdict: Some(cc.max(sc) <= Duration::from_secs(1)),
+            // Docker Engine is what most hosts run: runc there has the tighter target.
+            target: if engine == "docker-engine" {
+                "runc <= 150 ms, runsc <= 1 s"
+            } else {
+                "<= 1 s"
+            }
+            .into(),
+            verdict: Some(
+                cc.max(sc) <= Duration::from_secs(1)
+                    && (engine != "docker-engine" || cc <= Duration::from_millis(150)),
+            ),
         });
         out.push(Row {
             id: format!("containers.{engine}.run-code"),
@@ -506,8 +515,8 @@ fn main() {
             measured: format!("{:.1} ms (p90 {:.1})", cold[0], cold[1]),
             anchor: "E2B ~150 ms (third party, not this run); Daytona < 90 ms (vendor)".into(),
             ratio: format!("{:.2}x E2B", cold[0] / 150.0),
-            target: "<= 80 ms".into(),
-            verdict: Some(cold[0] <= 80.0),
+            target: "<= 50 ms".into(),
+            verdict: Some(cold[0] <= 50.0),
         });
         rows.push(Row {
             id: "sandbox.create-warm-pool".into(),
