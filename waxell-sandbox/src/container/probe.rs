@@ -121,6 +121,17 @@ fn from_probe(probe: &Probe, image: &str) -> Languages {
 mod tests {
     use super::*;
 
+    /// What the image's Python sends back is used only when it looks like compiled code that fits
+    /// in one exec argument; anything else starts the kernel from its source.
+    #[test]
+    fn only_a_well_formed_compiled_kernel_is_taken_from_the_image() {
+        assert_eq!(kernel_argument(Some("@eNrLSM3JyVcozy/KSQEAGgQEXQ==".into())), "@eNrLSM3JyVcozy/KSQEAGgQEXQ==");
+        let too_long = format!("@{}", "A".repeat(KERNEL_ARGUMENT_LIMIT));
+        for rejected in [None, Some("eNrLSM3J".into()), Some("@not base64; rm -rf /".into()), Some(too_long)] {
+            assert_eq!(kernel_argument(rejected), KERNEL_SOURCE);
+        }
+    }
+
     #[test]
     fn an_image_without_runtimes_reports_what_it_lacks() {
         let probe: Probe = serde_json::from_str(
