@@ -198,12 +198,6 @@ mod containers {
                 .with_interrupt_grace(Duration::from_millis(1500));
             if let Some(runtime) = self.runtime {
                 config = config.with_runtime(runtime);
-                if runtime == "runsc" {
-                    // Under gVisor a `done` is confirmed by pid 1 (ptrace), which a loaded machine
-                    // running the whole suite slowed past 1.5 s now and then: the kernel was then
-                    // restarted, as it should be, and a test keeping state across a timeout failed.
-                    config = config.with_interrupt_grace(Duration::from_secs(3));
-                }
                 // Podman serves one runtime per service: the set-up script runs a second one for runsc.
                 if let Ok(host) = std::env::var("WAXELL_RUNSC_DOCKER_HOST") {
                     config = config.with_docker_host(host);

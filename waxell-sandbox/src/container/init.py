@@ -168,15 +168,23 @@ def main_thread_idle(pid, fd):
         return False
     if LIBC.ptrace(PTRACE_SEIZE, pid, None, None) != 0:
         return False
+    # A signal the thread was about to take when it stopped (a stop for it comes instead of ours):
+    # handed back on detach, which would otherwise discard it.
+    pending = 0
     try:
         if LIBC.ptrace(PTRACE_INTERRUPT, pid, None, None) != 0:
             return False
         # The stop comes within microseconds; a sleep would cost more than the whole check.
         deadline = time.monotonic() + 0.1
-        while not os.waitpid(pid, os.WNOHANG | WALL)[0]:
+        while True:
+            stopped, status = os.waitpid(pid, os.WNOHANG | WALL)
+            if stopped:
+                break
             if time.monotonic() > deadline:
                 return False
             os.sched_yield()
+        if os.WIFSTOPPED(status) and status >> 16 == 0:
+            pending = os.WSTOPSIG(status)
         regs = (ctypes.c_ulonglong * 27)()
         if LIBC.ptrace(PTRACE_GETREGS, pid, None, ctypes.byref(regs)) != 0:
             return False
@@ -185,7 +193,17 @@ def main_thread_idle(pid, fd):
     except ChildProcessError:
         return False
     finally:
-        LIBC.ptrace(PTRACE_DETACH, pid, None, None)
+        LIBC.ptrace(PTRACE_DETACH, pid, None, pending)
+
+
+def interrupt_main_thread(pid):
+    # SIGINT is how a run's timeout becomes KeyboardInterrupt, which Python raises promptly only in
+    # the main thread. Sent to the process, gVisor hands it to the first thread not stopped or just
+    # woken, and a check (above) has often just stopped the main thread: then another thread takes
+    # it and the main thread sleeps on. Sent to the main thread itself (tgkill), it waits there.
+    tgkill = getattr(LIBC, "tgkill", None)  # glibc 2.30 and later
+    if tgkill is None or tgkill(pid, pid, signal.SIGINT) != 0:
+        os.kill(pid, signal.SIGINT)
 
 
 key = None
@@ -246,7 +264,10 @@ while True:
             killed_at = time.monotonic()
         elif pid > 1:
             try:
-                os.kill(pid, sig)
+                if sig == signal.SIGINT:
+                    interrupt_main_thread(pid)
+                else:
+                    os.kill(pid, sig)
             except OSError:
                 pass
         # One line per request carried out: the host waits for it before the next cell.

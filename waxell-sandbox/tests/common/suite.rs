@@ -886,6 +886,44 @@ def forge_idle():
     assert_eq!(later.text(), Some("7"));
 }
 
+/// A timeout's interrupt reaches the cell's main thread while the host keeps checking that thread
+/// (a flood of forged `done` frames makes it check without pause; under gVisor each check stops
+/// the thread for a moment with ptrace): every run ends as a timeout within its grace and the
+/// state survives, round after round. A signal meant for the process could otherwise go to
+/// another thread (gVisor skips a thread that is stopped or was just woken), where Python would
+/// raise nothing until the main thread's sleep ended.
+pub async fn interrupts_reach_the_main_thread_while_it_is_checked(h: &dyn Harness) {
+    let backend = h.backend(Limits::default(), None).await;
+    let sandbox = create(backend.as_ref()).await;
+    let setup = r#"import gc, json, os, threading, time
+k = [o for o in gc.get_objects() if type(o).__name__ == "Kernel"][0]
+flooding = True
+def flood(run_id):
+    done = (json.dumps({"type": "done", "id": run_id, "execution_count": 99, "truncated": False}) + "\n").encode()
+    while flooding:
+        os.write(k.proto_out, done)
+        time.sleep(0.002)
+kept = 0"#;
+    eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
+    let timeout = Duration::from_millis(500);
+    for round in 1..=8 {
+        let code = format!(
+            "kept = {round}\nflooding = True\nt = threading.Thread(target=flood, args=(k.current_id,), daemon=True)\nt.start()\ntime.sleep(30)\nkept = -1"
+        );
+        let execution = sandbox
+            .run_code(&code, &RunOptions::new().with_timeout(timeout))
+            .await
+            .expect("run");
+        let error = execution.error.clone().expect("the timeout applies");
+        assert_eq!(error.name, "TimeoutError", "round {round}: {execution:?}");
+        assert_eq!(
+            eval(sandbox.as_ref(), "flooding = False\nt.join()\nkept").await,
+            round.to_string(),
+            "round {round}: the interrupt did not reach the main thread in time (the kernel was restarted)"
+        );
+    }
+}
+
 /// Instantiate every body above as a `#[tokio::test]` for one harness.
 #[macro_export]
 macro_rules! backend_suite {
@@ -907,7 +945,8 @@ macro_rules! backend_suite {
                 host_wide_pools_namespaces_and_priority_are_refused,
                 tmpfs_inode_floods_hit_the_cap,
                 socket_buffer_floods_are_held_by_the_memory_limit,
-                forged_protocol_frames_are_not_believed
+                forged_protocol_frames_are_not_believed,
+                interrupts_reach_the_main_thread_while_it_is_checked
             );
         }
     };
