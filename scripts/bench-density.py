@@ -15,7 +15,9 @@ For each backend it creates N sandboxes, 8 creates in flight, each `Sandbox.crea
 then checks that every sandbox still answers `run_code("x")` with its own i. A sandbox that failed to be
 created or answered wrongly, or anything left behind after serve stopped, fails the run (exit 1, no rows).
 
-Backends: `local` (needs root and bwrap) and `docker-engine` (`--backend docker` on the engine at
+Backends: `local` (bwrap; run as root it measures the root mode, `density.local.*`, and as an ordinary user
+the rootless mode, user namespaces and the watchdog's limits, `density.local-rootless.*`) and
+`docker-engine` (`--backend docker` on the engine at
 WAXELL_DOCKER_ENGINE_HOST, e.g. unix:///run/waxell/docker.sock, with the image waxell-sandbox:latest);
 a backend that cannot run here is skipped with the reason. N: 400 local, 100 docker-engine; --quick
 40 and 20; `--local N` / `--docker-engine N` set either (0 skips it). serve runs with `--pool-size 0`
@@ -60,8 +62,8 @@ except ImportError as e:  # pragma: no cover - a set-up problem, not a bench res
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = "cargo build --release -p waxell-sandbox --features server,container"
-FULL = {"local": 400, "docker-engine": 100}
-QUICK = {"local": 40, "docker-engine": 20}
+FULL = {"local": 400, "local-rootless": 400, "docker-engine": 100}
+QUICK = {"local": 40, "local-rootless": 40, "docker-engine": 20}
 IN_FLIGHT = 8
 HEAD = 16  # creates compared at the start and at the end of the run
 SETTLE_S = 3
@@ -631,7 +633,8 @@ def rows_for(name, fig, other, bare):
         anchor, ratio = f"{bare[0]}: {bare[1]:.1f} MiB", fig["mem_mib"] / bare[1]
     else:
         anchor, ratio = "none", None
-    target = f"<= {LOCAL_TARGET_MIB} MiB" if name == "local" else "none"
+    local = name.startswith("local")
+    target = f"<= {LOCAL_TARGET_MIB} MiB" if local else "none"
     rows.append(dict(
         id=f"density.{name}.memory",
         what=f"host memory per live idle sandbox: {how}, each holding one cell's state (MemTotal - MemAvailable "
@@ -643,7 +646,7 @@ def rows_for(name, fig, other, bare):
         anchor=anchor,
         ratio=f"**{ratio:.2f}x**" if ratio is not None else "none",
         target=target,
-        verdict=("met" if fig["mem_mib"] <= LOCAL_TARGET_MIB else "missed") if name == "local" else "none",
+        verdict=("met" if fig["mem_mib"] <= LOCAL_TARGET_MIB else "missed") if local else "none",
     ))
     rows.append(dict(
         id=f"density.{name}.create-at-n",
@@ -676,7 +679,7 @@ def main():
     args = parser.parse_args()
     sizes = dict(QUICK if args.quick else FULL)
     if args.local is not None:
-        sizes["local"] = args.local
+        sizes["local"] = sizes["local-rootless"] = args.local
     if args.docker_engine is not None:
         sizes["docker-engine"] = args.docker_engine
 
@@ -686,10 +689,11 @@ def main():
     plan = []
     if not sizes["local"]:
         print("bench-density: local skipped (--local 0)")
-    elif os.geteuid() != 0:
-        print("bench-density: local skipped: needs root (the local backend's cgroups and uids)")
     elif not shutil.which("bwrap"):
         print("bench-density: local skipped: bwrap is not installed (scripts/setup-sandbox.sh)")
+    elif os.geteuid() != 0:
+        # serve as an ordinary user runs the local backend rootless.
+        plan.append(("local-rootless", "local backend, rootless", ["--backend", "local"], None))
     else:
         plan.append(("local", "local backend", ["--backend", "local"], None))
     if not sizes["docker-engine"]:
