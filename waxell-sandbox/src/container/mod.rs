@@ -324,6 +324,10 @@ impl Backend for Container {
             return Err(SandboxError::NotFound("the sandbox's container has stopped".into()));
         }
         let ready_timeout = self.config.ready_timeout;
+        // The kernel this one replaces (killed by a timeout or the output cap) is taken down by pid 1,
+        // which may still be at it on a loaded host: started before that ends, the new kernel would
+        // find the pids cap still held by what the old one left (a fork bomb) and fail to start.
+        control.delivered(ready_timeout).await;
         tokio::select! {
             started = tokio::time::timeout(ready_timeout, self.start_bare_kernel(container)) => {
                 started.unwrap_or_else(|_| Err(SandboxError::Timeout(format!(
