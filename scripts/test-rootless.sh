@@ -5,10 +5,12 @@
 # run's test binaries are packed into a nextest archive, and the user runs that archive against a
 # copy of the source tree it can read (the checkout may sit in root's 0700 home).
 #
-# Not run as the user: the trybuild UI cases (`waxell`'s `ui` test), which compile code and so need
+# Not run as the user: the trybuild UI cases (`waxell-macro-ui`'s `ui` test), which compile code and so need
 # the Rust toolchain; they check what the compiler says, which does not depend on the user.
 #
 # Run as root. As any other user the normal test run already is the rootless run, so this exits.
+# `--setup-only`: create the user and set up its sandbox venv and E2B's SDKs, then stop (CI does this
+# early, beside its builds, so the run itself starts at once).
 # Environment:
 #   WAXELL_ROOTLESS_USER  the test user (default: waxell-rootless; created with `useradd -m`)
 #   WAXELL_ROOTLESS_ARGS  extra arguments for `cargo nextest run`, e.g. a filter (default: none)
@@ -39,6 +41,10 @@ as_user "bash $work/setup-sandbox.sh"
 # Likewise E2B's SDKs (the suites' peers), before the tests start rather than by the first test needing them.
 install -m 0644 scripts/setup-e2b-peer.sh "$work/setup-e2b-peer.sh"
 as_user "bash $work/setup-e2b-peer.sh"
+if [ "${1:-}" = --setup-only ]; then
+    log "$user is set up"
+    exit 0
+fi
 
 # The root run's test binaries, packed (same package set, features and profile as that run, so
 # nothing is rebuilt), the nextest program, and the source tree the tests read their files from.
@@ -56,7 +62,7 @@ log "running the whole suite as $user (rootless, login environment)"
 start=$SECONDS
 status=0
 as_user "cd $work/src && $work/cargo-nextest nextest run --archive-file $work/tests.tar.zst \
-    --workspace-remap $work/src --profile ci -E 'not binary_id(waxell::ui)' \
+    --workspace-remap $work/src --profile ci -E 'not binary_id(waxell-macro-ui::ui)' \
     ${WAXELL_ROOTLESS_ARGS:-}" || status=$?
 log "rootless run finished in $((SECONDS - start)) s with status $status"
 exit "$status"
