@@ -17,7 +17,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use waxell::sandbox::SandboxError;
 
-use crate::kernel::{ExitInfo, KernelProcess, ProcessControl, ReadyInfo, StderrTail};
+use crate::kernel::{ExitInfo, KernelProcess, MainThread, ProcessControl, ReadyInfo, StderrTail};
 
 /// Sockets tried, in order, when `DOCKER_HOST` is unset: Docker Engine (and Docker Desktop with its
 /// default-socket setting), Docker Desktop's per-user socket (macOS, Linux), rootless and rootful
@@ -249,7 +249,7 @@ impl ProcessControl for ContainerExec {
         }
         // Just after `ready` the kernel is on its way to its first read: a few tries.
         for _ in 0..20 {
-            if self.control.main_thread_idle(pid, fd, INIT_CHECK_LIMIT).await {
+            if self.control.main_thread(pid, fd, INIT_CHECK_LIMIT).await == MainThread::Idle {
                 self.checked_by_init = true;
                 return;
             }
@@ -261,23 +261,27 @@ impl ProcessControl for ContainerExec {
     /// Whether the kernel's main thread is blocked reading its request fd (where it waits between
     /// cells and no cell code runs), seen from the host's `/proc` as on the local backend, or by
     /// pid 1.
-    async fn main_thread_idle(&self) -> bool {
+    async fn main_thread(&self) -> MainThread {
         if self.checked_by_init {
-            let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return true };
-            return self.control.main_thread_idle(pid, fd, INIT_CHECK_LIMIT).await;
+            let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return MainThread::Idle };
+            return self.control.main_thread(pid, fd, INIT_CHECK_LIMIT).await;
         }
         let (Some((host_pid, request)), Some(fd)) = (&self.on_host, self.request_fd) else {
-            return true;
+            return MainThread::Idle;
         };
         let Ok(syscall) = std::fs::read_to_string(format!("/proc/{host_pid}/task/{host_pid}/syscall")) else {
             // Gone: the run ends through EOF anyway.
-            return false;
+            return MainThread::Busy;
         };
         let mut fields = syscall.split_whitespace();
         let in_read = fields.next() == Some(libc::SYS_read.to_string().as_str());
         let on_fd = fields.next() == Some(format!("{fd:#x}").as_str());
         let same = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")).is_ok_and(|t| &t == request);
-        in_read && on_fd && same
+        if in_read && on_fd && same {
+            MainThread::Idle
+        } else {
+            MainThread::Busy
+        }
     }
 
     fn kill(&mut self) {
@@ -386,7 +390,7 @@ impl Control {
         let mut first = Some(format!("key {}\n", key.hex()));
         tokio::spawn(async move {
             let mut requests_open = true;
-            let mut checks = std::collections::HashMap::<u64, tokio::sync::oneshot::Sender<bool>>::new();
+            let mut checks = std::collections::HashMap::<u64, tokio::sync::oneshot::Sender<MainThread>>::new();
             let mut next_nonce = 0u64;
             let mut partial = Vec::new();
             loop {
@@ -419,9 +423,9 @@ impl Control {
                             let mut lines = 0;
                             while let Some(end) = partial.iter().position(|b| *b == b'\n') {
                                 let line: Vec<u8> = partial.drain(..=end).collect();
-                                if let Some((nonce, idle)) = key.verify(&line[..end]) {
+                                if let Some((nonce, found)) = key.verify(&line[..end]) {
                                     if let Some(waiter) = checks.remove(&nonce) {
-                                        let _ = waiter.send(idle);
+                                        let _ = waiter.send(found);
                                     }
                                 }
                                 lines += 1;
@@ -453,13 +457,17 @@ impl Control {
     }
 
     /// Whether kernel `pid`'s main thread is blocked reading `fd`, as pid 1 sees it (init.py);
-    /// false when pid 1 cannot tell or does not answer within `limit`.
-    pub(crate) async fn main_thread_idle(&self, pid: u32, fd: i32, limit: Duration) -> bool {
-        let (answer, idle) = tokio::sync::oneshot::channel();
+    /// `Unknown` when pid 1 cannot tell or does not answer within `limit`, `Busy` when it is gone.
+    pub(crate) async fn main_thread(&self, pid: u32, fd: i32, limit: Duration) -> MainThread {
+        let (answer, found) = tokio::sync::oneshot::channel();
         if !self.queue(Request::Check { pid, fd, answer }) {
-            return false;
+            return MainThread::Busy;
         }
-        matches!(tokio::time::timeout(limit, idle).await, Ok(Ok(true)))
+        match tokio::time::timeout(limit, found).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(_)) => MainThread::Busy, // pid 1's stream ended: the container stopped
+            Err(_) => MainThread::Unknown,
+        }
     }
 
     fn queue(&self, request: Request) -> bool {
@@ -523,15 +531,16 @@ impl AnswerKey {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// `<idle|busy> <nonce> <tag>` with a valid tag: the nonce and whether it said idle.
-    fn verify(&self, line: &[u8]) -> Option<(u64, bool)> {
+    /// `<idle|busy|unknown> <nonce> <tag>` with a valid tag: the nonce and what pid 1 found.
+    fn verify(&self, line: &[u8]) -> Option<(u64, MainThread)> {
         use hmac::Mac;
         let text = std::str::from_utf8(line).ok()?;
         let (answer, tag) = text.rsplit_once(' ')?;
         let (verdict, nonce) = answer.split_once(' ')?;
-        let idle = match verdict {
-            "idle" => true,
-            "busy" => false,
+        let found = match verdict {
+            "idle" => MainThread::Idle,
+            "busy" => MainThread::Busy,
+            "unknown" => MainThread::Unknown,
             _ => return None,
         };
         let tag: Vec<u8> = (0..tag.len())
@@ -541,7 +550,7 @@ impl AnswerKey {
         let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0).ok()?;
         mac.update(answer.as_bytes());
         mac.verify_slice(&tag).ok()?;
-        Some((nonce.parse().ok()?, idle))
+        Some((nonce.parse().ok()?, found))
     }
 }
 
@@ -551,7 +560,7 @@ enum Request {
     Check {
         pid: u32,
         fd: i32,
-        answer: tokio::sync::oneshot::Sender<bool>,
+        answer: tokio::sync::oneshot::Sender<MainThread>,
     },
 }
 
@@ -771,7 +780,7 @@ pub(crate) async fn run_helper(
 
 #[cfg(test)]
 mod tests {
-    use super::{default_sockets, AnswerKey};
+    use super::{default_sockets, AnswerKey, MainThread};
     use std::path::PathBuf;
 
     #[test]
@@ -803,8 +812,9 @@ mod tests {
                 .unwrap();
             format!("{answer} {}", String::from_utf8(out.stdout).unwrap())
         };
-        assert_eq!(key.verify(sign("idle 7").as_bytes()), Some((7, true)));
-        assert_eq!(key.verify(sign("busy 8").as_bytes()), Some((8, false)));
+        assert_eq!(key.verify(sign("idle 7").as_bytes()), Some((7, MainThread::Idle)));
+        assert_eq!(key.verify(sign("busy 8").as_bytes()), Some((8, MainThread::Busy)));
+        assert_eq!(key.verify(sign("unknown 9").as_bytes()), Some((9, MainThread::Unknown)));
         let forged_nonce = sign("idle 7").replacen("idle 7", "idle 9", 1);
         assert_eq!(key.verify(forged_nonce.as_bytes()), None);
         assert_eq!(key.verify(format!("idle 7 {}", "0".repeat(64)).as_bytes()), None);

@@ -155,6 +155,8 @@ def forget_ended_kernels():
 
 
 def main_thread_idle(pid, fd):
+    # True or False: in read(2) on its request fd or not; None: could not tell (the thread did not
+    # stop in time, as on a loaded host), and the host asks again.
     if platform.machine() != "x86_64":
         return True  # registers read as x86-64's user_regs_struct only: believe `done`
     try:
@@ -167,13 +169,13 @@ def main_thread_idle(pid, fd):
     except OSError:
         return False
     if LIBC.ptrace(PTRACE_SEIZE, pid, None, None) != 0:
-        return False
+        return None
     # A signal the thread was about to take when it stopped (a stop for it comes instead of ours):
     # handed back on detach, which would otherwise discard it.
     pending = 0
     try:
         if LIBC.ptrace(PTRACE_INTERRUPT, pid, None, None) != 0:
-            return False
+            return None
         # The stop comes within microseconds; a sleep would cost more than the whole check.
         deadline = time.monotonic() + 0.1
         while True:
@@ -181,13 +183,13 @@ def main_thread_idle(pid, fd):
             if stopped:
                 break
             if time.monotonic() > deadline:
-                return False
+                return None
             os.sched_yield()
         if os.WIFSTOPPED(status) and status >> 16 == 0:
             pending = os.WSTOPSIG(status)
         regs = (ctypes.c_ulonglong * 27)()
         if LIBC.ptrace(PTRACE_GETREGS, pid, None, ctypes.byref(regs)) != 0:
-            return False
+            return None
         # user_regs_struct: orig_rax (the call a stopped thread is in) is the 16th, rdi the 15th.
         return regs[15] == 0 and regs[14] == fd  # read(2) on the request fd
     except ChildProcessError:
@@ -248,8 +250,9 @@ while True:
             try:
                 idle = key is not None and main_thread_idle(pid, fd)
             except OSError:
-                idle = False
-            answer = b"%s %d" % (b"idle" if idle else b"busy", nonce)
+                idle = None
+            verdict = b"unknown" if idle is None else b"idle" if idle else b"busy"
+            answer = b"%s %d" % (verdict, nonce)
             tag = hmac.new(key or b"", answer, "sha256").hexdigest().encode()
             os.write(1, answer + b" " + tag + b"\n")
             continue

@@ -88,6 +88,19 @@ pub(crate) struct ExitInfo {
     pub(crate) detail: String,
 }
 
+/// What a check of the interpreter's main thread found (`ProcessControl::main_thread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MainThread {
+    /// Blocked reading its requests: between cells, no cell code running.
+    Idle,
+    /// Anywhere else: a cell runs.
+    Busy,
+    /// The check could not tell in time (under gVisor pid 1 checks, and can answer slowly on a
+    /// loaded host).
+    #[cfg_attr(not(feature = "container"), allow(dead_code))]
+    Unknown,
+}
+
 /// The process behind one kernel: a local bwrap child or an exec in a container.
 #[async_trait::async_trait]
 pub(crate) trait ProcessControl: Send + Sync {
@@ -102,9 +115,9 @@ pub(crate) trait ProcessControl: Send + Sync {
     /// meant for ended by itself.
     async fn signals_delivered(&self) {}
     /// Whether the interpreter's main thread is idle between cells (a `done` is only believed
-    /// then); `true` when the backend cannot tell.
-    async fn main_thread_idle(&self) -> bool {
-        true
+    /// then); `Idle` when the backend has no way to tell.
+    async fn main_thread(&self) -> MainThread {
+        MainThread::Idle
     }
     /// Kill it and everything it started; idempotent.
     fn kill(&mut self);

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use waxell::sandbox::{Execution, ExecutionError, OutputMessage, RunOptions, SandboxError};
 
 use super::protocol::{non_empty, report, to_execution_result, unguessable_id, KernelMessage};
-use super::{Abort, ExecLimits, KernelProcess, Language, OomCounter, ReadyInfo};
+use super::{Abort, ExecLimits, KernelProcess, Language, MainThread, OomCounter, ReadyInfo};
 
 /// Largest `ready` line accepted.
 const READY_LINE_LIMIT: usize = 64 << 10;
@@ -65,25 +65,27 @@ impl KernelProcess {
         self.process.interrupt()
     }
 
-    async fn main_thread_idle(&mut self) -> bool {
-        self.process.main_thread_idle().await
-    }
-
-    /// A `done` for the current run is real only if the main thread then goes idle (within
-    /// `DONE_CONFIRM_LIMIT`, the real kernel gets there in microseconds, and past `until` by at
-    /// most 50 ms, so a flood of forged frames cannot hold off the run's timeout while a real
-    /// `done` just at the deadline is still confirmed).
+    /// A `done` for the current run is real only if the main thread then goes idle: checks that
+    /// find it busy are repeated for `DONE_CONFIRM_LIMIT` (the real kernel gets there in
+    /// microseconds), and past `until` by at most 50 ms, so a flood of forged frames cannot hold
+    /// off the run's timeout while a real `done` just at the deadline is still confirmed. Checks
+    /// that cannot tell (a slow answer from a container's pid 1 on a loaded host) are repeated up
+    /// to `until`: a real `done` is not taken for a forged one, and its result lost, because the
+    /// check was slow.
     async fn confirm_done(&mut self, until: Instant) -> bool {
         let now = Instant::now();
-        let deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
+        let busy_deadline = (now + DONE_CONFIRM_LIMIT).min(until.max(now + Duration::from_millis(50)));
+        let unknown_deadline = until.max(busy_deadline);
         loop {
-            if self.main_thread_idle().await {
-                return true;
-            }
+            let (deadline, pause) = match self.process.main_thread().await {
+                MainThread::Idle => return true,
+                MainThread::Busy => (busy_deadline, Duration::from_millis(1)),
+                MainThread::Unknown => (unknown_deadline, Duration::from_millis(10)),
+            };
             if Instant::now() >= deadline {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(pause).await;
         }
     }
 

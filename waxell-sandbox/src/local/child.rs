@@ -10,7 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use waxell::sandbox::SandboxError;
 
-use crate::kernel::{append_tail, ExitInfo, KernelProcess, ProcessControl, ReadyInfo, StderrTail};
+use crate::kernel::{append_tail, ExitInfo, KernelProcess, MainThread, ProcessControl, ReadyInfo, StderrTail};
 
 /// A kernel over a local launcher child with piped stdin, stdout and stderr.
 pub(crate) fn attach(mut child: Child) -> Result<KernelProcess, SandboxError> {
@@ -112,19 +112,19 @@ impl ProcessControl for LocalChild {
     /// Whether the interpreter's main thread is blocked reading the request pipe: where the kernel
     /// waits between cells, and where no cell code runs. Seen from the host (`/proc`), so a `done`
     /// frame written by cell code, from any thread, cannot fake it.
-    async fn main_thread_idle(&self) -> bool {
+    async fn main_thread(&self) -> MainThread {
         let (Some((pid, _)), Some(fd)) = (&self.interpreter, self.request_fd) else {
-            return true; // nothing to check against: fall back to believing `done`
+            return MainThread::Idle; // nothing to check against: fall back to believing `done`
         };
         let syscall = match std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/syscall")) {
             Ok(syscall) => syscall,
             // Gone: the run ends through EOF anyway.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return MainThread::Busy,
             // Unreadable: a rootless host without CAP_SYS_PTRACE when the cell made itself
             // non-dumpable. Believe `done` rather than fail every run (docs/sandbox.md, limits).
             Err(e) => {
                 tracing::debug!("cannot check the interpreter's main thread: {e}");
-                return true;
+                return MainThread::Idle;
             }
         };
         let mut fields = syscall.split_whitespace();
@@ -133,7 +133,11 @@ impl ProcessControl for LocalChild {
         let pipe = std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
             .map(|target| target.as_os_str() == format!("pipe:[{}]", self.request_ino).as_str())
             .unwrap_or(false);
-        in_read && on_fd && pipe
+        if in_read && on_fd && pipe {
+            MainThread::Idle
+        } else {
+            MainThread::Busy
+        }
     }
 
     fn on_ready(&mut self, ready: &ReadyInfo) {
