@@ -578,3 +578,78 @@ async fn multipart_uploads_above_axums_default_limit_are_accepted() {
         .unwrap();
     assert!(read.as_ref() == data.as_slice(), "read back {} bytes", read.len());
 }
+
+/// A server-streaming call whose request body ends after its message (E2B's Python SDK streams the
+/// body chunked, and its last chunk can come late) reads the body to its end, so the kept-alive
+/// connection serves the client's next request. Left unread, hyper closed the connection after the
+/// response and the SDK's next call on it failed with "connection closed before message completed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_call_keeps_its_connection_for_the_next_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let peer = Peer::start(e2b_support::server_config()).await;
+    let sandbox = peer.create().await;
+    let address = peer.url.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /process.Process/Start HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/connect+json\r\n\
+         Connect-Protocol-Version: 1\r\nTransfer-Encoding: chunked\r\nE2b-Sandbox-Id: {}\r\n\
+         E2b-Sandbox-Port: 49983\r\nX-Access-Token: {}\r\nE2B-Traffic-Access-Token: {}\r\n\r\n",
+        sandbox.id, sandbox.envd_token, sandbox.traffic_token
+    );
+    let message = json!({"process": {"cmd": "/bin/echo", "args": ["streamed"]}}).to_string();
+    let mut envelope = vec![0u8];
+    envelope.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    envelope.extend_from_slice(message.as_bytes());
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("{:x}\r\n", envelope.len()).as_bytes())
+        .await
+        .unwrap();
+    stream.write_all(&envelope).await.unwrap();
+    stream.write_all(b"\r\n").await.unwrap();
+    stream.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    stream.write_all(b"0\r\n\r\n").await.unwrap();
+
+    // The whole streamed answer: chunked, ending with the zero-length chunk.
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read_all = async {
+        while !answer.ends_with(b"\r\n0\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(
+                n > 0,
+                "the server closed the stream early: {}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&buffer[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), read_all)
+        .await
+        .expect("the Start stream ended");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(!text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    // "streamed\n" comes back base64-encoded in the stdout event.
+    assert!(text.contains("c3RyZWFtZWQK"), "{text}");
+
+    stream
+        .write_all(format!("GET /health HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .expect("the connection is still open for the next request");
+    let mut next = Vec::new();
+    let read_head = async {
+        while !next.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "the server closed the kept-alive connection");
+            next.extend_from_slice(&buffer[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read_head)
+        .await
+        .expect("the next request was answered");
+    let next = String::from_utf8_lossy(&next);
+    assert!(next.starts_with("HTTP/1.1 200"), "{next}");
+}

@@ -148,6 +148,20 @@ impl EnvelopeReader {
             }
         }
     }
+
+    /// The one message of a server-streaming call, with the body then read to its end. A client
+    /// may send the body's last chunk after the message (E2B's Python SDK streams it chunked);
+    /// left unread, hyper would close the kept-alive connection after the response, under the
+    /// client's next request on it.
+    pub(crate) async fn only<T: DeserializeOwned>(mut self) -> Result<Option<T>, ApiError> {
+        let first = self.next::<T>().await?;
+        if first.is_some() && self.next::<serde::de::IgnoredAny>().await?.is_some() {
+            return Err(ApiError::bad_request(
+                "a server-streaming request carries one message",
+            ));
+        }
+        Ok(first)
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +210,36 @@ mod tests {
         assert_eq!(
             reader.next::<Value>().await.unwrap_err().status(),
             StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_streaming_request_is_one_message_read_to_the_end() {
+        let chunks = futures_util::stream::iter([
+            Ok::<_, std::io::Error>(envelope(0, br#"{"n":1}"#)),
+            Ok(Bytes::new()),
+        ]);
+        // The body's end comes late, after the message: `only` waits for it.
+        let late_end = chunks.chain(futures_util::stream::once(async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            Ok(Bytes::new())
+        }));
+        let reader = EnvelopeReader::new(Body::from_stream(late_end), 1024);
+        assert_eq!(reader.only::<Value>().await.unwrap(), Some(json!({"n": 1})));
+
+        let mut two = envelope(0, br#"{"n":1}"#).to_vec();
+        two.extend_from_slice(&envelope(0, br#"{"n":2}"#));
+        let refused = EnvelopeReader::new(chunked(vec![two]), 1024)
+            .only::<Value>()
+            .await
+            .unwrap_err();
+        assert!(refused.message().contains("one message"), "{}", refused.message());
+        assert_eq!(
+            EnvelopeReader::new(chunked(vec![]), 1024)
+                .only::<Value>()
+                .await
+                .unwrap(),
+            None
         );
     }
 

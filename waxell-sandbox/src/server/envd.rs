@@ -397,7 +397,7 @@ async fn watch_dir(State(state): State<Arc<AppState>>, headers: HeaderMap, reque
     let started = async {
         let entry = sandbox(&state, &headers).await?;
         let request: WatchRequest = connect::EnvelopeReader::new(request, state.config.json_limit())
-            .next()
+            .only()
             .await?
             .ok_or_else(|| ApiError::bad_request("the WatchDir stream carries no request message"))?;
         check_path(&request.path)?;

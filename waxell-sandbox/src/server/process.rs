@@ -378,7 +378,7 @@ pub(crate) async fn rpc(
                 return e.into_connect().into_response();
             }
             let stream = async {
-                let request = EnvelopeReader::new(request, limit).next::<Value>().await?;
+                let request = EnvelopeReader::new(request, limit).only::<Value>().await?;
                 let request =
                     request.ok_or_else(|| ApiError::bad_request("the request stream has no message"))?;
                 fn parse<T: serde::de::DeserializeOwned>(method: &str, value: Value) -> Result<T, ApiError> {
