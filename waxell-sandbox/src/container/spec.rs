@@ -226,7 +226,8 @@ pub(super) fn container_spec(
     // Under gVisor the host's pids cgroup also counts the sentry's own threads (a few dozen), and
     // hitting it kills the whole sandbox; gVisor enforces RLIMIT_NPROC per sandbox itself, so the
     // process cap goes there and the cgroup keeps headroom. Under runc, RLIMIT_NPROC counts per host
-    // uid across containers (all run as 1000), so there the cgroup is the cap.
+    // uid across containers (all run as 1000): any figure there would be one budget for every
+    // container together, so it is as high as the host goes and the pids cgroup is the cap.
     // Under runc the host's OOM killer works inside the container's cap, which also holds the
     // scratch volumes' pages. Under gVisor it could only end the whole sandbox (the sentry holds
     // the guest's memory): pid 1 is the OOM killer at `memory_bytes` of guest memory, and the
@@ -242,7 +243,7 @@ pub(super) fn container_spec(
     let (pids_limit, nproc) = if gvisor {
         (limits.max_processes.max(64) * 4 + 128, limits.max_processes)
     } else {
-        (limits.max_processes, limits.max_processes.max(64) * 8)
+        (limits.max_processes, host_wide_nproc())
     };
     ContainerCreateBody {
         image: Some(config.image.clone()),
@@ -338,5 +339,25 @@ pub(super) fn create_error(config: &ContainerConfig, e: bollard::errors::Error) 
         ));
     }
     SandboxError::Unavailable(format!("cannot start the sandbox container: {text}"))
+}
+
+/// RLIMIT_NPROC for runc containers: the host's own ceiling on tasks (`pid_max`, and half of
+/// `threads-max`, which is what one uid may reach by default), within our own hard limit (a
+/// rootless engine's runtime cannot raise it past that), and never below 1024.
+fn host_wide_nproc() -> u64 {
+    static NPROC: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NPROC.get_or_init(|| {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+    };
+    let pid_max = read("/proc/sys/kernel/pid_max").unwrap_or(32_768);
+    let threads = read("/proc/sys/kernel/threads-max").map_or(u64::MAX, |t| t / 2);
+    let own_hard = rustix::process::getrlimit(rustix::process::Resource::Nproc)
+        .maximum
+        .unwrap_or(u64::MAX);
+    pid_max.min(threads).min(own_hard).max(1024)
+    })
 }
 

@@ -492,6 +492,35 @@ pub async fn fork_bomb_is_contained(h: &dyn Harness) {
     wait_gone(h, &id).await;
 }
 
+/// One sandbox's processes never use up another's: under runc `RLIMIT_NPROC` counts per host uid
+/// across every container, so it must not be what caps a sandbox.
+pub async fn process_caps_are_per_sandbox(h: &dyn Harness) {
+    let backend = h.backend(Limits::default().with_max_processes(48), None).await;
+    let hold = |n: usize| {
+        format!(
+            "import subprocess\nheld = [subprocess.Popen(['sleep', '300']) for _ in range({n})]\nlen(held)"
+        )
+    };
+    let mut holders = Vec::new();
+    for _ in 0..14 {
+        let sandbox = create(backend.as_ref()).await;
+        assert_eq!(eval(sandbox.as_ref(), &hold(36)).await, "36");
+        holders.push(sandbox);
+    }
+    // 14 x 36 sleeps and their kernels are more than 512 tasks: a shared budget of that size
+    // (what runc's spec set before) would refuse these.
+    let last = create(backend.as_ref()).await;
+    assert_eq!(
+        eval(last.as_ref(), &hold(8)).await,
+        "8",
+        "a new sandbox still starts processes"
+    );
+    assert_eq!(
+        eval(holders[0].as_ref(), "sum(p.poll() is None for p in held)").await,
+        "36"
+    );
+}
+
 pub async fn memory_bomb_is_reported_as_out_of_memory(h: &dyn Harness) {
     let backend = h
         .backend(Limits::default().with_memory_bytes(256 << 20), None)
@@ -940,6 +969,7 @@ macro_rules! backend_suite {
                 no_network_and_host_loopback_unreachable,
                 writes_outside_scratch_fail_and_tmp_is_capped,
                 fork_bomb_is_contained,
+                process_caps_are_per_sandbox,
                 memory_bomb_is_reported_as_out_of_memory,
                 output_flood_is_truncated_and_sigint_ignorers_are_killed,
                 host_wide_pools_namespaces_and_priority_are_refused,
