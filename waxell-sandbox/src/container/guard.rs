@@ -35,14 +35,28 @@ impl ContainerGuard {
 /// Removals started by drops and not finished yet (see [`removals_settled`]).
 static PENDING_REMOVALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Wait (at most `limit`) until the containers of dropped sandboxes and pools are removed. A
-/// process about to exit calls it: removal tasks do not run once the runtime shuts down. A pool's
-/// refill that is starting a container holds the pool until it is up, so that one is waited for too.
-pub async fn removals_settled(limit: Duration) {
-    let deadline = Instant::now() + limit;
-    let pending = || PENDING_REMOVALS.load(Ordering::SeqCst) > 0 || crate::pool::refills_holding_a_pool();
-    while pending() && Instant::now() < deadline {
+/// Wait until the containers of dropped sandboxes and pools are removed, for as long as removals
+/// progress: the wait gives up once none has finished for `stall` (500 containers take far longer
+/// than any fixed limit a few would need), and says how many are left. A process about to exit
+/// calls it: removal tasks do not run once the runtime shuts down. A pool's refill that is
+/// starting a container holds the pool until it is up, so that one is waited for too.
+pub async fn removals_settled(stall: Duration) {
+    let pending = || PENDING_REMOVALS.load(Ordering::SeqCst);
+    let busy = || pending() > 0 || crate::pool::refills_holding_a_pool();
+    let mut left = pending();
+    let mut deadline = Instant::now() + stall;
+    while busy() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        if pending() < left {
+            left = pending();
+            deadline = Instant::now() + stall;
+        }
+    }
+    if busy() {
+        tracing::warn!(
+            left = pending(),
+            "containers still being removed after {stall:?} without progress: they may be left behind"
+        );
     }
 }
 
