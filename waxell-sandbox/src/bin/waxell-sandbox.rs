@@ -74,9 +74,10 @@ struct ServeArgs {
     /// Seconds a write to a client may stay blocked before the connection is dropped.
     #[arg(long, default_value_t = 30)]
     write_timeout: u64,
-    /// Live sandboxes at most (429 past it).
-    #[arg(long, default_value_t = 16)]
-    max_sandboxes: usize,
+    /// Live sandboxes at most (429 past it). Default: as many as the host's memory holds at
+    /// --memory-mib each, and at least 16.
+    #[arg(long)]
+    max_sandboxes: Option<usize>,
     /// Largest request body in bytes (413 past it).
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -293,6 +294,21 @@ fn banner(url: &str, api_key: Option<&str>, key_is_generated: bool) -> String {
     )
 }
 
+/// The default of `--max-sandboxes`: the host's memory over each sandbox's cap, so that every
+/// sandbox can reach its cap at once (idle ones hold far less), and at least 16. A fixed figure
+/// either refused creates on a large host or promised memory a small one does not have.
+fn sandboxes_the_memory_holds(memory_cap: u64) -> usize {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    });
+    match total {
+        Some(total) if memory_cap > 0 => ((total / memory_cap) as usize).max(16),
+        _ => 16,
+    }
+}
+
 /// Raise this process's open-file limit to its hard limit. Each live local sandbox holds about 7 descriptors
 /// here (its kernel's pipes, pidfds, cgroup and namespace fds), so the usual soft limit of 1,024 would refuse
 /// creates at about 140 live sandboxes; sandboxes set their own limit (`Limits::open_files`), so theirs stays.
@@ -325,8 +341,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     raise_open_file_limit();
     let backend = backend(&args).await?;
+    let max_sandboxes = args
+        .max_sandboxes
+        .unwrap_or_else(|| sandboxes_the_memory_holds(args.memory_mib.saturating_mul(1 << 20)));
+    tracing::info!("at most {max_sandboxes} live sandboxes (--max-sandboxes)");
     let mut config = ServerConfig::new()
-        .with_max_sandboxes(args.max_sandboxes)
+        .with_max_sandboxes(max_sandboxes)
         .with_max_body_bytes(args.max_body_bytes)
         .with_max_connections(args.max_connections)
         .with_header_timeout(Duration::from_secs(args.header_timeout.max(1)))
