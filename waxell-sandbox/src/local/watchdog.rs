@@ -96,6 +96,15 @@ pub(crate) struct Watched {
 
 impl Watched {
     pub(crate) fn new(memory_bytes: u64, max_processes: u64) -> std::io::Result<Self> {
+        Self::with_looks(memory_bytes, max_processes, quiet_looks)
+    }
+
+    /// `new`, with the quiet looks made by `looks` (`None`: by the watchdog's own thread).
+    fn with_looks(
+        memory_bytes: u64,
+        max_processes: u64,
+        looks: fn() -> Option<&'static QuietLooks>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             launchers: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
@@ -110,7 +119,7 @@ impl Watched {
         let watched = shared.clone();
         std::thread::Builder::new()
             .name("waxell-sandbox-watchdog".into())
-            .spawn(move || watch_memory(&watched))?;
+            .spawn(move || watch_memory(&watched, looks))?;
         Ok(Self { shared })
     }
 
@@ -215,13 +224,13 @@ impl Shared {
     /// Waits until one of the schedule's processes ran or a launcher is added (or the sandbox
     /// goes), looking every `schedule.wait`: from the shared thread when there is one, else from
     /// this one.
-    fn park(self: &Arc<Self>, schedule: Schedule) {
+    fn park(self: &Arc<Self>, schedule: Schedule, looks: Option<&QuietLooks>) {
         let wait = schedule.wait;
         let mut park = lock(&self.park);
         if park.woken || self.stopped() {
             return;
         }
-        let Some(looks) = quiet_looks() else {
+        let Some(looks) = looks else {
             drop(park);
             loop {
                 self.rest(wait);
@@ -260,7 +269,7 @@ fn fill_rate() -> f64 {
     cpus as f64 * FILL_RATE_PER_CPU
 }
 
-fn watch_memory(shared: &Arc<Shared>) {
+fn watch_memory(shared: &Arc<Shared>, looks: fn() -> Option<&'static QuietLooks>) {
     let mut measurer = Measurer {
         killed: Vec::new(),
         buffers: crate::local::kernel_buffers::KernelBuffers::new(),
@@ -272,7 +281,7 @@ fn watch_memory(shared: &Arc<Shared>) {
     while !shared.stopped() {
         let mut force_buffers = false;
         match schedule.take() {
-            Some(s) if s.buffers_fresh => shared.park(s),
+            Some(s) if s.buffers_fresh => shared.park(s, looks()),
             // Still, but with buffers measured before the clocks were read: once more, buffers too.
             Some(s) => {
                 shared.rest(s.wait);
@@ -702,6 +711,22 @@ mod tests {
 
     /// The schedule of an empty sandbox, or of one whose processes sleep, does not vouch for a
     /// launcher added since: its processes are measured.
+    /// Without the shared thread, each watchdog makes its own quiet looks, and sees the same.
+    #[test]
+    fn a_watchdog_without_the_shared_thread_looks_on_its_own() {
+        let watched = Watched::with_looks(48 << 20, 1000, || None).unwrap();
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        watched.add_launcher(sleeper.id());
+        until_still(&watched);
+        let mut child = bomb_on_stdin(true);
+        watched.add_launcher(child.id());
+        until_still(&watched);
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+        killed_by_the_watchdog(&watched, child);
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+
     #[test]
     fn a_launcher_added_to_an_empty_sandbox_is_measured() {
         for idle_launcher in [false, true] {
