@@ -265,8 +265,24 @@ pub(crate) fn next_wait(room: u64, fill_rate: f64) -> Duration {
 /// `FILL_RATE_PER_CPU`.
 fn fill_rate() -> f64 {
     static CPUS: OnceLock<usize> = OnceLock::new();
-    let cpus = *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cpus = *CPUS.get_or_init(|| {
+        // Every online CPU, not only those this process may use: a sandbox process can widen its
+        // own affinity mask.
+        let online = fs::read_to_string("/sys/devices/system/cpu/online").map_or(0, |list| cpu_count(&list));
+        online.max(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    });
     cpus as f64 * FILL_RATE_PER_CPU
+}
+
+/// The CPUs in a kernel CPU list (`0-3,8,10-11`).
+fn cpu_count(list: &str) -> usize {
+    list.trim()
+        .split(',')
+        .filter_map(|range| match range.split_once('-') {
+            Some((a, b)) => Some(b.parse::<usize>().ok()?.checked_sub(a.parse().ok()?)? + 1),
+            None => range.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
 }
 
 fn watch_memory(shared: &Arc<Shared>, looks: fn() -> Option<&'static QuietLooks>) {
@@ -769,6 +785,13 @@ mod tests {
         // 400 MiB at 8 GiB/s: 48.8 ms.
         let wait = next_wait(400 << 20, 8.0 * gib);
         assert!(wait > Duration::from_millis(48) && wait < Duration::from_millis(49), "{wait:?}");
+    }
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(cpu_count("0-1\n"), 2);
+        assert_eq!(cpu_count("0-3,8,10-11"), 7);
+        assert_eq!(cpu_count(""), 0);
     }
 
     #[test]
