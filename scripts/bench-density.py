@@ -10,6 +10,7 @@ For each backend it creates N sandboxes, 8 creates in flight, each `Sandbox.crea
   - create + first cell, the median of the first 16 creates against the last 16 (about N live; the 7
     started after those, which finish as the queue drains with fewer beside them, are left out);
   - creates per second over the whole run;
+  - serve's own CPU while all N idle (rootless, mostly the memory watchdogs);
   - what bounds N: tasks (threads) and processes per sandbox on the host (/proc/loadavg, /proc), serve's
     open fds per sandbox (client connections not counted), and the room each leaves;
 then checks that every sandbox still answers `run_code("x")` with its own i. A sandbox that failed to be
@@ -180,6 +181,16 @@ def others_anon_kib(procs, exclude):
     """The anonymous memory of every process not in `exclude`: what a build running beside the bench adds to
     or frees from the host's figure meanwhile."""
     return sum(anon_pss_kib(pid) for pid in procs if pid not in exclude)
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid`, all its threads (the watchdogs are serve's threads)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def rss_kib(pid):
@@ -472,7 +483,10 @@ def measure(name, label, n, binary, backend_args, engine_host, logdir):
         if not timings:
             raise RuntimeError(f"{label}: no sandbox was created and ran its first cell")
 
+        # serve's own CPU while every sandbox idles (rootless, mostly the memory watchdogs).
+        cpu_start, cpu_clock = cpu_seconds(serve.pid), time.perf_counter()
         settle()
+        idle_cpu = (cpu_seconds(serve.pid) - cpu_start) / (time.perf_counter() - cpu_clock)
         used_after, own_after = host_used_kib(), own_rss_kib()
         mem_available = meminfo()["MemAvailable"]
         tasks_after = tasks_total()
@@ -486,6 +500,7 @@ def measure(name, label, n, binary, backend_args, engine_host, logdir):
             live=live,
             wall=wall,
             per_s=len(timings) / wall,
+            idle_cpu=idle_cpu,
             mem_mib=total_kib / live / 1024,
             total_mib=total_kib / 1024,
             others_mib=others / 1024,
@@ -586,6 +601,7 @@ def report(fig):
     drained = f"; the {fig['tail']} started after them left out" if fig["tail"] else ""
     print(f"  create + first cell: first {fig['k']} median {fig['first'] * 1000:.0f} ms, last {fig['k']} "
           f"(~{live} live{drained}) {fig['last'] * 1000:.0f} ms: {fig['last'] / fig['first']:.2f}x")
+    print(f"  serve's CPU with all {live} idle: {fig['idle_cpu'] * 100:.1f}% of a core")
     print(f"  memory per live idle sandbox: {fig['mem_mib']:.1f} MiB (host MemTotal - MemAvailable +"
           f"{fig['total_mib']:.0f} MiB for {live}, this script's own +{fig['own_mib']:.0f} MiB left out); "
           f"its processes' anonymous PSS {fig['anon_mib']:.1f} MiB; serve's RSS +{fig['serve_mib']:.2f} MiB")

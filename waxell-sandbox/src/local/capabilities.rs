@@ -329,11 +329,13 @@ fn limit_checks(
             Feature::MemoryLimit,
             Status::Partial,
             format!(
-                "host-side watchdog: polls the sandbox's private memory and the socket and pipe buffers it holds \
-                 every {} ms and kills the largest process past {mib} MiB (reported as out of memory); a fast \
-                 allocation can overshoot briefly, and pipes passed away over a socket and closed are not seen (at \
-                 most {unseen} MiB per user). No cgroup: {why}",
+                "host-side watchdog: measures the sandbox's private memory and the socket and pipe buffers it \
+                 holds, after any of its processes ran, every {} to {} ms (the sooner the closer to the cap), and \
+                 kills the largest process past {mib} MiB (reported as out of memory); a fast allocation can \
+                 overshoot briefly, and pipes passed away over a socket and closed are not seen (at most {unseen} \
+                 MiB per user). No cgroup: {why}",
                 e.watchdog_poll_ms,
+                crate::local::watchdog::LONGEST_WAIT.as_millis(),
                 unseen = unseen_pipe_bytes(limits.open_files) >> 20,
             ),
             Some(LIMITS_FIX),

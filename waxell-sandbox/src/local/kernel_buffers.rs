@@ -404,8 +404,9 @@ mod tests {
     /// The watchdog's cost with 50 live sandboxes (rootless: as root the memory cgroup does this
     /// work): per sandbox per poll, the process scan it always made (`descendants` and `statm`) next
     /// to the kernel-buffer measure added to it, and the CPU time all watchdog threads used over
-    /// 10 s, written to `$TMPDIR/waxell-watchdog-cost.txt`. Run it by name: `cargo nextest run -p
-    /// waxell-sandbox --lib --run-ignored only -E 'test(watchdog_cost)'` as an ordinary user.
+    /// 10 s and how often they woke, written to `$TMPDIR/waxell-watchdog-cost.txt`. Run it by
+    /// name: `cargo nextest run -p waxell-sandbox --lib --run-ignored only -E
+    /// 'test(watchdog_cost)'` as an ordinary user.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a measurement with 50 sandboxes: run it by name"]
     async fn watchdog_cost_with_50_sandboxes() {
@@ -446,7 +447,9 @@ mod tests {
             }
         }
         let polls = ROUNDS * roots.len() as u32;
-        let cpu = || -> u64 {
+        // CPU ticks and wake-ups (context switches) of the crate's threads: the watchdogs and
+        // whatever helps them.
+        let cpu = || -> (u64, u64) {
             fs::read_dir("/proc/self/task")
                 .unwrap()
                 .flatten()
@@ -454,23 +457,32 @@ mod tests {
                 .map(|t| {
                     let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
                     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-                    fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
+                    let ticks = fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+                    let status = fs::read_to_string(t.path().join("status")).unwrap_or_default();
+                    let switches: u64 = status
+                        .lines()
+                        .filter(|l| l.contains("ctxt_switches:"))
+                        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                        .sum();
+                    (ticks, switches)
                 })
-                .sum()
+                .fold((0, 0), |(t, s), (a, b)| (t + a, s + b))
         };
         let before = cpu();
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let ticks = cpu() - before;
+        let after = cpu();
+        let (ticks, switches) = (after.0 - before.0, after.1 - before.1);
         let ticks_per_second = rustix::param::clock_ticks_per_second();
         // Library code prints only through waxell's console: the figures go to a file.
         let figures = format!(
             "per sandbox per poll: process scan {:.0} us, kernel buffers {:.0} us (x{:.2}); \
-             50 watchdog threads over 10 s: {:.2} s CPU ({:.2}% of a core per sandbox)\n",
+             50 watchdog threads over 10 s: {:.2} s CPU ({:.3}% of a core per sandbox), {:.0} wake-ups/s\n",
             scan.as_secs_f64() * 1e6 / f64::from(polls),
             measure.as_secs_f64() * 1e6 / f64::from(polls),
             measure.as_secs_f64() / scan.as_secs_f64(),
             ticks as f64 / ticks_per_second as f64,
             ticks as f64 / ticks_per_second as f64 / 10.0 / 50.0 * 100.0,
+            switches as f64 / 10.0,
         );
         fs::write(std::env::temp_dir().join("waxell-watchdog-cost.txt"), figures).expect("the figures written");
         drop(sandboxes);
