@@ -241,27 +241,19 @@ impl ProcessControl for ContainerExec {
     /// (docs/container-sandbox.md).
     async fn locate_on_host(&mut self) {
         let (Some(pid), Some(fd)) = (self.pid, self.request_fd) else { return };
-        // Just after `ready` the kernel is on its way to its first read, and on a busy host (500
-        // containers) the engine's exec inspect or pid 1's check can lag: both are tried again for
-        // a few seconds before `done` is believed.
-        let deadline = tokio::time::Instant::now() + LOCATE_PATIENCE;
-        let mut pause = Duration::from_millis(5);
-        loop {
-            if let Some(host_pid) = self.host_pid(pid).await {
-                if let Ok(target) = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")) {
-                    self.on_host = Some((host_pid, target));
-                    return;
-                }
+        if let Some(host_pid) = self.host_pid(pid).await {
+            if let Ok(target) = std::fs::read_link(format!("/proc/{host_pid}/fd/{fd}")) {
+                self.on_host = Some((host_pid, target));
             }
+            return;
+        }
+        // Just after `ready` the kernel is on its way to its first read: a few tries.
+        for _ in 0..20 {
             if self.control.main_thread(pid, fd, INIT_CHECK_LIMIT).await == MainThread::Idle {
                 self.checked_by_init = true;
                 return;
             }
-            if tokio::time::Instant::now() + pause > deadline {
-                break;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tracing::warn!(pid, "neither the host nor pid 1 can see the kernel's main thread: `done` is believed");
     }
@@ -310,9 +302,6 @@ impl ProcessControl for ContainerExec {
 
 /// How long pid 1 may take to answer a check (a ptrace stop of the kernel, under a millisecond).
 const INIT_CHECK_LIMIT: Duration = Duration::from_millis(500);
-/// How long a new kernel's main thread is looked for, from the host and by pid 1, before `done`
-/// is believed (`locate_on_host`).
-const LOCATE_PATIENCE: Duration = Duration::from_secs(3);
 
 impl ContainerExec {
     /// The kernel's host pid, where the engine shares this host's pid namespace (runc).
