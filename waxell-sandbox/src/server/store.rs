@@ -53,6 +53,10 @@ pub(crate) struct PausedRecord {
     pub(crate) auto_pause_memory: bool,
     pub(crate) auto_resume: bool,
     pub(crate) bytes: u64,
+    /// Paused with its memory: the checkpoint in this entry's directory (its `home/` is then a
+    /// plain copy of `/home/user`).
+    #[serde(default)]
+    pub(crate) memory: Option<crate::backend::Checkpoint>,
 }
 
 /// A snapshot: a saved `/home/user` new sandboxes start from.

@@ -70,6 +70,28 @@ impl Contexts {
         }
     }
 
+    /// Contexts restored from a checkpoint, in its order (`(id, language, cwd, kernel)`).
+    pub(crate) fn restored(saved: Vec<(String, Language, String, Option<KernelProcess>)>) -> Self {
+        let next = saved
+            .iter()
+            .filter_map(|(id, ..)| id.strip_prefix("ctx-")?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        let list = saved
+            .into_iter()
+            .map(|(id, language, cwd, kernel)| context(id, language, Some(&cwd), kernel))
+            .collect();
+        Self {
+            list: Mutex::new(list),
+            next_id: AtomicU64::new(next + 1),
+        }
+    }
+
+    /// Every context, in listing order.
+    pub(crate) fn all(&self) -> Vec<Arc<Context>> {
+        self.list_guard().clone()
+    }
+
     fn list_guard(&self) -> MutexGuard<'_, Vec<Arc<Context>>> {
         // Nothing panics while holding it; a poisoned list is still consistent.
         self.list.lock().unwrap_or_else(|e| e.into_inner())
