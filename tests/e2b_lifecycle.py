@@ -8,6 +8,8 @@ Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_AP
     python e2b_lifecycle.py resume-after-restart ID
     python e2b_lifecycle.py memory OWNER        # pause with memory (gVisor on Docker Engine at
                                                 # WAXELL_DOCKER_ENGINE_HOST; OWNER: the server's pid)
+    python e2b_lifecycle.py memory-pause-for-restart
+    python e2b_lifecycle.py memory-resume-after-restart ID
 """
 
 import datetime
@@ -315,6 +317,28 @@ def memory_cycles(owner):
         sbx.kill()
 
 
+def memory_pause_for_restart():
+    sbx = Sandbox.create(timeout=180)
+    sbx.run_code("y = 'across restart'")
+    sbx.files.write(MARKER, "memory across restart")
+    r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={})
+    check(r.headers.get("waxell-pause") == "memory", "paused with memory")
+    print(f"paused {sbx.sandbox_id}")
+
+
+def memory_resume_after_restart(sandbox_id):
+    r = httpx.post(f"{API}/sandboxes/{sandbox_id}/connect", headers=HEADERS, json={"timeout": 120})
+    check(r.status_code == 201 and r.headers.get("waxell-resume") == "memory",
+          f"a new server resumed it from memory ({r.status_code} {r.headers.get('waxell-resume')})")
+    sbx = Sandbox.connect(sandbox_id)
+    try:
+        y = sbx.run_code("y")
+        check(y.text == "'across restart'", f"the variable came back after the restart ({y.text})")
+        check(sbx.files.read(MARKER) == "memory across restart", "and the files")
+    finally:
+        sbx.kill()
+
+
 def pause_for_restart():
     sbx = Sandbox.create(timeout=120, metadata={"purpose": "restart"})
     sbx.files.write(MARKER, "across restart")
@@ -353,6 +377,12 @@ if __name__ == "__main__":
         print("all checks passed")
     elif mode == "memory":
         memory_cycles(sys.argv[2])
+        print("all checks passed")
+    elif mode == "memory-pause-for-restart":
+        memory_pause_for_restart()
+        print("all checks passed")
+    elif mode == "memory-resume-after-restart":
+        memory_resume_after_restart(sys.argv[2])
         print("all checks passed")
     elif mode == "resume-after-restart":
         resume_after_restart(sys.argv[2], sys.argv[3])

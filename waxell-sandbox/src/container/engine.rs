@@ -862,5 +862,9 @@ mod tests {
         assert_eq!(AnswerKey::new().verify(sign("idle 7").as_bytes()), None, "another key");
         assert_eq!(key.verify(b"idle 7"), None);
         assert_eq!(key.verify(b""), None);
+        // A restored pid 1 keeps its key: the host signs with it again from its hex.
+        let again = AnswerKey::from_hex(&key.hex()).unwrap();
+        assert_eq!(again.verify(sign("idle 7").as_bytes()), Some((7, MainThread::Idle)));
+        assert!(AnswerKey::from_hex("00ff").is_none() && AnswerKey::from_hex("zz").is_none());
     }
 }

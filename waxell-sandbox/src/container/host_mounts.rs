@@ -186,3 +186,35 @@ fn write_boot_id(dir: &PrivateDir, id: &str) -> Result<PathBuf, SandboxError> {
         .map_err(|e| SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")))?;
     Ok(path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// What a pause copies out and a resume back: modes, times, links (not followed) and FIFOs.
+    #[tokio::test]
+    async fn a_tree_is_copied_as_it_is() {
+        let root = std::env::temp_dir().join(format!("waxell-copy-test-{}-{}", std::process::id(), rand::random::<u32>()));
+        let from = root.join("from");
+        std::fs::create_dir_all(from.join("private")).unwrap();
+        std::fs::set_permissions(from.join("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(from.join("tool.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(from.join("tool.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", from.join("link")).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, from.join("fifo"), rustix::fs::FileType::Fifo, rustix::fs::Mode::from_raw_mode(0o600), 0).unwrap();
+        let to = root.join("to");
+        std::fs::create_dir(&to).unwrap();
+        copy_tree(&from, &to).await.unwrap();
+        let mode = |p: &str| std::fs::symlink_metadata(to.join(p)).unwrap().mode() & 0o7777;
+        assert_eq!(mode("private"), 0o700);
+        assert_eq!(mode("tool.sh"), 0o755);
+        assert_eq!(std::fs::read_link(to.join("link")).unwrap(), Path::new("/etc/passwd"));
+        let fifo = std::fs::symlink_metadata(to.join("fifo")).unwrap().file_type();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo));
+        let mtime = |p: &Path| std::fs::metadata(p).unwrap().mtime();
+        assert_eq!(mtime(&to.join("tool.sh")), mtime(&from.join("tool.sh")));
+        assert!(copy_tree(&root.join("missing"), &to).await.is_err(), "a failed copy is an error");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -105,7 +105,23 @@ impl MemoryEngine {
         link_tree(&from, &to)
             .await
             .map_err(|e| SandboxError::Unavailable(format!("handing the checkpoint to the engine: {e}")))?;
-        let started = tokio::time::timeout(RESTORE_LIMIT, self.post(&format!("/containers/{id}/start?checkpoint={CHECKPOINT_ID}")))
+        let path = format!("/containers/{id}/start?checkpoint={CHECKPOINT_ID}");
+        let start = async {
+            // Docker Engine's upload of the image to containerd now and then fails on a blob it
+            // already has ("already exists", moby/moby#42900); a moment later it goes through.
+            let mut tries = 0;
+            loop {
+                match self.post(&path).await {
+                    Err(e) if tries < 20 && e.to_string().contains("already exists") => {
+                        tries += 1;
+                        tracing::debug!(tries, "restore: {e}; trying again");
+                        tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        let started = tokio::time::timeout(RESTORE_LIMIT, start)
             .await
             .unwrap_or_else(|_| Err(SandboxError::Timeout(format!("restore not done within {RESTORE_LIMIT:?}"))));
         // The engine has read it; its copy goes with the container anyway.
@@ -177,6 +193,49 @@ mod tests {
         assert_eq!(parse_answer(refused), (500, "{\"message\":\"restore failed\"}\n".to_owned()));
         assert_eq!(parse_answer(b"garbage").0, 0);
         assert_eq!(parse_answer(b"").0, 0);
+    }
+
+    /// relay.py on this host: the kernel outlives its relay (as before a checkpoint) and a new
+    /// relay reaches the same kernel, state and all (as after a restore); the kernel's end ends it.
+    #[test]
+    fn a_kernel_outlives_its_relay_and_a_new_relay_reaches_it() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::process::{Command, Stdio};
+        let root = std::env::temp_dir().join(format!("waxell-relay-test-{}-{}", std::process::id(), rand::random::<u32>()));
+        let kernel = "import sys\nn = 0\nfor line in sys.stdin:\n    n += 1\n    print(n, line.strip(), flush=True)";
+        let relay = |args: &[&str]| {
+            Command::new("python3")
+                .args(["-I", "-c", RELAY_SOURCE])
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let ask = |child: &mut std::process::Child, line: &str| {
+            writeln!(child.stdin.as_mut().unwrap(), "{line}").unwrap();
+            let mut answer = String::new();
+            BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut answer).unwrap();
+            answer.trim().to_owned()
+        };
+        let root_arg = root.display().to_string();
+        let mut first = relay(&["start", &root_arg, "python3", "-u", "-c", kernel]);
+        assert_eq!(ask(&mut first, "a"), "1 a");
+        let pid: u32 = std::fs::read_dir(&root).unwrap().next().unwrap().unwrap().file_name().to_str().unwrap().parse().unwrap();
+        first.kill().unwrap();
+        first.wait().unwrap();
+        assert!(Path::new(&format!("/proc/{pid}")).exists(), "the kernel lives on without its relay");
+
+        let mut second = relay(&["attach", &format!("{root_arg}/{pid}")]);
+        assert_eq!(ask(&mut second, "b"), "2 b", "the same kernel, its count kept");
+        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+        let status = second.wait().unwrap();
+        assert!(!status.success(), "the relay ends with its kernel");
+        assert!(!root.join(pid.to_string()).exists(), "and removes its FIFOs");
+        let mut none = relay(&["attach", &format!("{root_arg}/{pid}")]);
+        drop(none.stdin.take());
+        assert!(!none.wait().unwrap().success(), "no kernel there: the relay says so");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[tokio::test]

@@ -468,12 +468,15 @@ impl Backend for Container {
         dir: &std::path::Path,
     ) -> Result<std::collections::BTreeMap<String, String>, SandboxError> {
         let engine = self.memory.as_ref().map_err(|why| SandboxError::Unavailable(why.clone()))?;
+        let began = Instant::now();
         if !container.control.sever(memory::SEVER_LIMIT).await {
             return Err(SandboxError::Unavailable(
                 "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
             ));
         }
+        let severed = began.elapsed();
         engine.checkpoint(&self.docker, &container.id, dir).await?;
+        let checkpointed = began.elapsed();
         for (suffix, _, at) in &container.host.scratch {
             let to = dir.join(suffix);
             tokio::fs::create_dir(&to)
@@ -481,6 +484,13 @@ impl Backend for Container {
                 .map_err(|e| SandboxError::Unavailable(format!("making {}: {e}", to.display())))?;
             host_mounts::copy_tree(at, &to).await?;
         }
+        // Where a pause goes (RUST_LOG=waxell_sandbox=debug), for docs/sandbox-performance.md.
+        tracing::debug!(
+            sever_ms = severed.as_secs_f64() * 1e3,
+            checkpoint_ms = (checkpointed - severed).as_secs_f64() * 1e3,
+            copy_files_ms = (began.elapsed() - checkpointed).as_secs_f64() * 1e3,
+            "container sandbox checkpointed"
+        );
         Ok(memory::state(container.control.key_hex()))
     }
 
@@ -493,7 +503,8 @@ impl Backend for Container {
             .state
             .get(memory::KEY_STATE)
             .ok_or_else(|| SandboxError::InvalidArgument("the checkpoint has no key for pid 1".into()))?;
-        let (container, ..) = self.create_started(Some((dir, key))).await?;
+        let began = Instant::now();
+        let (container, created_at, started_at) = self.create_started(Some((dir, key))).await?;
         let mut kernels = Vec::with_capacity(checkpoint.kernels.len());
         for saved in &checkpoint.kernels {
             kernels.push(match saved.kernel {
@@ -501,6 +512,12 @@ impl Backend for Container {
                 None => None,
             });
         }
+        tracing::debug!(
+            files_create_ms = created_at.as_secs_f64() * 1e3,
+            restore_ms = (started_at - created_at).as_secs_f64() * 1e3,
+            relays_ms = (began.elapsed() - started_at).as_secs_f64() * 1e3,
+            "container sandbox restored"
+        );
         Ok(crate::backend::Restored {
             kernels,
             shell: container,

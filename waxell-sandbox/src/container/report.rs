@@ -303,7 +303,7 @@ mod tests {
         }
         let pause = runc.check(Feature::PauseMemory).unwrap();
         assert_eq!(pause.status, Status::Partial);
-        assert!(pause.detail.contains("files only: the runtime is not gVisor"), "{}", pause.detail);
+        assert!(pause.detail.starts_with("a pause keeps the files only") && pause.detail.ends_with("the runtime is not gVisor"), "{}", pause.detail);
         let engine_runsc = ContainerReport::build(false, "runsc", false, &limits, &languages, Ok(()));
         assert!(engine_runsc.enforces(Feature::PauseMemory));
         assert!(runc.check(Feature::KernelPools).unwrap().detail.contains("16 pseudo-terminals"));

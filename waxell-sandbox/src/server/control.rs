@@ -111,7 +111,7 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
             "autoResume needs autoPause (lifecycle.onTimeout: pause)",
         ));
     }
-    if auto_pause_memory && state.config.refuse_memory_pause {
+    if auto_pause_memory && state.config.refuse_memory_pause && state.registry.keeps_memory().is_none() {
         // Said now rather than failing the pause (and killing the sandbox) when its time is up.
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -640,4 +640,23 @@ fn rfc3339(time: SystemTime) -> String {
         .unwrap_or(Duration::ZERO)
         .as_secs();
     humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory_warning;
+
+    /// Why a pause kept the files only reaches the client as a valid `Warning`, whatever the
+    /// engine's message holds.
+    #[test]
+    fn a_files_only_pause_warns_with_its_reason_in_a_valid_header() {
+        let warning =
+            memory_warning("the engine answered 500: {\"message\":\"restore \\ failed\"}\nnext line é");
+        assert_eq!(
+            warning.to_str().unwrap(),
+            "299 waxell-sandbox \"memory not kept: the engine answered 500: {message:restore  failed} next line  \""
+        );
+        let long = memory_warning(&"x".repeat(1000));
+        assert!(long.len() < 400);
+    }
 }

@@ -146,3 +146,30 @@ impl Contexts {
 fn not_found(id: &str) -> SandboxError {
     SandboxError::ContextNotFound(format!("Context {id} not found"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Restored from a checkpoint: the contexts in their order, and new ones never reuse an id.
+    #[test]
+    fn restored_contexts_keep_their_order_and_ids() {
+        let contexts = Contexts::restored(vec![
+            ("default".into(), Language::Python, HOME_DIR.into(), None),
+            ("ctx-7".into(), Language::Python, "/home/user/work".into(), None),
+            ("ctx-3".into(), Language::JavaScript, HOME_DIR.into(), None),
+        ]);
+        let listed: Vec<(String, String, String)> =
+            contexts.list().into_iter().map(|c| (c.id, c.language, c.cwd)).collect();
+        assert_eq!(
+            listed,
+            [
+                ("default".into(), "python".into(), HOME_DIR.into()),
+                ("ctx-7".into(), "python".into(), "/home/user/work".into()),
+                ("ctx-3".into(), "javascript".into(), HOME_DIR.into()),
+            ]
+        );
+        assert_eq!(contexts.get("ctx-7").unwrap().cwd(), Some("/home/user/work"));
+        assert_eq!(contexts.next_id.load(Ordering::Relaxed), 8);
+    }
+}
