@@ -333,7 +333,7 @@ def memory_resume_after_restart(sandbox_id):
     sbx = Sandbox.connect(sandbox_id)
     try:
         y = sbx.run_code("y")
-        check(y.text == "'across restart'", f"the variable came back after the restart ({y.text})")
+        check(y.text == "across restart", f"the variable came back after the restart ({y.text})")
         check(sbx.files.read(MARKER) == "memory across restart", "and the files")
     finally:
         sbx.kill()
