@@ -134,7 +134,10 @@ async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() 
     let kept = state.path().join("paused").join(&sandbox_id);
     let record = std::fs::read_to_string(kept.join("record.json")).unwrap();
     let parsed: serde_json::Value = serde_json::from_str(&record).unwrap();
-    assert!(parsed["memory"]["kernels"].is_array(), "paused with its checkpoint: {record}");
+    assert!(
+        parsed["memory"]["kernels"].is_array(),
+        "paused with its checkpoint: {record}"
+    );
     assert!(
         kept.join("image").is_dir() && kept.join("home").is_dir(),
         "the image and files are in the state directory"

@@ -628,7 +628,8 @@ while todo:
 "#;
 
 /// Start a kernel as an attached exec: its stdin/stdout carry the same JSON-lines protocol as the
-/// local backend's pipes; its stderr goes to the tail kept for error messages.
+/// local backend's pipes (in the home directory); its stderr goes to the tail kept for error messages.
+/// `restored`: the pid and request fd of a kernel already running (relayed to after a restore).
 pub(crate) async fn start_kernel_exec(
     docker: &Docker,
     container: &str,
@@ -636,7 +637,6 @@ pub(crate) async fn start_kernel_exec(
     user: &str,
     cmd: Vec<String>,
     env: Vec<String>,
-    working_dir: &str,
     restored: Option<(u32, i32)>,
 ) -> Result<KernelProcess, SandboxError> {
     let exec = docker
@@ -650,7 +650,7 @@ pub(crate) async fn start_kernel_exec(
                 cmd: Some(cmd),
                 env: Some(env),
                 user: Some(user.to_owned()),
-                working_dir: Some(working_dir.to_owned()),
+                working_dir: Some(crate::paths::HOME_DIR.to_owned()),
                 ..Default::default()
             },
         )

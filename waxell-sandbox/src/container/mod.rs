@@ -39,7 +39,6 @@ use crate::backend::{Backend, Prepared, Usage};
 use crate::command::PtyPermit;
 use crate::kernel::{KernelProcess, Languages, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
-use crate::paths::HOME_DIR;
 use crate::pool::Pooled;
 use crate::session::Session;
 pub use config::{ContainerConfig, ContainerOptions, DEFAULT_IMAGE};
@@ -585,7 +584,6 @@ impl Container {
             USER,
             self.seccomp.wrap(cmd),
             Vec::new(),
-            HOME_DIR,
             Some(identity),
         )
         .await
@@ -624,7 +622,6 @@ impl Container {
             USER,
             inner.seccomp.wrap(cmd),
             exec_env,
-            HOME_DIR,
             None,
         )
         .await?;
