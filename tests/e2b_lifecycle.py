@@ -273,6 +273,7 @@ def memory_cycles(owner):
                      f"worker = subprocess.Popen([sys.executable, '-c', {COUNTER!r}], start_new_session=True, "
                      "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
         pid = int(sbx.run_code("worker.pid").text)
+        boot_id = sbx.files.read("/proc/sys/kernel/random/boot_id")
         wait_for(lambda: sbx.files.exists("/home/user/counter.txt"), "the worker's first count")
         for cycle in range(1, 4):
             sbx.files.write(f"/home/user/cycle{cycle}.txt", str(cycle))
@@ -294,6 +295,7 @@ def memory_cycles(owner):
             else:
                 sbx.connect(timeout=180)
             check(sbx.is_running(), f"cycle {cycle}: running after connect")
+            check(sbx.files.read("/proc/sys/kernel/random/boot_id") == boot_id, f"cycle {cycle}: the same boot")
             x = sbx.run_code("x += 1\nx")
             check(x.error is None and x.text == str(41 + cycle), f"cycle {cycle}: the variable came back ({x.text})")
             check(sbx.run_code("worker.poll()").text in (None, "None"), f"cycle {cycle}: the worker runs")
@@ -312,6 +314,7 @@ def memory_cycles(owner):
         sbx.connect(timeout=60)
         gone = sbx.run_code("x")
         check(gone.error is not None and gone.error.name == "NameError", "and then the kernel is fresh")
+        check(sbx.files.read("/proc/sys/kernel/random/boot_id") != boot_id, "in a new boot")
         check(sbx.files.read("/home/user/cycle3.txt") == "3", "with the files")
     finally:
         sbx.kill()

@@ -35,6 +35,8 @@ const CHECKPOINT_ID: &str = "memory";
 const IMAGE_DIR: &str = "image";
 /// The key of the restored pid 1's answers in a checkpoint's state.
 pub(super) const KEY_STATE: &str = "init_key";
+/// The sandbox's boot id in a checkpoint's state: a restore is the same boot.
+pub(super) const BOOT_ID_STATE: &str = "boot_id";
 /// How long pid 1 may take to end the processes holding host descriptors.
 pub(super) const SEVER_LIMIT: Duration = Duration::from_secs(5);
 /// How long the engine may take to start a container from its image.
@@ -176,9 +178,13 @@ async fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A checkpoint's state: what pid 1 signs with.
-pub(super) fn state(key: String) -> BTreeMap<String, String> {
-    BTreeMap::from([(KEY_STATE.to_owned(), key)])
+/// A checkpoint's state: what pid 1 signs with, and the boot id.
+pub(super) fn state(key: String, boot_id: Option<String>) -> BTreeMap<String, String> {
+    let mut state = BTreeMap::from([(KEY_STATE.to_owned(), key)]);
+    if let Some(boot_id) = boot_id {
+        state.insert(BOOT_ID_STATE.to_owned(), boot_id);
+    }
+    state
 }
 
 #[cfg(test)]

@@ -208,10 +208,10 @@ impl Container {
     }
 
     /// Create and start a sandbox container (no kernel yet); how long creating and starting took.
-    /// `restore`: from the checkpoint in that directory, whose pid 1 signs with that key.
+    /// `restore`: from the checkpoint in that directory, with that state (`memory::state`).
     async fn create_started(
         &self,
-        restore: Option<(&std::path::Path, &str)>,
+        restore: Option<(&std::path::Path, &std::collections::BTreeMap<String, String>)>,
     ) -> Result<(ContainerGuard, std::time::Duration, std::time::Duration), SandboxError> {
         let inner = self;
         let began = Instant::now();
@@ -240,7 +240,14 @@ impl Container {
             inner.own_pts,
             &scratch,
         )?);
-        if let Some((dir, _)) = restore {
+        if let Some((dir, state)) = restore {
+            // The same boot as before the pause, as the code sees it.
+            if let (Some(file), Some(boot_id)) = (&host.boot_id, state.get(memory::BOOT_ID_STATE)) {
+                if let Err(e) = std::fs::write(file, format!("{boot_id}\n")) {
+                    host.remove();
+                    return Err(SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")));
+                }
+            }
             for (suffix, _, at) in &host.scratch {
                 let saved = dir.join(suffix);
                 if saved.is_dir() {
@@ -281,7 +288,8 @@ impl Container {
             }
         };
         let created_at = began.elapsed();
-        let control = Control::attach(&inner.docker, &created.id, restore.map(|(_, key)| key)).await;
+        let key = restore.and_then(|(_, state)| state.get(memory::KEY_STATE)).map(String::as_str);
+        let control = Control::attach(&inner.docker, &created.id, key).await;
         let container = ContainerGuard {
             docker: inner.docker.clone(),
             id: created.id,
@@ -490,7 +498,11 @@ impl Backend for Container {
             copy_files_ms = (began.elapsed() - checkpointed).as_secs_f64() * 1e3,
             "container sandbox checkpointed"
         );
-        Ok(memory::state(container.control.key_hex()))
+        let boot_id = match &container.host.boot_id {
+            Some(file) => std::fs::read_to_string(file).ok().map(|id| id.trim().to_owned()),
+            None => None,
+        };
+        Ok(memory::state(container.control.key_hex(), boot_id))
     }
 
     async fn restore(
@@ -498,12 +510,11 @@ impl Backend for Container {
         checkpoint: &crate::backend::Checkpoint,
         dir: &std::path::Path,
     ) -> Result<crate::backend::Restored<ContainerGuard>, SandboxError> {
-        let key = checkpoint
-            .state
-            .get(memory::KEY_STATE)
-            .ok_or_else(|| SandboxError::InvalidArgument("the checkpoint has no key for pid 1".into()))?;
+        if !checkpoint.state.contains_key(memory::KEY_STATE) {
+            return Err(SandboxError::InvalidArgument("the checkpoint has no key for pid 1".into()));
+        }
         let began = Instant::now();
-        let (container, created_at, started_at) = self.create_started(Some((dir, key))).await?;
+        let (container, created_at, started_at) = self.create_started(Some((dir, &checkpoint.state))).await?;
         let mut kernels = Vec::with_capacity(checkpoint.kernels.len());
         for saved in &checkpoint.kernels {
             kernels.push(match saved.kernel {
