@@ -241,6 +241,18 @@ mod tests {
         let mut none = relay(&["attach", &format!("{root_arg}/{pid}")]);
         drop(none.stdin.take());
         assert!(!none.wait().unwrap().success(), "no kernel there: the relay says so");
+
+        // A kernel killed while what it forked still holds its FIFOs (a memory bomb's sleepers):
+        // the relay ends with it, as the kernel did (SIGKILL: 137, how an OOM kill is told).
+        let forking = format!("import os, time\nif os.fork() == 0:\n    time.sleep(5)\n    os._exit(0)\n{kernel}");
+        let mut third = relay(&["start", &root_arg, "python3", "-u", "-c", &forking]);
+        assert_eq!(ask(&mut third, "c"), "1 c");
+        let pid: u32 = std::fs::read_dir(&root).unwrap().next().unwrap().unwrap().file_name().to_str().unwrap().parse().unwrap();
+        let began = std::time::Instant::now();
+        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), rustix::process::Signal::KILL).unwrap();
+        let status = third.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::into_raw(status) >> 8, 137);
+        assert!(began.elapsed() < Duration::from_secs(3), "ended with the kernel, not its fork");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -7,19 +7,37 @@
 #                              stderr, opened read-write so it never sees an end or EPIPE while no
 #                              relay is there), then relay; exit as the kernel did.
 #   attach <root>/<pid>        relay to the kernel already there (after a restore).
-import ctypes, os, sys, threading
+# The relay ends when the kernel does, though what the kernel forked may still hold its FIFOs.
+import ctypes, os, sys, threading, time
 
 
-def pump(src, dst):
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def pump(src, dst, lock=None):
     while True:
         try:
             data = os.read(src, 65536)
             if not data:
                 return
-            while data:
-                data = data[os.write(dst, data):]
+            if lock is None:
+                write_all(dst, data)
+            else:
+                with lock:
+                    write_all(dst, data)
         except OSError:
             return
+
+
+def alive(pid):
+    # Not a child here (after a restore): gone, or a zombie pid 1 has not reaped yet.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def fifos(where):
@@ -63,19 +81,36 @@ except OSError as e:
     sys.exit(1)
 for fd in (out, err, requests):
     os.set_blocking(fd, True)
+output = threading.Lock()
 threading.Thread(target=pump, args=(0, requests), daemon=True).start()
 threading.Thread(target=pump, args=(err, 2), daemon=True).start()
-pump(out, 1)  # until the kernel's end: its last writer of `out` closes
-for path in fifos(where):
+threading.Thread(target=pump, args=(out, 1, output), daemon=True).start()
+if kernel is not None:
+    status = os.waitpid(kernel, 0)[1]
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+else:
+    pid = int(os.path.basename(where))
+    while alive(pid):
+        time.sleep(0.05)
+    code = 1
+time.sleep(0.05)  # the pump takes what the kernel wrote last; then the rest, without waiting
+with output:
+    os.set_blocking(out, False)
     try:
-        os.unlink(path)
+        while True:
+            data = os.read(out, 65536)
+            if not data:
+                break
+            write_all(1, data)
     except OSError:
         pass
-try:
-    os.rmdir(where)
-except OSError:
-    pass
-if kernel is None:
-    sys.exit(1)
-status = os.waitpid(kernel, 0)[1]
-sys.exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+    for path in fifos(where):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(where)
+    except OSError:
+        pass
+    os._exit(code)
