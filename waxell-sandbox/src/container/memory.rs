@@ -104,26 +104,19 @@ impl MemoryEngine {
     pub(super) async fn start_from(&self, id: &str, dir: &Path) -> Result<(), SandboxError> {
         let from = dir.join(IMAGE_DIR).join(CHECKPOINT_ID);
         let to = self.root.join("containers").join(id).join("checkpoints").join(CHECKPOINT_ID);
-        link_tree(&from, &to)
+        // The engine uploads the directory to containerd as one blob, and fails when containerd
+        // has that blob already ("already exists", moby/moby#42900): an idle sandbox can make the
+        // same image twice. A file of its own makes every upload new.
+        let nonce = format!("{:032x}\n", rand::random::<u128>());
+        let placed = async {
+            link_tree(&from, &to).await?;
+            tokio::fs::write(to.join("waxell-restore"), nonce).await
+        };
+        placed
             .await
             .map_err(|e| SandboxError::Unavailable(format!("handing the checkpoint to the engine: {e}")))?;
         let path = format!("/containers/{id}/start?checkpoint={CHECKPOINT_ID}");
-        let start = async {
-            // Docker Engine's upload of the image to containerd now and then fails on a blob it
-            // already has ("already exists", moby/moby#42900); a moment later it goes through.
-            let mut tries = 0;
-            loop {
-                match self.post(&path).await {
-                    Err(e) if tries < 20 && e.to_string().contains("already exists") => {
-                        tries += 1;
-                        tracing::debug!(tries, "restore: {e}; trying again");
-                        tokio::time::sleep(Duration::from_millis(100 * tries)).await;
-                    }
-                    other => return other,
-                }
-            }
-        };
-        let started = tokio::time::timeout(RESTORE_LIMIT, start)
+        let started = tokio::time::timeout(RESTORE_LIMIT, self.post(&path))
             .await
             .unwrap_or_else(|_| Err(SandboxError::Timeout(format!("restore not done within {RESTORE_LIMIT:?}"))));
         // The engine has read it; its copy goes with the container anyway.
@@ -148,6 +141,37 @@ impl MemoryEngine {
                 body.trim()
             )))
         }
+    }
+}
+
+/// Wait until the engine has seen every exec of container `id` end, at most `limit`; else the
+/// programs of those still running.
+pub(super) async fn execs_ended(docker: &Docker, id: &str, limit: Duration) -> Result<(), Vec<String>> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let mut running = Vec::new();
+        if let Ok(inspect) = docker.inspect_container(id, None).await {
+            for exec in inspect.exec_ids.unwrap_or_default() {
+                match docker.inspect_exec(&exec).await {
+                    Ok(e) if e.running == Some(true) => {
+                        let config = e.process_config.unwrap_or_default();
+                        let args = config.arguments.unwrap_or_default();
+                        // The shim's arguments first, then the program's source: its first line.
+                        let program = args.iter().rev().find(|a| a.starts_with('#')).or(args.last());
+                        let first_line = program.and_then(|a| a.lines().next()).unwrap_or_default();
+                        running.push(format!("{} {first_line}", config.entrypoint.unwrap_or_default()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(running);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

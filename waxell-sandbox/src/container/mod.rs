@@ -476,12 +476,27 @@ impl Backend for Container {
     ) -> Result<std::collections::BTreeMap<String, String>, SandboxError> {
         let engine = self.memory.as_ref().map_err(|why| SandboxError::Unavailable(why.clone()))?;
         let began = Instant::now();
-        if !container.control.sever(memory::SEVER_LIMIT).await {
+        // Twice: an exec the engine was starting as pid 1 looked is caught the second time.
+        let severed = container.control.sever(memory::SEVER_LIMIT).await && {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            container.control.sever(memory::SEVER_LIMIT).await
+        };
+        if !severed {
             return Err(SandboxError::Unavailable(
                 "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
             ));
         }
-        let severed = began.elapsed();
+        // gVisor lets go of an exec's host descriptors once the engine has seen the exec end; one
+        // still held is in the image, and its restore fails.
+        // One still running (seen now and then under load, cause not known yet) would fail the
+        // restore: then no checkpoint, and the pause keeps the files.
+        if let Err(running) = memory::execs_ended(&self.docker, &container.id, memory::SEVER_LIMIT).await {
+            return Err(SandboxError::Unavailable(format!(
+                "execs of the sandbox still ran after pid 1 ended them: {}",
+                running.join("; ")
+            )));
+        }
+        let severed_at = began.elapsed();
         engine.checkpoint(&self.docker, &container.id, dir).await?;
         let checkpointed = began.elapsed();
         for (suffix, _, at) in &container.host.scratch {
@@ -493,8 +508,8 @@ impl Backend for Container {
         }
         // Where a pause goes (RUST_LOG=waxell_sandbox=debug), for docs/sandbox-performance.md.
         tracing::debug!(
-            sever_ms = severed.as_secs_f64() * 1e3,
-            checkpoint_ms = (checkpointed - severed).as_secs_f64() * 1e3,
+            sever_ms = severed_at.as_secs_f64() * 1e3,
+            checkpoint_ms = (checkpointed - severed_at).as_secs_f64() * 1e3,
             copy_files_ms = (began.elapsed() - checkpointed).as_secs_f64() * 1e3,
             "container sandbox checkpointed"
         );
