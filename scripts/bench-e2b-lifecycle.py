@@ -2,7 +2,7 @@
 kernel, and one holding a large pandas DataFrame. Median and spread of N rounds each, which pause
 the server gave (`Waxell-Pause`: memory where it keeps it, else filesystem: then the DataFrame is
 lost on resume), and with WAXELL_STATE_DIR (the server's --state-dir) the bytes one pause keeps.
-MEMORY=0 asks for the files-only pause.
+WAXELL_BENCH_MEMORY=0 asks for the files-only pause.
 
     E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=... \\
         python scripts/bench-e2b-lifecycle.py [ROUNDS] [DATAFRAME_MB]
@@ -20,7 +20,7 @@ DATAFRAME_MB = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 API = os.environ["E2B_API_URL"]
 HEADERS = {"X-API-KEY": os.environ["E2B_API_KEY"]}
 # E2B's default pause (memory where the server keeps it), or the files-only one.
-PAUSE = {} if os.environ.get("MEMORY", "1") != "0" else {"memory": False}
+PAUSE = {} if os.environ.get("WAXELL_BENCH_MEMORY", "1") != "0" else {"memory": False}
 KINDS = set()
 
 
