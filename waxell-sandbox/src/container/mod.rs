@@ -476,25 +476,27 @@ impl Backend for Container {
     ) -> Result<std::collections::BTreeMap<String, String>, SandboxError> {
         let engine = self.memory.as_ref().map_err(|why| SandboxError::Unavailable(why.clone()))?;
         let began = Instant::now();
-        // Twice: an exec the engine was starting as pid 1 looked is caught the second time.
-        let severed = container.control.sever(memory::SEVER_LIMIT).await && {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            container.control.sever(memory::SEVER_LIMIT).await
-        };
-        if !severed {
-            return Err(SandboxError::Unavailable(
-                "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
-            ));
-        }
-        // gVisor lets go of an exec's host descriptors once the engine has seen the exec end; one
-        // still held is in the image, and its restore fails.
-        // One still running (seen now and then under load, cause not known yet) would fail the
-        // restore: then no checkpoint, and the pause keeps the files.
-        if let Err(running) = memory::execs_ended(&self.docker, &container.id, memory::SEVER_LIMIT).await {
-            return Err(SandboxError::Unavailable(format!(
-                "execs of the sandbox still ran after pid 1 ended them: {}",
-                running.join("; ")
-            )));
+        // An exec the engine was still starting when pid 1 looked (a relay started by the resume
+        // just before) comes up later holding host descriptors, and a restore of an image with
+        // it fails: so pid 1 ends them again until the engine has seen every exec end.
+        let deadline = Instant::now() + memory::SEVER_LIMIT;
+        loop {
+            if !container.control.sever(memory::SEVER_LIMIT).await {
+                return Err(SandboxError::Unavailable(
+                    "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
+                ));
+            }
+            let settle = std::time::Duration::from_millis(100);
+            match memory::execs_ended(&self.docker, &container.id, settle).await {
+                Ok(()) => break,
+                Err(_) if Instant::now() < deadline => continue,
+                Err(running) => {
+                    return Err(SandboxError::Unavailable(format!(
+                        "execs of the sandbox still ran after pid 1 ended them: {}",
+                        running.join("; ")
+                    )))
+                }
+            }
         }
         let severed_at = began.elapsed();
         engine.checkpoint(&self.docker, &container.id, dir).await?;
