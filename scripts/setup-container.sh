@@ -16,6 +16,7 @@
 #     runsc registered as a second runtime and the same image imported, so the tests also run against the
 #     engine most users have (Docker Desktop runs this engine too) and not only Podman's emulation of it.
 #     It manages no networking (`--bridge=none --iptables=false`): sandboxes have no network anyway.
+#     `--experimental` for its checkpoints: a pause there keeps a gVisor sandbox's memory.
 # Prints nothing on stdout except `export DOCKER_HOST=unix://...`, `export WAXELL_RUNSC_DOCKER_HOST=...`
 # and `export WAXELL_DOCKER_ENGINE_HOST=...` for the caller to eval. Idempotent; runs as root.
 #
@@ -177,14 +178,25 @@ start_service "$RUNSC_SOCKET" "$STATE/bin/runsc" runsc
 
 # --- Docker Engine -------------------------------------------------------------------------------
 # Its own data root and exec root, so it shares nothing with a Docker the host may already run.
+# `--experimental`: its checkpoints, which keep a gVisor sandbox's memory across a pause; one started
+# without it (by an earlier version of this script) is restarted.
 DOCKERD_ROOT="$STATE/docker"
 stop_if_cwd_deleted "$DOCKERD_ROOT/dockerd.pid" "Docker Engine"
+if ping "$DOCKERD_SOCKET" && ! curl -sf --max-time 5 --unix-socket "$DOCKERD_SOCKET" http://d/info |
+    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("ExperimentalBuild") else 1)'; then
+    log "restarting Docker Engine with --experimental (checkpoints)"
+    pid="$(cat "$DOCKERD_ROOT/dockerd.pid" 2>/dev/null || true)"
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+fi
 if ! ping "$DOCKERD_SOCKET"; then
     rm -f "$DOCKERD_SOCKET"
     mkdir -p "$DOCKERD_ROOT/data" "$DOCKERD_ROOT/exec"
     log "starting Docker Engine on $DOCKERD_SOCKET"
     (cd / && exec setsid nohup dockerd --host "unix://$DOCKERD_SOCKET" --data-root "$DOCKERD_ROOT/data" \
-        --exec-root "$DOCKERD_ROOT/exec" --pidfile "$DOCKERD_ROOT/dockerd.pid" \
+        --exec-root "$DOCKERD_ROOT/exec" --pidfile "$DOCKERD_ROOT/dockerd.pid" --experimental \
         --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
         --add-runtime "runsc=$STATE/bin/runsc" \
         --default-ulimit nofile=1024:1024 --default-ulimit nproc=1024:1024 \

@@ -6,6 +6,10 @@ Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_AP
     python e2b_lifecycle.py all                 # every check
     python e2b_lifecycle.py pause-for-restart   # create, write, pause; prints the sandbox id
     python e2b_lifecycle.py resume-after-restart ID
+    python e2b_lifecycle.py memory OWNER        # pause with memory (gVisor on Docker Engine at
+                                                # WAXELL_DOCKER_ENGINE_HOST; OWNER: the server's pid)
+    python e2b_lifecycle.py memory-pause-for-restart
+    python e2b_lifecycle.py memory-resume-after-restart ID
 """
 
 import datetime
@@ -239,6 +243,105 @@ def lists():
             sbx.kill()
 
 
+COUNTER = """
+import os, time
+n = 0
+while True:
+    n += 1
+    with open("/home/user/counter.txt.tmp", "w") as f:
+        f.write("%d %d" % (os.getpid(), n))
+    os.replace("/home/user/counter.txt.tmp", "/home/user/counter.txt")
+    time.sleep(0.05)
+"""
+
+
+def engine_containers(owner):
+    """The running containers of the server with pid `owner` in Docker Engine (their names)."""
+    socket = os.environ["WAXELL_DOCKER_ENGINE_HOST"].removeprefix("unix://")
+    with httpx.Client(transport=httpx.HTTPTransport(uds=socket)) as engine:
+        listed = engine.get("http://engine/containers/json", params={"filters": '{"label":["io.waxell.sandbox"]}'})
+    return [c["Names"][0] for c in listed.json() if c["Labels"]["io.waxell.sandbox"].startswith(f"{owner}-")]
+
+
+def memory_cycles(owner):
+    """Pause with memory (E2B's default) three times: a variable, a background process with its
+    counter in memory, and the files come back each time; paused, the sandbox has no container."""
+    sbx = Sandbox.create(timeout=180)
+    try:
+        check(len(engine_containers(owner)) == 1, "one container: the sandbox's")
+        sbx.run_code("x = 41\nimport subprocess, sys\n"
+                     f"worker = subprocess.Popen([sys.executable, '-c', {COUNTER!r}], start_new_session=True, "
+                     "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+        pid = int(sbx.run_code("worker.pid").text)
+        boot_id = sbx.files.read("/proc/sys/kernel/random/boot_id")
+        wait_for(lambda: sbx.files.exists("/home/user/counter.txt"), "the worker's first count")
+        for cycle in range(1, 4):
+            sbx.files.write(f"/home/user/cycle{cycle}.txt", str(cycle))
+            before_pid, before = map(int, sbx.files.read("/home/user/counter.txt").split())
+            check(before_pid == pid, f"cycle {cycle}: the worker {pid} counts ({before})")
+            if cycle == 1:
+                r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={})
+                check(r.status_code == 204 and r.headers.get("waxell-pause") == "memory",
+                      f"cycle 1: the pause kept memory ({r.status_code} {r.headers.get('waxell-pause')} "
+                      f"{r.headers.get('warning')})")
+            else:
+                check(sbx.pause(), f"cycle {cycle}: paused")
+            check(state_of(sbx.sandbox_id) == SandboxState.PAUSED, f"cycle {cycle}: info says paused")
+            check(engine_containers(owner) == [], f"cycle {cycle}: paused, no container runs (no CPU, no memory)")
+            if cycle == 1:
+                r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/connect", headers=HEADERS, json={"timeout": 180})
+                check(r.status_code == 201 and r.headers.get("waxell-resume") == "memory",
+                      f"cycle 1: resumed from memory ({r.status_code} {r.headers.get('waxell-resume')})")
+            else:
+                sbx.connect(timeout=180)
+            check(sbx.is_running(), f"cycle {cycle}: running after connect")
+            check(sbx.files.read("/proc/sys/kernel/random/boot_id") == boot_id, f"cycle {cycle}: the same boot")
+            x = sbx.run_code("x += 1\nx")
+            check(x.error is None and x.text == str(41 + cycle), f"cycle {cycle}: the variable came back ({x.text})")
+            check(sbx.run_code("worker.poll()").text in (None, "None"), f"cycle {cycle}: the worker runs")
+            for earlier in range(1, cycle + 1):
+                check(sbx.files.read(f"/home/user/cycle{earlier}.txt") == str(earlier),
+                      f"cycle {cycle}: file of cycle {earlier} kept")
+            # Its count goes on from where it was: the same process, its memory kept.
+            wait_for(lambda: int(sbx.files.read("/home/user/counter.txt").split()[1]) > before,
+                     f"cycle {cycle}: the worker counting on")
+            after_pid, after = map(int, sbx.files.read("/home/user/counter.txt").split())
+            check(after_pid == pid and before <= after < before + 200,
+                  f"cycle {cycle}: same worker, count went on ({before} -> {after})")
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={"memory": False})
+        check(r.headers.get("waxell-pause") == "filesystem" and "warning" not in r.headers,
+              "memory: false still pauses the files only")
+        sbx.connect(timeout=60)
+        gone = sbx.run_code("x")
+        check(gone.error is not None and gone.error.name == "NameError", "and then the kernel is fresh")
+        check(sbx.files.read("/proc/sys/kernel/random/boot_id") != boot_id, "in a new boot")
+        check(sbx.files.read("/home/user/cycle3.txt") == "3", "with the files")
+    finally:
+        sbx.kill()
+
+
+def memory_pause_for_restart():
+    sbx = Sandbox.create(timeout=180)
+    sbx.run_code("y = 'across restart'")
+    sbx.files.write(MARKER, "memory across restart")
+    r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={})
+    check(r.headers.get("waxell-pause") == "memory", "paused with memory")
+    print(f"paused {sbx.sandbox_id}")
+
+
+def memory_resume_after_restart(sandbox_id):
+    r = httpx.post(f"{API}/sandboxes/{sandbox_id}/connect", headers=HEADERS, json={"timeout": 120})
+    check(r.status_code == 201 and r.headers.get("waxell-resume") == "memory",
+          f"a new server resumed it from memory ({r.status_code} {r.headers.get('waxell-resume')})")
+    sbx = Sandbox.connect(sandbox_id)
+    try:
+        y = sbx.run_code("y")
+        check(y.text == "across restart", f"the variable came back after the restart ({y.text})")
+        check(sbx.files.read(MARKER) == "memory across restart", "and the files")
+    finally:
+        sbx.kill()
+
+
 def pause_for_restart():
     sbx = Sandbox.create(timeout=120, metadata={"purpose": "restart"})
     sbx.files.write(MARKER, "across restart")
@@ -274,6 +377,15 @@ if __name__ == "__main__":
         print("all checks passed")
     elif mode == "pause-for-restart":
         pause_for_restart()
+        print("all checks passed")
+    elif mode == "memory":
+        memory_cycles(sys.argv[2])
+        print("all checks passed")
+    elif mode == "memory-pause-for-restart":
+        memory_pause_for_restart()
+        print("all checks passed")
+    elif mode == "memory-resume-after-restart":
+        memory_resume_after_restart(sys.argv[2])
         print("all checks passed")
     elif mode == "resume-after-restart":
         resume_after_restart(sys.argv[2], sys.argv[3])

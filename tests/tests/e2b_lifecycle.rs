@@ -85,6 +85,78 @@ async fn official_python_sdk_lifecycle_against_containers() {
     assert!(stdout.contains("all checks passed"), "{stdout}");
 }
 
+/// The container backend under gVisor on Docker Engine (WAXELL_DOCKER_ENGINE_HOST; started with
+/// `--experimental` by scripts/setup-container.sh), without a warm pool (the script counts the
+/// server's containers), after checking it keeps memory; `None` when the engine is not set.
+async fn gvisor_on_docker_engine() -> Option<Arc<dyn SandboxBackend>> {
+    if let Some(why) = waxell_tests::container_engine_missing_at("WAXELL_DOCKER_ENGINE_HOST") {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let config = waxell_sandbox::ContainerConfig::default()
+        .with_pool_size(0)
+        .with_docker_host(std::env::var("WAXELL_DOCKER_ENGINE_HOST").unwrap())
+        .with_runtime("runsc");
+    let backend = waxell_sandbox::ContainerBackend::new(config)
+        .await
+        .expect("container backend on Docker Engine (run scripts/setup-container.sh)");
+    let report = backend.report();
+    let pause = report
+        .check(waxell_sandbox::Feature::PauseMemory)
+        .expect("the report says what a pause keeps");
+    assert!(
+        report.enforces(waxell_sandbox::Feature::PauseMemory),
+        "{}",
+        pause.detail
+    );
+    Some(Arc::new(backend))
+}
+
+/// E2B's default pause keeps memory under gVisor on Docker Engine: three pauses and resumes keep a
+/// variable, a background process's count and the files, no container runs while paused
+/// (tests/e2b_lifecycle.py `memory`); and a new server over the same state directory resumes a
+/// sandbox paused with memory by the one before, memory included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() {
+    let Some(backend) = gvisor_on_docker_engine().await else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, server) = start_with(backend, config(state.path()), stopped).await;
+    script(&url, &["memory", &std::process::id().to_string()]).await;
+    let stdout = script(&url, &["memory-pause-for-restart"]).await;
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("paused "))
+        .expect("the script names what it paused");
+    let sandbox_id = line.trim_start_matches("paused ").trim().to_owned();
+    let kept = state.path().join("paused").join(&sandbox_id);
+    let record = std::fs::read_to_string(kept.join("record.json")).unwrap();
+    let parsed: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert!(
+        parsed["memory"]["kernels"].is_array(),
+        "paused with its checkpoint: {record}"
+    );
+    assert!(
+        kept.join("image").is_dir() && kept.join("home").is_dir(),
+        "the image and files are in the state directory"
+    );
+
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let Some(backend) = gvisor_on_docker_engine().await else {
+        return;
+    };
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start_with(backend, config(state.path()), stopped).await;
+    script(&url, &["memory-resume-after-restart", &sandbox_id]).await;
+    assert!(
+        !kept.exists(),
+        "resumed: its checkpoint is gone from the state directory"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_sandbox_and_a_snapshot_survive_a_restart() {
     let state = tempfile::tempdir().unwrap();

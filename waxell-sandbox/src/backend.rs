@@ -11,6 +11,7 @@
 //! backend", walks through it.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use async_trait::async_trait;
 use waxell::sandbox::{DirWatch, EntryInfo, ProcessSpec, SandboxError, SandboxProcess, WatchOptions};
@@ -141,16 +142,31 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Err(unsupported::<Self>("metrics"))
     }
 
-    /// Save the sandbox's state (files and processes) so [`Backend::restore`] can bring it back.
-    /// Not supported by this backend unless it overrides this.
-    async fn checkpoint(&self, _shell: &Self::Shell) -> Result<Checkpoint, SandboxError> {
+    /// Whether [`Backend::checkpoint`] works here (it may depend on the engine and runtime).
+    fn keeps_memory(&self) -> bool {
+        false
+    }
+
+    /// Save the sandbox's whole state (memory, processes, files) into `dir` and stop it, so
+    /// [`Backend::restore`] can bring it back; the kernels were idle and are let go of, not killed.
+    /// What the backend needs besides `dir` to restore it comes back (kept in the checkpoint). Not
+    /// supported by this backend unless it overrides this.
+    async fn checkpoint(&self, _shell: &Self::Shell, _dir: &Path) -> Result<BTreeMap<String, String>, SandboxError> {
         Err(unsupported::<Self>("checkpoint"))
     }
 
-    /// A new sandbox from a checkpoint. Not supported by this backend unless it overrides this.
-    async fn restore(&self, _checkpoint: &Checkpoint) -> Result<Prepared<Self::Shell>, SandboxError> {
+    /// A sandbox from `checkpoint` (saved in `dir`), its kernels reconnected (one per entry of
+    /// `checkpoint.kernels`, `None` for one that had none). Not supported by this backend unless it
+    /// overrides this.
+    async fn restore(&self, _checkpoint: &Checkpoint, _dir: &Path) -> Result<Restored<Self::Shell>, SandboxError> {
         Err(unsupported::<Self>("restore"))
     }
+}
+
+/// A sandbox restored from a checkpoint ([`Backend::restore`]). Field order = drop order.
+pub struct Restored<S> {
+    pub(crate) kernels: Vec<Option<KernelProcess>>,
+    pub(crate) shell: S,
 }
 
 /// The error of an operation backend `B` does not have.
@@ -174,11 +190,25 @@ pub struct Usage {
     pub(crate) disk_bytes: u64,
 }
 
-/// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A saved sandbox state ([`Backend::checkpoint`]), restorable by the backend that made it from
+/// the directory it was saved in. Kept as JSON beside it (a paused sandbox's record).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Checkpoint {
     /// The backend that made it.
-    pub(crate) backend: &'static str,
-    /// The backend's name for the saved state.
+    pub(crate) backend: String,
+    /// Its contexts, in listing order, and their kernels.
+    pub(crate) kernels: Vec<SavedContext>,
+    /// What the backend needs besides the directory.
+    pub(crate) state: BTreeMap<String, String>,
+}
+
+/// One context of a checkpointed sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SavedContext {
     pub(crate) id: String,
+    pub(crate) language: String,
+    pub(crate) cwd: String,
+    /// Its kernel's pid inside the sandbox and request fd; `None`: it had none running (one starts
+    /// on its next run).
+    pub(crate) kernel: Option<(u32, i32)>,
 }

@@ -2,6 +2,7 @@
 //! pool has it, and refills the pool in the background.
 
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -277,13 +278,59 @@ impl<B: Backend> Pooled<B> {
     }
 }
 
-impl<B: Backend> Pooled<B> {
-    /// A new sandbox from a checkpoint (not supported by any backend yet).
-    #[cfg_attr(not(test), expect(dead_code, reason = "the snapshot issue adds the callers"))]
-    pub(crate) async fn restore(&self, checkpoint: &Checkpoint) -> Result<Session<B>, SandboxError> {
-        let prepared = self.inner.backend.restore(checkpoint).await?;
-        Session::start(Arc::clone(&self.inner.backend), prepared, &SandboxOptions::default()).await
+/// What a server pausing a sandbox with its memory needs of a backend that keeps it
+/// ([`keeps_memory`]): a checkpoint of a live sandbox, and a sandbox restored from one.
+#[async_trait]
+pub(crate) trait KeepsMemory: Send + Sync {
+    /// Checkpoint `session` (one of this backend's) into `dir` and end it (see
+    /// [`Session::checkpoint`]).
+    async fn checkpoint(&self, session: &dyn SandboxSession, dir: &Path) -> Result<Checkpoint, SandboxError>;
+    /// The sandbox saved in `dir`, with `options`' lifetime and environment.
+    async fn restore(
+        &self,
+        checkpoint: &Checkpoint,
+        dir: &Path,
+        options: &SandboxOptions,
+    ) -> Result<Box<dyn SandboxSession>, SandboxError>;
+}
+
+#[async_trait]
+impl<B: Backend> KeepsMemory for Pooled<B> {
+    async fn checkpoint(&self, session: &dyn SandboxSession, dir: &Path) -> Result<Checkpoint, SandboxError> {
+        let session = session
+            .as_any()
+            .and_then(|any| any.downcast_ref::<Session<B>>())
+            .ok_or_else(|| SandboxError::InvalidArgument(format!("not a sandbox of the {} backend", B::NAME)))?;
+        session.checkpoint(dir).await
     }
+
+    async fn restore(
+        &self,
+        checkpoint: &Checkpoint,
+        dir: &Path,
+        options: &SandboxOptions,
+    ) -> Result<Box<dyn SandboxSession>, SandboxError> {
+        if checkpoint.backend != B::NAME {
+            return Err(SandboxError::InvalidArgument(format!(
+                "a checkpoint of the {} backend cannot be restored by the {} backend",
+                checkpoint.backend,
+                B::NAME
+            )));
+        }
+        let session = Session::restore(Arc::clone(&self.inner.backend), checkpoint, dir, options).await?;
+        Ok(Box::new(session))
+    }
+}
+
+/// `backend`'s checkpoints, if it keeps sandboxes' memory across a pause where it runs now.
+pub(crate) fn keeps_memory(backend: &dyn SandboxBackend) -> Option<&dyn KeepsMemory> {
+    let any = backend.as_any()?;
+    #[cfg(feature = "container")]
+    if let Some(container) = any.downcast_ref::<crate::ContainerBackend>() {
+        return container.inner.backend.keeps_memory().then_some(container as &dyn KeepsMemory);
+    }
+    let _ = any;
+    None
 }
 
 #[async_trait]
@@ -294,6 +341,10 @@ impl<B: Backend> SandboxBackend for Pooled<B> {
 
     async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError> {
         Ok(Box::new(self.create_sandbox(options).await?))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

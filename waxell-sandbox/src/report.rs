@@ -59,6 +59,8 @@ pub enum Feature {
     KernelProtocol,
     /// E2B's file metadata, kept as envd keeps it.
     FileMetadata,
+    /// A pause keeps the sandbox's memory (E2B's default pause), not only its files.
+    PauseMemory,
 }
 
 impl Feature {
@@ -85,6 +87,7 @@ impl Feature {
             Feature::KernelPools => "host kernel pools",
             Feature::KernelProtocol => "kernel protocol",
             Feature::FileMetadata => "file metadata",
+            Feature::PauseMemory => "pause with memory",
         }
     }
 }

@@ -136,8 +136,8 @@ struct ServeArgs {
     /// Snapshots kept at most.
     #[arg(long, default_value_t = 64)]
     max_snapshots: usize,
-    /// Refuse (501) a pause that asks to keep memory (E2B's default) instead of keeping the files
-    /// only; no backend keeps memory yet.
+    /// Refuse (501) a pause that asks to keep memory (E2B's default) when the backend cannot keep
+    /// it, instead of keeping the files only (gVisor on Docker Engine keeps it: see `doctor`).
     #[arg(long)]
     refuse_memory_pause: bool,
 }
@@ -422,15 +422,18 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
 
     // What a pause gives on this server, said once at start (the pause answers say it again).
+    let keeps = if server::pause_keeps_memory(&*backend) {
+        "pause keeps memory and files (a checkpoint)"
+    } else {
+        "pause keeps files only (this backend cannot checkpoint memory: see `waxell-sandbox doctor`)"
+    };
     match &config.state_dir {
         Some(dir) => tracing::info!(
             state_dir = %dir.display(),
-            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots \
-             survive a restart"
+            "{keeps}; paused sandboxes and snapshots survive a restart"
         ),
         None => tracing::info!(
-            "pause keeps files only (no backend checkpoints memory yet); paused sandboxes and snapshots are \
-             lost when the server stops (--state-dir keeps them)"
+            "{keeps}; paused sandboxes and snapshots are lost when the server stops (--state-dir keeps them)"
         ),
     }
     let router = server::try_router(backend, config.clone())?;

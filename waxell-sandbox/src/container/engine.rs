@@ -284,6 +284,14 @@ impl ProcessControl for ContainerExec {
         }
     }
 
+    fn identity(&self) -> Option<(u32, i32)> {
+        self.pid.zip(self.request_fd)
+    }
+
+    fn forget(&mut self) {
+        self.killed = true;
+    }
+
     fn kill(&mut self) {
         if self.killed {
             return;
@@ -349,6 +357,8 @@ impl ContainerExec {
 /// whether a kernel's main thread waits for requests (under gVisor, see init.py).
 #[derive(Clone)]
 pub(crate) struct Control {
+    /// The key pid 1 signs its answers with; a restored pid 1 keeps the one it was first given.
+    key: Arc<AnswerKey>,
     requests: Option<tokio::sync::mpsc::UnboundedSender<Request>>,
     /// Requests queued, and pid 1's answers (one line each, in order, once carried out).
     sent: Arc<std::sync::atomic::AtomicU64>,
@@ -360,8 +370,9 @@ pub(crate) struct Control {
 
 impl Control {
     /// Attach to the (created, not yet started) container's stdin. On failure signals fall back
-    /// to helper execs.
-    pub(crate) async fn attach(docker: &Docker, container: &str) -> Self {
+    /// to helper execs. `key`: the key of a pid 1 restored from a checkpoint (hex), else a new one.
+    pub(crate) async fn attach(docker: &Docker, container: &str, key: Option<&str>) -> Self {
+        let key = Arc::new(key.and_then(AnswerKey::from_hex).unwrap_or_else(AnswerKey::new));
         let options = bollard::query_parameters::AttachContainerOptionsBuilder::new()
             .stdin(true)
             .stdout(true)
@@ -372,6 +383,7 @@ impl Control {
             Err(e) => {
                 tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
                 return Self {
+                    key,
                     requests: None,
                     sent: Arc::default(),
                     answered: None,
@@ -384,7 +396,7 @@ impl Control {
         let (answered_tx, answered_rx) = tokio::sync::watch::channel(0u64);
         let mut input = attached.input;
         let mut output = attached.output;
-        let key = AnswerKey::new();
+        let signer = key.clone();
         // The key goes first, before the container starts and so before any code runs in it.
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(1));
         let mut first = Some(format!("key {}\n", key.hex()));
@@ -405,6 +417,7 @@ impl Control {
                             }
                             Some(Err(line)) => line,
                             Some(Ok(Request::Signal { signal, pid })) => format!("{signal} {pid}\n"),
+                            Some(Ok(Request::Sever)) => "sever\n".to_owned(),
                             Some(Ok(Request::Check { pid, fd, answer })) => {
                                 next_nonce += 1;
                                 checks.retain(|_, waiter| !waiter.is_closed());
@@ -423,7 +436,7 @@ impl Control {
                             let mut lines = 0;
                             while let Some(end) = partial.iter().position(|b| *b == b'\n') {
                                 let line: Vec<u8> = partial.drain(..=end).collect();
-                                if let Some((nonce, found)) = key.verify(&line[..end]) {
+                                if let Some((nonce, found)) = signer.verify(&line[..end]) {
                                     if let Some(waiter) = checks.remove(&nonce) {
                                         let _ = waiter.send(found);
                                     }
@@ -444,11 +457,28 @@ impl Control {
             let _ = gone_tx.send(true);
         });
         Self {
+            key,
             requests: Some(tx),
             sent,
             answered: Some(answered_rx),
             gone: Some(gone_rx),
         }
+    }
+
+    /// The key pid 1 signs with (hex), for a restore of this sandbox from a checkpoint.
+    pub(crate) fn key_hex(&self) -> String {
+        self.key.hex()
+    }
+
+    /// Have pid 1 kill every process holding a descriptor of the host's (init.py), and wait until
+    /// it has, at most `limit`; false when it did not confirm.
+    pub(crate) async fn sever(&self, limit: Duration) -> bool {
+        if !self.queue(Request::Sever) {
+            return false;
+        }
+        let Some(mut answered) = self.answered.clone() else { return false };
+        let sent = self.sent.load(std::sync::atomic::Ordering::Acquire);
+        tokio::time::timeout(limit, answered.wait_for(|n| *n >= sent)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.
@@ -527,6 +557,14 @@ impl AnswerKey {
         Self(key)
     }
 
+    fn from_hex(hex: &str) -> Option<Self> {
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .collect::<Option<_>>()?;
+        Some(Self(bytes.try_into().ok()?))
+    }
+
     fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -557,6 +595,7 @@ impl AnswerKey {
 /// One request to pid 1.
 enum Request {
     Signal { signal: i32, pid: u32 },
+    Sever,
     Check {
         pid: u32,
         fd: i32,
@@ -589,7 +628,8 @@ while todo:
 "#;
 
 /// Start a kernel as an attached exec: its stdin/stdout carry the same JSON-lines protocol as the
-/// local backend's pipes; its stderr goes to the tail kept for error messages.
+/// local backend's pipes (in the home directory); its stderr goes to the tail kept for error messages.
+/// `restored`: the pid and request fd of a kernel already running (relayed to after a restore).
 pub(crate) async fn start_kernel_exec(
     docker: &Docker,
     container: &str,
@@ -597,7 +637,7 @@ pub(crate) async fn start_kernel_exec(
     user: &str,
     cmd: Vec<String>,
     env: Vec<String>,
-    working_dir: &str,
+    restored: Option<(u32, i32)>,
 ) -> Result<KernelProcess, SandboxError> {
     let exec = docker
         .create_exec(
@@ -610,7 +650,7 @@ pub(crate) async fn start_kernel_exec(
                 cmd: Some(cmd),
                 env: Some(env),
                 user: Some(user.to_owned()),
-                working_dir: Some(working_dir.to_owned()),
+                working_dir: Some(crate::paths::HOME_DIR.to_owned()),
                 ..Default::default()
             },
         )
@@ -644,10 +684,11 @@ pub(crate) async fn start_kernel_exec(
         exec_id: exec.id,
         user: user.to_owned(),
         control,
-        pid: None,
-        request_fd: None,
+        // A kernel restored from a checkpoint (gVisor) sent its `ready` before: pid 1 checks it.
+        pid: restored.map(|r| r.0),
+        request_fd: restored.map(|r| r.1),
         on_host: None,
-        checked_by_init: false,
+        checked_by_init: restored.is_some(),
         ended,
         killed: false,
     };
@@ -821,5 +862,9 @@ mod tests {
         assert_eq!(AnswerKey::new().verify(sign("idle 7").as_bytes()), None, "another key");
         assert_eq!(key.verify(b"idle 7"), None);
         assert_eq!(key.verify(b""), None);
+        // A restored pid 1 keeps its key: the host signs with it again from its hex.
+        let again = AnswerKey::from_hex(&key.hex()).unwrap();
+        assert_eq!(again.verify(sign("idle 7").as_bytes()), Some((7, MainThread::Idle)));
+        assert!(AnswerKey::from_hex("00ff").is_none() && AnswerKey::from_hex("zz").is_none());
     }
 }

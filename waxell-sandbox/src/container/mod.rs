@@ -20,6 +20,7 @@ mod engine;
 mod files;
 mod guard;
 mod host_mounts;
+mod memory;
 mod probe;
 mod private_dir;
 mod report;
@@ -38,7 +39,6 @@ use crate::backend::{Backend, Prepared, Usage};
 use crate::command::PtyPermit;
 use crate::kernel::{KernelProcess, Languages, KERNEL_BOOT, KERNEL_SOURCE};
 use crate::naming;
-use crate::paths::HOME_DIR;
 use crate::pool::Pooled;
 use crate::session::Session;
 pub use config::{ContainerConfig, ContainerOptions, DEFAULT_IMAGE};
@@ -72,6 +72,8 @@ pub struct Container {
     kernel: std::sync::Arc<str>,
     /// When leftovers of dead host processes were last swept (see `create_started`).
     last_sweep: std::sync::Mutex<Instant>,
+    /// The engine that checkpoints its sandboxes' memory (`memory.rs`), or why it cannot.
+    memory: Result<memory::MemoryEngine, String>,
 }
 
 /// How often a running backend sweeps what dead host processes left: their containers end
@@ -110,6 +112,8 @@ impl Pooled<Container> {
             .transpose()
             .map_err(|e| SandboxError::Unavailable(format!("making a directory for the sandboxes' host files: {e}")))?;
         let own_pts = podman && !gvisor && host_dir.as_ref().is_some_and(host_mounts::can_mount_devpts);
+        let can_mount = host_dir.is_some() && rustix::process::geteuid().is_root();
+        let memory = memory::detect(&docker, &endpoint.socket, podman, gvisor, can_mount).await;
         let mut container = Container {
             docker,
             config,
@@ -121,6 +125,7 @@ impl Pooled<Container> {
             languages: Languages::python_only(),
             kernel: KERNEL_SOURCE.into(),
             last_sweep: std::sync::Mutex::new(Instant::now()),
+            memory,
         };
         let image = probe::image(&container, &image_id).await?;
         (container.languages, container.kernel) = (image.languages, image.kernel);
@@ -143,6 +148,7 @@ impl Pooled<Container> {
             backend.own_pts,
             &backend.config.limits,
             &backend.languages,
+            backend.memory.as_ref().map(drop).map_err(String::as_str),
         )
     }
 
@@ -167,7 +173,8 @@ impl Pooled<Container> {
             Err(e) => return Err(api_error("inspecting a sandbox container", e)),
         }
         let backend = self.backend();
-        for volume in sandbox_volumes(&backend.config, sandbox_id, backend.gvisor(), backend.podman) {
+        let host_scratch = backend.memory.is_ok();
+        for volume in sandbox_volumes(&backend.config, sandbox_id, backend.gvisor(), backend.podman, host_scratch) {
             match docker.inspect_volume(&volume.name).await {
                 Ok(_) => return Ok(true),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
@@ -201,7 +208,11 @@ impl Container {
     }
 
     /// Create and start a sandbox container (no kernel yet); how long creating and starting took.
-    async fn create_started(&self) -> Result<(ContainerGuard, std::time::Duration, std::time::Duration), SandboxError> {
+    /// `restore`: from the checkpoint in that directory, with that state (`memory::state`).
+    async fn create_started(
+        &self,
+        restore: Option<(&std::path::Path, &std::collections::BTreeMap<String, String>)>,
+    ) -> Result<(ContainerGuard, std::time::Duration, std::time::Duration), SandboxError> {
         let inner = self;
         let began = Instant::now();
         let sweep_due = {
@@ -218,13 +229,36 @@ impl Container {
         }
         let id = naming::new_sandbox_id();
         let name = format!("waxell-{id}");
+        let scratch = match &inner.memory {
+            Ok(_) => spec::scratch_filesystems(&inner.config, inner.gvisor()),
+            Err(_) => Vec::new(),
+        };
         let host = std::sync::Arc::new(host_mounts::HostMounts::make(
             inner.host_dir.as_ref(),
             &id,
             inner.gvisor(),
             inner.own_pts,
+            &scratch,
         )?);
-        let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor(), inner.podman);
+        if let Some((dir, state)) = restore {
+            // The same boot as before the pause, as the code sees it.
+            if let (Some(file), Some(boot_id)) = (&host.boot_id, state.get(memory::BOOT_ID_STATE)) {
+                if let Err(e) = std::fs::write(file, format!("{boot_id}\n")) {
+                    host.remove();
+                    return Err(SandboxError::Unavailable(format!("writing the sandbox's boot id: {e}")));
+                }
+            }
+            for (suffix, _, at) in &host.scratch {
+                let saved = dir.join(suffix);
+                if saved.is_dir() {
+                    if let Err(e) = host_mounts::copy_tree(&saved, at).await {
+                        host.remove();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let volumes = sandbox_volumes(&inner.config, &id, inner.gvisor(), inner.podman, host.has_scratch());
         let names: Vec<String> = volumes.iter().map(|v| v.name.clone()).collect();
         let made = futures_util::future::join_all(volumes.into_iter().map(|v| inner.docker.create_volume(v.request))).await;
         if let Some(Err(e)) = made.into_iter().find(Result::is_err) {
@@ -254,7 +288,8 @@ impl Container {
             }
         };
         let created_at = began.elapsed();
-        let control = Control::attach(&inner.docker, &created.id).await;
+        let key = restore.and_then(|(_, state)| state.get(memory::KEY_STATE)).map(String::as_str);
+        let control = Control::attach(&inner.docker, &created.id, key).await;
         let container = ContainerGuard {
             docker: inner.docker.clone(),
             id: created.id,
@@ -263,14 +298,18 @@ impl Container {
             volumes: names,
             host,
         };
-        inner
-            .docker
-            .start_container(
-                &container.id,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| create_error(&inner.config, e))?;
+        match (restore, &inner.memory) {
+            (Some((dir, _)), Ok(engine)) => engine.start_from(&container.id, dir).await?,
+            (Some(_), Err(why)) => return Err(SandboxError::Unavailable(format!("no restore from a checkpoint: {why}"))),
+            (None, _) => inner
+                .docker
+                .start_container(
+                    &container.id,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                )
+                .await
+                .map_err(|e| create_error(&inner.config, e))?,
+        }
         let started_at = began.elapsed();
         Ok((container, created_at, started_at))
     }
@@ -300,7 +339,7 @@ impl Backend for Container {
     /// Create and start a container and its default kernel (the cold path).
     async fn prepare(&self) -> Result<Prepared<ContainerGuard>, SandboxError> {
         let began = Instant::now();
-        let (container, created_at, started_at) = self.create_started().await?;
+        let (container, created_at, started_at) = self.create_started(None).await?;
         let kernel = self.start_bare_kernel(&container).await?;
         // Where a cold create goes (RUST_LOG=waxell_sandbox=debug), for docs/performance.md.
         tracing::debug!(
@@ -424,6 +463,94 @@ impl Backend for Container {
         })
     }
 
+    fn keeps_memory(&self) -> bool {
+        self.memory.is_ok()
+    }
+
+    /// See `memory.rs`. The files are copied after the engine stopped the container, so they are
+    /// as its processes left them.
+    async fn checkpoint(
+        &self,
+        container: &ContainerGuard,
+        dir: &std::path::Path,
+    ) -> Result<std::collections::BTreeMap<String, String>, SandboxError> {
+        let engine = self.memory.as_ref().map_err(|why| SandboxError::Unavailable(why.clone()))?;
+        let began = Instant::now();
+        // An exec the engine was still starting when pid 1 looked (a relay started by the resume
+        // just before) comes up later holding host descriptors, and a restore of an image with
+        // it fails: so pid 1 ends them again until the engine has seen every exec end.
+        let deadline = Instant::now() + memory::SEVER_LIMIT;
+        loop {
+            if !container.control.sever(memory::SEVER_LIMIT).await {
+                return Err(SandboxError::Unavailable(
+                    "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
+                ));
+            }
+            let settle = std::time::Duration::from_millis(100);
+            match memory::execs_ended(&self.docker, &container.id, settle).await {
+                Ok(()) => break,
+                Err(_) if Instant::now() < deadline => continue,
+                Err(running) => {
+                    return Err(SandboxError::Unavailable(format!(
+                        "execs of the sandbox still ran after pid 1 ended them: {}",
+                        running.join("; ")
+                    )))
+                }
+            }
+        }
+        let severed_at = began.elapsed();
+        engine.checkpoint(&self.docker, &container.id, dir).await?;
+        let checkpointed = began.elapsed();
+        for (suffix, _, at) in &container.host.scratch {
+            let to = dir.join(suffix);
+            tokio::fs::create_dir(&to)
+                .await
+                .map_err(|e| SandboxError::Unavailable(format!("making {}: {e}", to.display())))?;
+            host_mounts::copy_tree(at, &to).await?;
+        }
+        // Where a pause goes (RUST_LOG=waxell_sandbox=debug), for docs/sandbox-performance.md.
+        tracing::debug!(
+            sever_ms = severed_at.as_secs_f64() * 1e3,
+            checkpoint_ms = (checkpointed - severed_at).as_secs_f64() * 1e3,
+            copy_files_ms = (began.elapsed() - checkpointed).as_secs_f64() * 1e3,
+            "container sandbox checkpointed"
+        );
+        let boot_id = match &container.host.boot_id {
+            Some(file) => std::fs::read_to_string(file).ok().map(|id| id.trim().to_owned()),
+            None => None,
+        };
+        Ok(memory::state(container.control.key_hex(), boot_id))
+    }
+
+    async fn restore(
+        &self,
+        checkpoint: &crate::backend::Checkpoint,
+        dir: &std::path::Path,
+    ) -> Result<crate::backend::Restored<ContainerGuard>, SandboxError> {
+        if !checkpoint.state.contains_key(memory::KEY_STATE) {
+            return Err(SandboxError::InvalidArgument("the checkpoint has no key for pid 1".into()));
+        }
+        let began = Instant::now();
+        let (container, created_at, started_at) = self.create_started(Some((dir, &checkpoint.state))).await?;
+        let mut kernels = Vec::with_capacity(checkpoint.kernels.len());
+        for saved in &checkpoint.kernels {
+            kernels.push(match saved.kernel {
+                Some(identity) => Some(self.relay_to_kernel(&container, identity).await?),
+                None => None,
+            });
+        }
+        tracing::debug!(
+            files_create_ms = created_at.as_secs_f64() * 1e3,
+            restore_ms = (started_at - created_at).as_secs_f64() * 1e3,
+            relays_ms = (began.elapsed() - started_at).as_secs_f64() * 1e3,
+            "container sandbox restored"
+        );
+        Ok(crate::backend::Restored {
+            kernels,
+            shell: container,
+        })
+    }
+
     async fn write_file(&self, container: &ContainerGuard, path: &str, data: &[u8]) -> Result<EntryInfo, SandboxError> {
         self.files(container).write(path, data).await
     }
@@ -468,6 +595,28 @@ impl Backend for Container {
 }
 
 impl Container {
+    /// A relay to the kernel `identity` (pid, request fd) of a restored sandbox.
+    async fn relay_to_kernel(&self, container: &ContainerGuard, identity: (u32, i32)) -> Result<KernelProcess, SandboxError> {
+        let cmd = vec![
+            "python3".to_owned(),
+            "-I".to_owned(),
+            "-c".to_owned(),
+            memory::RELAY_SOURCE.to_owned(),
+            "attach".to_owned(),
+            format!("{}/{}", memory::KERNELS_DIR, identity.0),
+        ];
+        engine::start_kernel_exec(
+            &self.docker,
+            &container.id,
+            container.control.clone(),
+            USER,
+            self.seccomp.wrap(cmd),
+            Vec::new(),
+            Some(identity),
+        )
+        .await
+    }
+
     /// Start one kernel in the container and wait for its `ready`.
     async fn start_bare_kernel(&self, container: &ContainerGuard) -> Result<KernelProcess, SandboxError> {
     let inner = self;
@@ -484,6 +633,15 @@ impl Container {
         format!("SBX_RESULT_LIMIT={}", config.limits.output_hard_bytes / 2),
         format!("SBX_PRELOAD={}", config.preload.join(",")),
     ];
+    // Where memory is checkpointed the kernel holds no host descriptor: a relay talks for it.
+    let cmd = match &inner.memory {
+        Ok(_) => ["python3", "-I", "-c", memory::RELAY_SOURCE, "start", memory::KERNELS_DIR]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(cmd)
+            .collect(),
+        Err(_) => cmd,
+    };
     let mut kernel =
         engine::start_kernel_exec(
             &inner.docker,
@@ -492,7 +650,7 @@ impl Container {
             USER,
             inner.seccomp.wrap(cmd),
             exec_env,
-            HOME_DIR,
+            None,
         )
         .await?;
     let ready = kernel.wait_ready(config.ready_timeout).await?;

@@ -60,7 +60,7 @@ pub(super) async fn image(backend: &Container, image_id: &str) -> Result<ImagePr
 async fn probe(backend: &Container) -> Result<ImageProbe, SandboxError> {
     let image = &backend.config.image;
     let began = std::time::Instant::now();
-    let (container, _, _) = backend.create_started().await?;
+    let (container, _, _) = backend.create_started(None).await?;
     let mut cmd = ["python3", "-I", "-c", PROBE_SOURCE, KERNEL_SOURCE].map(str::to_owned).to_vec();
     cmd.extend(Languages::runtime_files().into_iter().map(str::to_owned));
     let output = run_helper(&backend.docker, &container.id, USER, cmd, None).await;

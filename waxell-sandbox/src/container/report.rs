@@ -23,7 +23,15 @@ pub struct ContainerReport {
 }
 
 impl ContainerReport {
-    pub(super) fn build(podman: bool, runtime: &str, own_pts: bool, limits: &Limits, languages: &Languages) -> Self {
+    /// `memory`: whether a pause keeps the sandbox's memory, or why not.
+    pub(super) fn build(
+        podman: bool,
+        runtime: &str,
+        own_pts: bool,
+        limits: &Limits,
+        languages: &Languages,
+        memory: Result<(), &str>,
+    ) -> Self {
         let gvisor = super::spec::is_gvisor(runtime);
         let mib = |bytes: u64| bytes >> 20;
         let mut checks = Vec::new();
@@ -219,6 +227,20 @@ impl ContainerReport {
                 format!("{}; limited: {}", available.join(", "), limited.join("; "))
             },
         );
+        match memory {
+            Ok(()) => push(
+                Feature::PauseMemory,
+                Status::Enforced,
+                "a pause checkpoints the sandbox (gVisor through the engine): processes and variables come back \
+                 on resume; commands, terminals and watchers end at the pause"
+                    .into(),
+            ),
+            Err(why) => push(
+                Feature::PauseMemory,
+                Status::Partial,
+                format!("a pause keeps the files only, kernels restart on resume: {why}"),
+            ),
+        }
         Self {
             engine: if podman { "Podman" } else { "Docker Engine" }.to_owned(),
             runtime: runtime.to_owned(),
@@ -241,7 +263,8 @@ impl ContainerReport {
         let partial: Vec<&str> = self
             .checks
             .iter()
-            .filter(|c| c.status != Status::Enforced && c.feature != Feature::Languages)
+            // Not isolation: what the code can do, and what a pause keeps.
+            .filter(|c| c.status != Status::Enforced && !matches!(c.feature, Feature::Languages | Feature::PauseMemory))
             .map(|c| c.feature.label())
             .collect();
         format!(
@@ -273,19 +296,25 @@ mod tests {
     fn under_runc_everything_is_held_and_under_gvisor_the_report_names_what_is_not() {
         let limits = Limits::default();
         let languages = Languages::python_only();
-        let runc = ContainerReport::build(false, "runc", false, &limits, &languages);
-        for check in &runc.checks {
+        let files_only = Err("the runtime is not gVisor");
+        let runc = ContainerReport::build(false, "runc", false, &limits, &languages, files_only);
+        for check in runc.checks.iter().filter(|c| c.feature != Feature::PauseMemory) {
             assert_eq!(check.status, Status::Enforced, "{check:?}");
         }
+        let pause = runc.check(Feature::PauseMemory).unwrap();
+        assert_eq!(pause.status, Status::Partial);
+        assert!(pause.detail.starts_with("a pause keeps the files only") && pause.detail.ends_with("the runtime is not gVisor"), "{}", pause.detail);
+        let engine_runsc = ContainerReport::build(false, "runsc", false, &limits, &languages, Ok(()));
+        assert!(engine_runsc.enforces(Feature::PauseMemory));
         assert!(runc.check(Feature::KernelPools).unwrap().detail.contains("16 pseudo-terminals"));
         assert_eq!(runc.summary(), "container sandbox, Docker Engine with runc");
 
-        let podman_runc = ContainerReport::build(true, "runc", true, &limits, &languages);
+        let podman_runc = ContainerReport::build(true, "runc", true, &limits, &languages, files_only);
         assert_eq!(podman_runc.check(Feature::KernelPools).unwrap().status, Status::Enforced);
-        let podman_rootless = ContainerReport::build(true, "runc", false, &limits, &languages);
+        let podman_rootless = ContainerReport::build(true, "runc", false, &limits, &languages, files_only);
         assert_eq!(podman_rootless.check(Feature::KernelPools).unwrap().status, Status::Partial);
 
-        let runsc = ContainerReport::build(true, "runsc", false, &limits, &languages);
+        let runsc = ContainerReport::build(true, "runsc", false, &limits, &languages, files_only);
         let partial: Vec<Feature> = runsc
             .checks
             .iter()
@@ -294,7 +323,7 @@ mod tests {
             .collect();
         assert_eq!(
             partial,
-            [Feature::ProcessLimit, Feature::FileMetadata]
+            [Feature::ProcessLimit, Feature::FileMetadata, Feature::PauseMemory]
         );
         assert_eq!(
             runsc.summary(),

@@ -105,12 +105,52 @@ pub(super) struct SandboxVolume {
     pub(super) request: VolumeCreateRequest,
 }
 
-/// The sandbox `id`'s volumes, named `waxell-<id>-home`, `waxell-<id>-tmp`, and under gVisor
-/// `waxell-<id>-metadata`; with Docker Engine and runc `waxell-<id>-pts`.
-pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, podman: bool) -> Vec<SandboxVolume> {
+/// One of a sandbox's writable file systems: a tmpfs with a size and an inode cap (`options`, as
+/// tmpfs takes them; always also `nosuid,nodev`).
+pub(super) struct Scratch {
+    pub(super) suffix: &'static str,
+    pub(super) target: &'static str,
+    pub(super) options: String,
+}
+
+/// The sandbox's writable file systems: `/home/user`, `/tmp`, and under gVisor the metadata store.
+pub(super) fn scratch_filesystems(config: &ContainerConfig, gvisor: bool) -> Vec<Scratch> {
     let limits = &config.limits;
     let (uid, gid) = USER.split_once(':').unwrap_or((USER, USER));
-    let user = (uid, gid);
+    // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
+    let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
+    let tmpfs = |suffix, target, bytes: u64, inodes: u64, owner: (&str, &str)| Scratch {
+        suffix,
+        target,
+        options: format!(
+            "nr_blocks={},nr_inodes={inodes},mode=1777,uid={},gid={}",
+            pages(bytes),
+            owner.0,
+            owner.1
+        ),
+    };
+    let mut all = vec![
+        tmpfs("home", HOME_DIR, limits.scratch_bytes, limits.tmpfs_inodes, (uid, gid)),
+        tmpfs("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
+    ];
+    if gvisor {
+        // Metadata cannot be an extended attribute there (see METADATA_STORE_DIR).
+        let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
+        all.push(tmpfs("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, (uid, gid)));
+    }
+    all
+}
+
+/// The sandbox `id`'s volumes, named `waxell-<id>-home`, `waxell-<id>-tmp`, and under gVisor
+/// `waxell-<id>-metadata` (unless the host makes those file systems itself, `host_scratch`: see
+/// `host_mounts`); with Docker Engine and runc `waxell-<id>-pts`.
+pub(super) fn sandbox_volumes(
+    config: &ContainerConfig,
+    id: &str,
+    gvisor: bool,
+    podman: bool,
+    host_scratch: bool,
+) -> Vec<SandboxVolume> {
     let volume = |suffix: &str, target: &'static str, fs: &str, options: String| {
         let name = format!("waxell-{id}-{suffix}");
         SandboxVolume {
@@ -129,27 +169,16 @@ pub(super) fn sandbox_volumes(config: &ContainerConfig, id: &str, gvisor: bool, 
         target,
     }
     };
-    // `nr_blocks` (pages), not `size`: Podman reads `size` in a volume's options as a quota request.
-    let pages = |bytes: u64| bytes.div_ceil(4096).max(1);
-    let tmpfs = |suffix: &str, target: &'static str, bytes: u64, inodes: u64, owner: (&str, &str)| {
-        let options = format!(
-            "nosuid,nodev,nr_blocks={},nr_inodes={inodes},mode=1777,uid={},gid={}",
-            pages(bytes),
-            owner.0,
-            owner.1
-        );
-        volume(suffix, target, "tmpfs", options)
+    let mut volumes: Vec<SandboxVolume> = if host_scratch {
+        Vec::new()
+    } else {
+        scratch_filesystems(config, gvisor)
+            .into_iter()
+            .map(|s| volume(s.suffix, s.target, "tmpfs", format!("nosuid,nodev,{}", s.options)))
+            .collect()
     };
-    let mut volumes = vec![
-        tmpfs("home", HOME_DIR, limits.scratch_bytes, limits.tmpfs_inodes, user),
-        tmpfs("tmp", "/tmp", limits.tmp_bytes, limits.tmpfs_inodes, ("0", "0")),
-    ];
-    if gvisor {
-        // Metadata cannot be an extended attribute there (see METADATA_STORE_DIR). gVisor's
-        // pseudo-terminals are its own, so the host's pool needs no cap.
-        let entries = limits.tmpfs_inodes.min(pages(METADATA_STORE_BYTES));
-        volumes.push(tmpfs("metadata", METADATA_STORE_DIR, METADATA_STORE_BYTES, entries, user));
-    } else if !podman {
+    // gVisor's pseudo-terminals are its own, so the host's pool needs no cap.
+    if !gvisor && !podman {
         // The engine's own devpts (as runc mounts it: gid 5 is `tty`) with a cap on its terminals.
         let options = format!("nosuid,noexec,newinstance,ptmxmode=0666,mode=0620,gid=5,max={MAX_TERMINALS}");
         volumes.push(volume("pts", "/dev/pts", "devpts", options));
@@ -208,7 +237,7 @@ pub(super) fn container_spec(
 ) -> ContainerCreateBody {
     let limits = &config.limits;
     let gvisor = is_gvisor(runtime);
-    let mut mounts: Vec<Mount> = sandbox_volumes(config, id, gvisor, podman)
+    let mut mounts: Vec<Mount> = sandbox_volumes(config, id, gvisor, podman, host.has_scratch())
         .into_iter()
         .map(|volume| Mount {
             target: Some(volume.target.to_owned()),

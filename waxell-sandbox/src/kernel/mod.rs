@@ -121,6 +121,13 @@ pub(crate) trait ProcessControl: Send + Sync {
     }
     /// Kill it and everything it started; idempotent.
     fn kill(&mut self);
+    /// After `ready`: its pid inside the sandbox and its request fd, what a restore of a checkpoint
+    /// reconnects to (`None`: not known, or the backend does not checkpoint).
+    fn identity(&self) -> Option<(u32, i32)> {
+        None
+    }
+    /// Let go of it without killing it: it lives on in a checkpoint of its sandbox.
+    fn forget(&mut self) {}
     /// After `ready`: the kernel's pid inside its namespace and its request fd.
     fn on_ready(&mut self, _ready: &ReadyInfo) {}
     /// Host pids of the interpreter and its init (local backend only).
@@ -202,6 +209,18 @@ impl KernelProcess {
 }
 
 impl KernelProcess {
+    /// Its pid inside the sandbox and its request fd (see [`ProcessControl::identity`]).
+    pub(crate) fn identity(&self) -> Option<(u32, i32)> {
+        self.alive.then(|| self.process.identity()).flatten()
+    }
+
+    /// Let go of it without killing it (see [`ProcessControl::forget`]).
+    pub(crate) fn forget(&mut self) {
+        self.alive = false;
+        self.unfinished = None;
+        self.process.forget();
+    }
+
     /// Kill the kernel (see [`ProcessControl::kill`]); later runs need a new one.
     pub(crate) fn kill(&mut self) {
         self.alive = false;

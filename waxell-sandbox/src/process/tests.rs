@@ -9,6 +9,7 @@ use waxell::sandbox::{
 
 use super::{Process, ProcessOptions};
 use crate::backend::Checkpoint;
+use crate::pool::KeepsMemory;
 use crate::config::SandboxConfig;
 use crate::pool::Pooled;
 
@@ -89,12 +90,16 @@ async fn what_a_backend_lacks_is_unsupported_not_a_string() {
         }
         other => panic!("{operation}: {other:?}"),
     };
-    unsupported(sandbox.checkpoint().await.map(drop), "checkpoint");
+    let dir = std::env::temp_dir();
+    unsupported(sandbox.checkpoint(&dir).await.map(drop), "checkpoint");
     let checkpoint = Checkpoint {
-        backend: "process",
-        id: "none".into(),
+        backend: "process".into(),
+        kernels: Vec::new(),
+        state: Default::default(),
     };
-    unsupported(backend.restore(&checkpoint).await.map(drop), "restore");
+    let restored = KeepsMemory::restore(&backend, &checkpoint, &dir, &SandboxOptions::default()).await;
+    unsupported(restored.map(drop), "restore");
+    assert!(crate::pool::keeps_memory(&backend).is_none());
     // A process spec that cannot reach a program is refused before the backend is asked.
     let nul = ProcessSpec::shell("echo hi").with_env("A", "b\0c");
     assert!(matches!(

@@ -22,7 +22,7 @@ use waxell::sandbox::SandboxMetrics;
 use super::body;
 use super::config::ENVD_VERSION;
 use super::error::ApiError;
-use super::lifecycle::{is_snapshot_id, PauseOutcome};
+use super::lifecycle::{is_snapshot_id, PauseOutcome, ResumeOutcome};
 use super::listing::{page, ListQuery, Listed};
 use super::registry::{constant_time_eq, CreateRequest, Lifecycle, SandboxEntry};
 use super::state::AppState;
@@ -111,7 +111,7 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
             "autoResume needs autoPause (lifecycle.onTimeout: pause)",
         ));
     }
-    if auto_pause_memory && state.config.refuse_memory_pause {
+    if auto_pause_memory && state.config.refuse_memory_pause && state.registry.keeps_memory().is_none() {
         // Said now rather than failing the pause (and killing the sandbox) when its time is up.
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -273,8 +273,8 @@ async fn connect(
         // Paused, or being paused (resume waits for the pause to end): resume it.
         _ => {
             let timeout = timeout.unwrap_or(state.config.default_timeout);
-            let entry = state.registry.resume(&id, timeout).await?;
-            Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response())
+            let (entry, outcome) = state.registry.resume_telling(&id, timeout).await?;
+            Ok(resumed(&entry, &outcome))
         }
     }
 }
@@ -302,12 +302,28 @@ async fn resume(
             format!("sandbox {id} is already running"),
         ));
     }
-    let entry = state.registry.resume(&id, timeout).await?;
-    Ok((StatusCode::CREATED, Json(sandbox_json(&entry))).into_response())
+    let (entry, outcome) = state.registry.resume_telling(&id, timeout).await?;
+    Ok(resumed(&entry, &outcome))
 }
 
-/// Pause: the sandbox's files are kept and its processes stopped (lifecycle.rs). The answer says
-/// which pause it got: `Waxell-Pause: filesystem`, and a `Warning` when memory was asked for.
+/// A resume's answer (201): the sandbox, and `Waxell-Resume: memory` or `filesystem` saying what
+/// came back.
+fn resumed(entry: &super::registry::SandboxEntry, outcome: &ResumeOutcome) -> Response {
+    let mut response = (StatusCode::CREATED, Json(sandbox_json(entry))).into_response();
+    let kind = match outcome {
+        ResumeOutcome::Memory => "memory",
+        ResumeOutcome::Files => "filesystem",
+        ResumeOutcome::Running => return response,
+    };
+    response
+        .headers_mut()
+        .insert("waxell-resume", axum::http::HeaderValue::from_static(kind));
+    response
+}
+
+/// Pause (lifecycle.rs). The answer says which pause it got: `Waxell-Pause: memory` (processes
+/// and memory kept; commands, terminals and watchers ended) or `filesystem`, with a `Warning`
+/// saying why when memory was asked for.
 async fn pause(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -317,17 +333,29 @@ async fn pause(
     let outcome = state.registry.pause(&id, memory).await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
     let headers = response.headers_mut();
-    headers.insert("waxell-pause", axum::http::HeaderValue::from_static("filesystem"));
-    if outcome == PauseOutcome::FilesNotMemory {
-        headers.insert(
-            axum::http::header::WARNING,
-            axum::http::HeaderValue::from_static(
-                "299 waxell-sandbox \"memory not kept: this backend pauses files only; processes and kernels \
-                 restart on resume\"",
-            ),
-        );
+    let kind = if outcome == PauseOutcome::Memory {
+        "memory"
+    } else {
+        "filesystem"
+    };
+    headers.insert("waxell-pause", axum::http::HeaderValue::from_static(kind));
+    if let PauseOutcome::FilesNotMemory(reason) = &outcome {
+        headers.insert(axum::http::header::WARNING, memory_warning(reason));
     }
     Ok(response)
+}
+
+/// The `Warning` of a pause that kept the files only: RFC 7234's form, the reason quoted (one line
+/// of visible ASCII: what a header may carry).
+fn memory_warning(reason: &str) -> axum::http::HeaderValue {
+    let clean: String = reason
+        .chars()
+        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { ' ' })
+        .filter(|c| *c != '"' && *c != '\\')
+        .take(300)
+        .collect();
+    axum::http::HeaderValue::from_str(&format!("299 waxell-sandbox \"memory not kept: {clean}\""))
+        .unwrap_or_else(|_| axum::http::HeaderValue::from_static("299 waxell-sandbox \"memory not kept\""))
 }
 
 #[derive(Deserialize)]
@@ -612,4 +640,23 @@ fn rfc3339(time: SystemTime) -> String {
         .unwrap_or(Duration::ZERO)
         .as_secs();
     humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory_warning;
+
+    /// Why a pause kept the files only reaches the client as a valid `Warning`, whatever the
+    /// engine's message holds.
+    #[test]
+    fn a_files_only_pause_warns_with_its_reason_in_a_valid_header() {
+        let warning =
+            memory_warning("the engine answered 500: {\"message\":\"restore \\ failed\"}\nnext line é");
+        assert_eq!(
+            warning.to_str().unwrap(),
+            "299 waxell-sandbox \"memory not kept: the engine answered 500: {message:restore  failed} next line  \""
+        );
+        let long = memory_warning(&"x".repeat(1000));
+        assert!(long.len() < 400);
+    }
 }

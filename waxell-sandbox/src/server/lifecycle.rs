@@ -1,13 +1,22 @@
 //! A sandbox's life beyond running: pause and resume, snapshots, fork — E2B's semantics, for
 //! every backend through its file calls.
 //!
-//! A pause here is E2B's filesystem-only pause (`memory: false`): `/home/user` is saved to the
-//! store (saved.rs, store.rs), the sandbox is killed (its processes and kernels stop: no CPU, no
-//! memory) and only its record stays, with the same id, tokens, metadata and environment. Resume
-//! makes a new sandbox with the backend, writes the files back and serves it under the same id
-//! and tokens, with fresh kernels; as often as asked, since every pause saves anew. No backend
-//! keeps memory yet: a pause asking for it (E2B's default) is answered with the files kept and
-//! says so (headers, log), or refused when the server is configured to (`refuse_memory_pause`).
+//! A pause with memory (E2B's default), where the backend keeps it (`pool::keeps_memory`: gVisor on
+//! Docker Engine), checkpoints the sandbox into the store: its processes and memory, and its files
+//! (`home/` as the filesystem-only pause saves it, so fork, snapshots and a fallback use them); the
+//! sandbox stops, and only the checkpoint and the record stay on disk. Commands, terminals and
+//! watchers end at such a pause (gVisor cannot restore the host's descriptors they hold). Resume
+//! restores it into a new sandbox under the same id and tokens; if that fails the files are
+//! resumed as below, said in the log and the answer.
+//!
+//! Elsewhere, or with `memory: false`, or when the checkpoint fails, a pause is E2B's
+//! filesystem-only pause: `/home/user` is saved to the store (saved.rs, store.rs), the sandbox is
+//! killed (its processes and kernels stop: no CPU, no memory) and only its record stays, with the
+//! same id, tokens, metadata and environment. Resume makes a new sandbox with the backend, writes
+//! the files back and serves it under the same id and tokens, with fresh kernels. Either way as
+//! often as asked, since every pause saves anew. A pause asking for memory that it cannot keep is
+//! answered with the files kept and says so (headers, log), or refused when the server is
+//! configured to (`refuse_memory_pause`).
 //! A snapshot is the same saved `home`, kept under its own id as a template new sandboxes start
 //! from; a fork saves once and starts `count` sandboxes from it.
 
@@ -25,6 +34,8 @@ use super::error::ApiError;
 use super::registry::{new_sandbox_id, CreateRequest, Identity, Lifecycle, Registry, SandboxEntry};
 use super::saved::{self, SaveLimits};
 use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
+use crate::backend::Checkpoint;
+use crate::pool::KeepsMemory;
 
 /// How snapshot ids start (the rest is random), so a create naming a deleted one is told so.
 const SNAPSHOT_ID_PREFIX: &str = "snapshot-";
@@ -61,12 +72,25 @@ pub(crate) struct Saved {
 }
 
 /// How a pause went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PauseOutcome {
+    /// Memory and files kept (a checkpoint).
+    Memory,
     /// Files kept, as asked (`memory: false`).
     Files,
-    /// Memory was asked for (or defaulted to) but only the files were kept.
-    FilesNotMemory,
+    /// Memory was asked for (or defaulted to) but only the files were kept, for this reason.
+    FilesNotMemory(String),
+}
+
+/// How a resume went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ResumeOutcome {
+    /// It was running.
+    Running,
+    /// From its checkpoint: memory and files.
+    Memory,
+    /// From its files (paused without memory, or its checkpoint could not be restored).
+    Files,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -170,7 +194,8 @@ impl Registry {
     /// client asked (`None`: E2B's default, memory).
     pub(crate) async fn pause(&self, id: &str, memory: Option<bool>) -> Result<PauseOutcome, ApiError> {
         let wants_memory = memory.unwrap_or(true);
-        if wants_memory && self.config.refuse_memory_pause {
+        let keeper = self.keeps_memory();
+        if wants_memory && keeper.is_none() && self.config.refuse_memory_pause {
             return Err(ApiError::from_sandbox(
                 waxell::sandbox::SandboxError::Unsupported {
                     backend: self.backend_name(),
@@ -198,6 +223,17 @@ impl Registry {
         let entry = self.get(id).ok_or_else(|| sandbox_not_found(id))?;
         // Requests stop reaching it while its files are saved; info and kill still find it.
         entry.pausing.store(true, Ordering::SeqCst);
+        let mut not_kept =
+            "this backend pauses files only; processes and kernels restart on resume".to_owned();
+        if let Some(keeper) = keeper.filter(|_| wants_memory) {
+            match self.checkpoint(&entry, keeper).await {
+                Ok(()) => return Ok(PauseOutcome::Memory),
+                Err(reason) => {
+                    tracing::warn!(sandbox = %id, "pause with memory failed, keeping the files only: {reason}");
+                    not_kept = format!("the checkpoint failed ({reason}); kernels restart on resume");
+                }
+            }
+        }
         let saved_files = self.save_live_files(&entry).await;
         let (staging, files) = match saved_files {
             Ok(saved) => saved,
@@ -222,6 +258,7 @@ impl Registry {
             auto_pause_memory: entry.lifecycle.auto_pause_memory,
             auto_resume: entry.lifecycle.auto_resume,
             bytes: files.bytes,
+            memory: None,
         };
         let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
             Ok(dir) => dir,
@@ -240,21 +277,104 @@ impl Registry {
             tracing::warn!(
                 sandbox = %id,
                 backend = self.backend_name(),
-                "pause asked to keep memory; this backend keeps files only: kernels restart on resume"
+                "pause asked to keep memory; memory not kept: {not_kept}"
             );
-            PauseOutcome::FilesNotMemory
+            PauseOutcome::FilesNotMemory(not_kept)
         } else {
             PauseOutcome::Files
         })
     }
 
-    /// Resume the paused sandbox `id` with a lifetime of `timeout`: a new sandbox of the backend
-    /// with its files, under the same id and tokens. A live `id` is returned as it is.
+    /// Pause the live `entry` with its memory (the caller holds [`Saved::lock`] and has marked it
+    /// pausing): checkpointed into the store, the sandbox ended. On failure, why (the sandbox is
+    /// then still live, though its commands and terminals may have ended).
+    async fn checkpoint(&self, entry: &SandboxEntry, keeper: &dyn KeepsMemory) -> Result<(), String> {
+        let saved = &self.saved;
+        let id = &entry.id;
+        let began = std::time::Instant::now();
+        let staging = saved
+            .store
+            .staging()
+            .map_err(|e| format!("cannot make a staging directory: {e}"))?;
+        let checkpoint = match keeper.checkpoint(&*entry.session, &staging).await {
+            Ok(checkpoint) => checkpoint,
+            Err(e) => {
+                saved.store.discard(&staging);
+                return Err(e.to_string());
+            }
+        };
+        // Stopped now: from here on it is kept or gone.
+        let bytes = saved::tree_bytes(&staging).await;
+        let files = saved::tree_bytes(&staging.join(HOME_COPY)).await;
+        let mut record = self.paused_record(entry, files);
+        if bytes > self.config.max_saved_bytes {
+            tracing::warn!(
+                sandbox = %id,
+                bytes,
+                "the checkpoint is larger than this server keeps (max_saved_bytes): files only"
+            );
+            saved::keep_only(&staging, HOME_COPY).await;
+        } else {
+            record.memory = Some(checkpoint);
+        }
+        let kept_memory = record.memory.is_some();
+        let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
+            Ok(dir) => dir,
+            Err(e) => {
+                saved.store.discard(&staging);
+                self.map().remove(id);
+                tracing::warn!(sandbox = %id, "cannot keep the paused sandbox, it is gone: {e}");
+                return Ok(());
+            }
+        };
+        lock(&saved.paused).insert(id.clone(), Arc::new(Kept { record, dir }));
+        self.map().remove(id);
+        tracing::info!(
+            sandbox = %id,
+            bytes,
+            memory = kept_memory,
+            ms = began.elapsed().as_millis() as u64,
+            "sandbox paused (checkpoint)"
+        );
+        Ok(())
+    }
+
+    /// The record of `entry` paused now, its files `bytes` large.
+    fn paused_record(&self, entry: &SandboxEntry, bytes: u64) -> PausedRecord {
+        PausedRecord {
+            id: entry.id.clone(),
+            template_id: entry.template_id.clone(),
+            metadata: entry.metadata.clone(),
+            env_vars: entry.env_vars.clone(),
+            envd_token: entry.envd_token.clone(),
+            traffic_token: entry.traffic_token.clone(),
+            started_at_ms: to_ms(entry.started_at),
+            paused_at_ms: to_ms(SystemTime::now()),
+            auto_pause: entry.lifecycle.auto_pause,
+            auto_pause_memory: entry.lifecycle.auto_pause_memory,
+            auto_resume: entry.lifecycle.auto_resume,
+            bytes,
+            memory: None,
+        }
+    }
+
+    /// Resume the paused sandbox `id` with a lifetime of `timeout`: restored from its checkpoint
+    /// if it has one and it restores, else a new sandbox of the backend with its files; under the
+    /// same id and tokens. A live `id` is returned as it is.
     pub(crate) async fn resume(&self, id: &str, timeout: Duration) -> Result<Arc<SandboxEntry>, ApiError> {
+        Ok(self.resume_telling(id, timeout).await?.0)
+    }
+
+    /// [`Registry::resume`], and how it went.
+    pub(crate) async fn resume_telling(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<(Arc<SandboxEntry>, ResumeOutcome), ApiError> {
         let saved = &self.saved;
         let _guard = saved.lock.lock().await;
         if let Some(entry) = self.get(id) {
-            return Ok(entry);
+            return Ok((entry, ResumeOutcome::Running));
         }
         let paused = saved.paused(id).ok_or_else(|| sandbox_not_found(id))?;
         let record = &paused.record;
@@ -276,12 +396,68 @@ impl Registry {
             },
             files: Some(paused.home()),
         };
-        // Kept paused until the new sandbox has its files: a failed resume loses nothing.
-        let entry = self.create_as(identity, request).await?;
+        // Kept paused until the new sandbox runs: a failed resume loses nothing.
+        let mut outcome = ResumeOutcome::Files;
+        let mut restored = None;
+        if let Some(checkpoint) = &record.memory {
+            match self.keeps_memory() {
+                Some(keeper) => {
+                    let began = std::time::Instant::now();
+                    match self
+                        .restore(&identity, &request, keeper, checkpoint, &paused.dir)
+                        .await
+                    {
+                        Ok(entry) => {
+                            tracing::info!(sandbox = %id, ms = began.elapsed().as_millis() as u64, "restored from its checkpoint");
+                            restored = Some(entry);
+                            outcome = ResumeOutcome::Memory;
+                        }
+                        Err(e) => tracing::warn!(
+                            sandbox = %id,
+                            "restoring the checkpoint failed, resuming from the files: {}",
+                            e.message()
+                        ),
+                    }
+                }
+                None => tracing::warn!(
+                    sandbox = %id,
+                    "paused with memory, but this server's backend cannot restore it: resuming from the files"
+                ),
+            }
+        }
+        let entry = match restored {
+            Some(entry) => entry,
+            None => self.create_as(identity, request).await?,
+        };
         lock(&saved.paused).remove(id);
         saved.store.remove(Kind::Paused, id);
         tracing::info!(sandbox = %id, "sandbox resumed");
-        Ok(entry)
+        Ok((entry, outcome))
+    }
+
+    /// The sandbox `identity` restored from `checkpoint` (in `dir`), registered.
+    async fn restore(
+        &self,
+        identity: &Identity,
+        request: &CreateRequest,
+        keeper: &dyn KeepsMemory,
+        checkpoint: &Checkpoint,
+        dir: &std::path::Path,
+    ) -> Result<Arc<SandboxEntry>, ApiError> {
+        let identity = Identity {
+            id: identity.id.clone(),
+            envd_token: identity.envd_token.clone(),
+            traffic_token: identity.traffic_token.clone(),
+            started_at: identity.started_at,
+        };
+        let request = CreateRequest {
+            files: None,
+            ..request.clone()
+        };
+        self.register(identity, request, |options| async move {
+            keeper.restore(checkpoint, dir, &options).await
+        })
+        .await
     }
 
     /// Save a live sandbox's files into a new staging directory's `home`.

@@ -109,6 +109,12 @@ pub fn try_router(backend: Arc<dyn SandboxBackend>, config: ServerConfig) -> Res
     Ok(routes.layer(axum::middleware::from_fn_with_state(state, guard::check_request)))
 }
 
+/// Whether a pause on a server of `backend` keeps a sandbox's memory (E2B's default pause), not
+/// only its files: the container backend under gVisor on Docker Engine (docs/e2b.md).
+pub fn pause_keeps_memory(backend: &dyn SandboxBackend) -> bool {
+    crate::pool::keeps_memory(backend).is_some()
+}
+
 /// `/files?...&signature=...`: E2B's signed download or upload URL.
 fn is_signed_file_request(request: &Request) -> bool {
     request.uri().path() == "/files"

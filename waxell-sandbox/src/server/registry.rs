@@ -112,6 +112,7 @@ impl SandboxEntry {
 pub(crate) type TokenCheck = (&'static str, fn(&SandboxEntry) -> Option<&String>);
 
 /// What a create request asks for.
+#[derive(Clone)]
 pub(crate) struct CreateRequest {
     pub(crate) template_id: String,
     pub(crate) timeout: Duration,
@@ -157,6 +158,11 @@ impl Registry {
         }))
     }
 
+    /// The backend's checkpoints, if it keeps a sandbox's memory across a pause.
+    pub(crate) fn keeps_memory(&self) -> Option<&dyn crate::pool::KeepsMemory> {
+        crate::pool::keeps_memory(&*self.backend)
+    }
+
     /// The backend's name (`local`, `docker`).
     pub(crate) fn backend_name(&self) -> &'static str {
         self.backend.name()
@@ -191,6 +197,25 @@ impl Registry {
         identity: Identity,
         request: CreateRequest,
     ) -> Result<Arc<SandboxEntry>, ApiError> {
+        let backend = self.backend.clone();
+        self.register(identity, request, |options| async move {
+            backend.create(&options).await
+        })
+        .await
+    }
+
+    /// Register the sandbox `make` makes with the backend's options for `request` (within the
+    /// limit), `request.files` written into it.
+    pub(crate) async fn register<F, Fut>(
+        &self,
+        identity: Identity,
+        request: CreateRequest,
+        make: F,
+    ) -> Result<Arc<SandboxEntry>, ApiError>
+    where
+        F: FnOnce(SandboxOptions) -> Fut,
+        Fut: std::future::Future<Output = Result<Box<dyn SandboxSession>, waxell::sandbox::SandboxError>>,
+    {
         let in_flight = self.creating.fetch_add(1, Ordering::SeqCst);
         let _reservation = Reservation(&self.creating);
         let live = self.map().len();
@@ -208,7 +233,7 @@ impl Registry {
             .with_timeout(request.timeout + BACKEND_LIFETIME_MARGIN);
         options.env_vars = request.env_vars.clone();
         options.metadata = request.metadata.clone();
-        let session: Arc<dyn SandboxSession> = Arc::from(self.backend.create(&options).await?);
+        let session: Arc<dyn SandboxSession> = Arc::from(make(options).await?);
         if let Some(files) = &request.files {
             if let Err(e) = saved::restore_home(&*session, files).await {
                 let _ = session.kill().await;

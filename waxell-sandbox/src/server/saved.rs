@@ -347,6 +347,45 @@ async fn restore_attributes(session: &dyn SandboxSession, attributes: &BTreeMap<
     }
 }
 
+/// The bytes the files under `dir` hold (links not followed); 0 when it cannot be read.
+pub(crate) async fn tree_bytes(dir: &Path) -> u64 {
+    fn walk(dir: &Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|entry| match entry.file_type() {
+                Ok(kind) if kind.is_dir() => walk(&entry.path()),
+                Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+                _ => 0,
+            })
+            .sum()
+    }
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || walk(&dir)).await.unwrap_or(0)
+}
+
+/// Remove everything in `dir` but its entry `keep`.
+pub(crate) async fn keep_only(dir: &Path, keep: &str) {
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return;
+    };
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        if entry.file_name() == keep {
+            continue;
+        }
+        let path = entry.path();
+        let removed = match entry.file_type().await {
+            Ok(kind) if kind.is_dir() => tokio::fs::remove_dir_all(&path).await,
+            _ => tokio::fs::remove_file(&path).await,
+        };
+        if let Err(e) = removed {
+            tracing::warn!("cannot remove {}: {e}", path.display());
+        }
+    }
+}
+
 /// Copy a saved tree (a paused sandbox's files into a snapshot).
 pub(crate) async fn copy_saved(from: &Path, to: &Path) -> Result<(), ApiError> {
     let (from, to) = (from.to_path_buf(), to.to_path_buf());

@@ -53,6 +53,10 @@ pub(crate) struct PausedRecord {
     pub(crate) auto_pause_memory: bool,
     pub(crate) auto_resume: bool,
     pub(crate) bytes: u64,
+    /// Paused with its memory: the checkpoint in this entry's directory (its `home/` is then a
+    /// plain copy of `/home/user`).
+    #[serde(default)]
+    pub(crate) memory: Option<crate::backend::Checkpoint>,
 }
 
 /// A snapshot: a saved `/home/user` new sandboxes start from.
@@ -248,6 +252,29 @@ impl Drop for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record written before pauses kept memory reads as a files-only pause; one with a
+    /// checkpoint keeps it.
+    #[test]
+    fn paused_records_with_and_without_a_checkpoint_read_back() {
+        let old = r#"{"id":"s1","template_id":"t","metadata":{},"env_vars":{},"envd_token":null,
+            "traffic_token":null,"started_at_ms":1,"paused_at_ms":2,"auto_pause":false,"auto_resume":false,"bytes":3}"#;
+        let record: PausedRecord = serde_json::from_str(old).unwrap();
+        assert!(record.memory.is_none() && !record.auto_pause_memory);
+        let mut with = record.clone();
+        with.memory = Some(crate::backend::Checkpoint {
+            backend: "docker".into(),
+            kernels: vec![crate::backend::SavedContext {
+                id: "default".into(),
+                language: "python".into(),
+                cwd: "/home/user".into(),
+                kernel: Some((7, 3)),
+            }],
+            state: [("init_key".to_owned(), "00ff".to_owned())].into(),
+        });
+        let again: PausedRecord = serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
+        assert_eq!(again.memory, with.memory);
+    }
 
     #[test]
     fn a_state_directory_serves_one_server_at_a_time() {

@@ -70,6 +70,28 @@ impl Contexts {
         }
     }
 
+    /// Contexts restored from a checkpoint, in its order (`(id, language, cwd, kernel)`).
+    pub(crate) fn restored(saved: Vec<(String, Language, String, Option<KernelProcess>)>) -> Self {
+        let next = saved
+            .iter()
+            .filter_map(|(id, ..)| id.strip_prefix("ctx-")?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        let list = saved
+            .into_iter()
+            .map(|(id, language, cwd, kernel)| context(id, language, Some(&cwd), kernel))
+            .collect();
+        Self {
+            list: Mutex::new(list),
+            next_id: AtomicU64::new(next + 1),
+        }
+    }
+
+    /// Every context, in listing order.
+    pub(crate) fn all(&self) -> Vec<Arc<Context>> {
+        self.list_guard().clone()
+    }
+
     fn list_guard(&self) -> MutexGuard<'_, Vec<Arc<Context>>> {
         // Nothing panics while holding it; a poisoned list is still consistent.
         self.list.lock().unwrap_or_else(|e| e.into_inner())
@@ -123,4 +145,31 @@ impl Contexts {
 /// E2B's exact message, which its SDKs show.
 fn not_found(id: &str) -> SandboxError {
     SandboxError::ContextNotFound(format!("Context {id} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Restored from a checkpoint: the contexts in their order, and new ones never reuse an id.
+    #[test]
+    fn restored_contexts_keep_their_order_and_ids() {
+        let contexts = Contexts::restored(vec![
+            ("default".into(), Language::Python, HOME_DIR.into(), None),
+            ("ctx-7".into(), Language::Python, "/home/user/work".into(), None),
+            ("ctx-3".into(), Language::JavaScript, HOME_DIR.into(), None),
+        ]);
+        let listed: Vec<(String, String, String)> =
+            contexts.list().into_iter().map(|c| (c.id, c.language, c.cwd)).collect();
+        assert_eq!(
+            listed,
+            [
+                ("default".into(), "python".into(), HOME_DIR.into()),
+                ("ctx-7".into(), "python".into(), "/home/user/work".into()),
+                ("ctx-3".into(), "javascript".into(), HOME_DIR.into()),
+            ]
+        );
+        assert_eq!(contexts.get("ctx-7").unwrap().cwd(), Some("/home/user/work"));
+        assert_eq!(contexts.next_id.load(Ordering::Relaxed), 8);
+    }
 }

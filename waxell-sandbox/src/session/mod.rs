@@ -18,7 +18,7 @@ use waxell::sandbox::{
     SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
 };
 
-use crate::backend::{Backend, Checkpoint, Prepared, Usage};
+use crate::backend::{Backend, Checkpoint, Prepared, Restored, SavedContext, Usage};
 use crate::kernel::{ExecLimits, KernelProcess, Language, OomCounter};
 use crate::paths::check_context_cwd;
 use crate::watch::{Counted, WatchSlots};
@@ -58,9 +58,31 @@ impl<B: Backend> Session<B> {
         if !options.env_vars.is_empty() {
             kernel.configure(&options.env_vars, None).await?;
         }
+        let contexts = Contexts::new(kernel, backend.languages());
+        Ok(Self::serve(backend, shell, contexts, options))
+    }
+
+    /// A sandbox restored from `checkpoint` (saved in `dir`): its contexts and their kernels as
+    /// they were, `options`' environment (the sandbox's own, set in its kernels before).
+    pub(crate) async fn restore(
+        backend: Arc<B>,
+        checkpoint: &Checkpoint,
+        dir: &std::path::Path,
+        options: &SandboxOptions,
+    ) -> Result<Self, SandboxError> {
+        let Restored { kernels, shell } = backend.restore(checkpoint, dir).await?;
+        let mut saved = Vec::new();
+        for (context, kernel) in checkpoint.kernels.iter().zip(kernels) {
+            saved.push((context.id.clone(), Language::parse(&context.language)?, context.cwd.clone(), kernel));
+        }
+        Ok(Self::serve(backend, shell, Contexts::restored(saved), options))
+    }
+
+    /// Serve a sandbox with these contexts: its lifetime watched.
+    fn serve(backend: Arc<B>, shell: B::Shell, contexts: Contexts, options: &SandboxOptions) -> Self {
         let lifetime = options.timeout.unwrap_or(backend.config().lifetime);
         let inner = Arc::new(Inner {
-            contexts: Contexts::new(kernel, backend.languages()),
+            contexts,
             shell,
             backend,
             env: options.env_vars.clone(),
@@ -70,7 +92,7 @@ impl<B: Backend> Session<B> {
             open_ptys: Arc::default(),
         });
         watch_lifetime(Arc::downgrade(&inner));
-        Ok(Self { inner })
+        Self { inner }
     }
 
     /// Terminals of its processes open now.
@@ -170,11 +192,50 @@ impl<B: Backend> Session<B> {
         self.inner.backend.start_process(&self.inner.shell, &spec, pty).await
     }
 
-    /// Save the sandbox's state (not supported by any backend yet).
-    #[cfg_attr(not(test), expect(dead_code, reason = "the snapshot issue adds the callers"))]
-    pub(crate) async fn checkpoint(&self) -> Result<Checkpoint, SandboxError> {
+    /// Save the sandbox's whole state into `dir` ([`Backend::checkpoint`]) and end it here. Only
+    /// while no cell runs (a run's caller could not get its answer), else `Busy`-like
+    /// `InvalidArgument`; on failure the sandbox may be left without its kernels' links (the caller
+    /// then kills it).
+    pub(crate) async fn checkpoint(&self, dir: &std::path::Path) -> Result<Checkpoint, SandboxError> {
         self.check_alive()?;
-        self.inner.backend.checkpoint(&self.inner.shell).await
+        if !self.inner.backend.keeps_memory() {
+            return Err(crate::backend::unsupported::<B>("checkpoint"));
+        }
+        let contexts = self.inner.contexts.all();
+        let mut slots = Vec::with_capacity(contexts.len());
+        for context in &contexts {
+            let slot = context.kernel.try_lock().map_err(|_| {
+                SandboxError::InvalidArgument(format!("context {} is running code", context.info.id))
+            })?;
+            slots.push(slot);
+        }
+        let grace = self.inner.backend.config().interrupt_grace;
+        let mut kernels = Vec::with_capacity(contexts.len());
+        for (context, slot) in contexts.iter().zip(slots.iter_mut()) {
+            if let Some(kernel) = slot.as_mut() {
+                kernel.settle_abandoned(grace).await;
+            }
+            kernels.push(SavedContext {
+                id: context.info.id.clone(),
+                language: context.language.name().to_owned(),
+                cwd: context.info.cwd.clone(),
+                kernel: slot.as_ref().and_then(KernelProcess::identity),
+            });
+        }
+        let state = self.inner.backend.checkpoint(&self.inner.shell, dir).await?;
+        // They live on in the checkpoint.
+        for slot in &mut slots {
+            if let Some(mut kernel) = slot.take() {
+                kernel.forget();
+            }
+        }
+        drop(slots);
+        self.inner.shutdown(false).await;
+        Ok(Checkpoint {
+            backend: B::NAME.to_owned(),
+            kernels,
+            state,
+        })
     }
 }
 
@@ -274,6 +335,10 @@ impl<B: Backend> OomCounter for OomKills<'_, B> {
 impl<B: Backend> SandboxSession for Session<B> {
     fn sandbox_id(&self) -> &str {
         B::sandbox_id(&self.inner.shell)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 
     fn runtime(&self) -> Option<&str> {

@@ -29,6 +29,12 @@ pub trait SandboxBackend: Send + Sync {
 
     /// Create a new sandbox.
     async fn create(&self, options: &SandboxOptions) -> Result<Box<dyn SandboxSession>, SandboxError>;
+
+    /// The backend as its own type, for a server that uses what only that backend offers (keeping
+    /// a sandbox's memory across a pause). The default: not offered.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// A running directory watch ([`SandboxSession::watch_dir`]). Events that happened before a call
@@ -47,6 +53,12 @@ pub trait DirWatch: Send {
 pub trait SandboxSession: Send + Sync {
     /// The sandbox's id.
     fn sandbox_id(&self) -> &str;
+
+    /// The sandbox as its backend's own type (see [`SandboxBackend::as_any`]). The default: not
+    /// offered.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 
     /// What isolates the code, recorded on spans as `waxell.sandbox.runtime` (`bubblewrap`, `runc`,
     /// `runsc`, ...); `None` when the backend does not know (a remote service).
