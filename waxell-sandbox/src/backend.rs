@@ -164,6 +164,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 }
 
 /// A sandbox restored from a checkpoint ([`Backend::restore`]). Field order = drop order.
+#[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
 pub struct Restored<S> {
     pub(crate) kernels: Vec<Option<KernelProcess>>,
     pub(crate) shell: S,

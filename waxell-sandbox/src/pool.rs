@@ -281,6 +281,7 @@ impl<B: Backend> Pooled<B> {
 /// What a server pausing a sandbox with its memory needs of a backend that keeps it
 /// ([`keeps_memory`]): a checkpoint of a live sandbox, and a sandbox restored from one.
 #[async_trait]
+#[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
 pub(crate) trait KeepsMemory: Send + Sync {
     /// Checkpoint `session` (one of this backend's) into `dir` and end it (see
     /// [`Session::checkpoint`]).
@@ -323,6 +324,7 @@ impl<B: Backend> KeepsMemory for Pooled<B> {
 }
 
 /// `backend`'s checkpoints, if it keeps sandboxes' memory across a pause where it runs now.
+#[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
 pub(crate) fn keeps_memory(backend: &dyn SandboxBackend) -> Option<&dyn KeepsMemory> {
     let any = backend.as_any()?;
     #[cfg(feature = "container")]

@@ -123,10 +123,12 @@ pub(crate) trait ProcessControl: Send + Sync {
     fn kill(&mut self);
     /// After `ready`: its pid inside the sandbox and its request fd, what a restore of a checkpoint
     /// reconnects to (`None`: not known, or the backend does not checkpoint).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     fn identity(&self) -> Option<(u32, i32)> {
         None
     }
     /// Let go of it without killing it: it lives on in a checkpoint of its sandbox.
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     fn forget(&mut self) {}
     /// After `ready`: the kernel's pid inside its namespace and its request fd.
     fn on_ready(&mut self, _ready: &ReadyInfo) {}
@@ -210,11 +212,13 @@ impl KernelProcess {
 
 impl KernelProcess {
     /// Its pid inside the sandbox and its request fd (see [`ProcessControl::identity`]).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) fn identity(&self) -> Option<(u32, i32)> {
         self.alive.then(|| self.process.identity()).flatten()
     }
 
     /// Let go of it without killing it (see [`ProcessControl::forget`]).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) fn forget(&mut self) {
         self.alive = false;
         self.unfinished = None;

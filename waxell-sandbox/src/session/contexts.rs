@@ -71,6 +71,7 @@ impl Contexts {
     }
 
     /// Contexts restored from a checkpoint, in its order (`(id, language, cwd, kernel)`).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) fn restored(saved: Vec<(String, Language, String, Option<KernelProcess>)>) -> Self {
         let next = saved
             .iter()
@@ -88,6 +89,7 @@ impl Contexts {
     }
 
     /// Every context, in listing order.
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) fn all(&self) -> Vec<Arc<Context>> {
         self.list_guard().clone()
     }

@@ -64,6 +64,7 @@ impl<B: Backend> Session<B> {
 
     /// A sandbox restored from `checkpoint` (saved in `dir`): its contexts and their kernels as
     /// they were, `options`' environment (the sandbox's own, set in its kernels before).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) async fn restore(
         backend: Arc<B>,
         checkpoint: &Checkpoint,
@@ -196,6 +197,7 @@ impl<B: Backend> Session<B> {
     /// while no cell runs (a run's caller could not get its answer), else `Busy`-like
     /// `InvalidArgument`; on failure the sandbox may be left without its kernels' links (the caller
     /// then kills it).
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
     pub(crate) async fn checkpoint(&self, dir: &std::path::Path) -> Result<Checkpoint, SandboxError> {
         self.check_alive()?;
         if !self.inner.backend.keeps_memory() {
