@@ -358,7 +358,16 @@ impl Measurer {
             let usage = private
                 .into_iter()
                 .map(|(p, b)| (p, b + self.held.by_pid.get(&p).copied().unwrap_or(0)));
-            if let Some((pid, bytes)) = usage.max_by_key(|(_, b)| *b) {
+            // A process already exiting (the code killed its own children, say) gives its memory
+            // back before its descriptors, so its buffers still count for a moment: it is neither
+            // killed again nor counted as an OOM kill of the next cell, and while the rest is
+            // within the cap the next look comes soon.
+            let (going, staying): (Vec<_>, Vec<_>) = usage.partition(|(p, _)| exiting(*p));
+            let going_bytes: u64 = going.iter().map(|(_, b)| b).sum();
+            if !going.is_empty() && total.saturating_sub(going_bytes) <= cap {
+                return (POLL, None);
+            }
+            if let Some((pid, bytes)) = staying.into_iter().max_by_key(|(_, b)| *b) {
                 tracing::info!(
                     pid,
                     bytes,
@@ -591,6 +600,18 @@ fn parent_map() -> HashMap<u32, Vec<u32>> {
     map
 }
 
+/// True once the process has begun to exit (the kernel's `PF_EXITING`, or a zombie): what it
+/// holds is on its way back.
+fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+    let state = fields.next().unwrap_or("");
+    // After the state: ppid, pgrp, session, tty_nr, tpgid, then the flags.
+    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+    state.starts_with(['Z', 'X']) || flags & PF_EXITING != 0
+}
+
 /// True while the process exists and is not a zombie.
 pub(crate) fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -808,5 +829,19 @@ mod tests {
             // On a tick, so that looks due together are made together.
             assert_eq!(deadline.duration_since(looks.epoch).as_nanos() % POLL.as_nanos(), 0);
         }
+    }
+
+    #[test]
+    fn a_running_process_is_not_exiting_and_a_zombie_is() {
+        assert!(!exiting(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not waited for yet: once it has ended it is a zombie until reaped.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !exiting(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(exiting(pid), "an ended, unreaped child is exiting");
+        child.wait().unwrap();
     }
 }
