@@ -245,21 +245,7 @@ impl Registry {
         if let Err(e) = entry.session.kill().await {
             tracing::warn!(sandbox = %id, error = %e, "killing the paused sandbox failed");
         }
-        let record = PausedRecord {
-            id: id.to_owned(),
-            template_id: entry.template_id.clone(),
-            metadata: entry.metadata.clone(),
-            env_vars: entry.env_vars.clone(),
-            envd_token: entry.envd_token.clone(),
-            traffic_token: entry.traffic_token.clone(),
-            started_at_ms: to_ms(entry.started_at),
-            paused_at_ms: to_ms(SystemTime::now()),
-            auto_pause: entry.lifecycle.auto_pause,
-            auto_pause_memory: entry.lifecycle.auto_pause_memory,
-            auto_resume: entry.lifecycle.auto_resume,
-            bytes: files.bytes,
-            memory: None,
-        };
+        let record = self.paused_record(&entry, files.bytes);
         let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
             Ok(dir) => dir,
             Err(e) => {
