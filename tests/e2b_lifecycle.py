@@ -1,13 +1,15 @@
 """A sandbox's life through E2B's official Python SDK against `waxell-sandbox serve`: pause and
-resume (three cycles, files kept, kernels fresh), auto-pause on timeout then connect, fork,
-snapshots, metrics, paginated and filtered lists, and the error shape of routes the server lacks.
+resume (three cycles, files kept, kernels fresh), the state while a pause goes on, auto-pause on
+timeout then connect, autoResume on traffic, fork, snapshots, metrics, paginated and filtered
+lists, and the error shape of routes the server lacks.
 Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY set.
 
     python e2b_lifecycle.py all                 # every check
     python e2b_lifecycle.py pause-for-restart   # create, write, pause; prints the sandbox id
     python e2b_lifecycle.py resume-after-restart ID
-    python e2b_lifecycle.py memory OWNER        # pause with memory (gVisor on Docker Engine at
-                                                # WAXELL_DOCKER_ENGINE_HOST; OWNER: the server's pid)
+    python e2b_lifecycle.py memory OWNER        # pause, fork and snapshot with memory (gVisor on
+                                                # Docker Engine at WAXELL_DOCKER_ENGINE_HOST;
+                                                # OWNER: the server's pid)
     python e2b_lifecycle.py memory-pause-for-restart
     python e2b_lifecycle.py memory-resume-after-restart ID
 """
@@ -130,10 +132,88 @@ def auto_pause_then_connect():
         sbx.kill()
 
 
+def state_while_pausing():
+    """From the moment a pause begins its data plane stops answering: info and the lists must say
+    paused from then on, never running (E2B's SDKs poll the state to know when to connect)."""
+    import threading
+    sbx = Sandbox.create(timeout=120)
+    try:
+        # Enough files that saving them takes a while.
+        sbx.commands.run("mkdir -p /home/user/bulk && for i in $(seq 40); do "
+                         "head -c 2000000 /dev/urandom > /home/user/bulk/f$i; done")
+        sbx.files.write(MARKER, "kept")
+        done = threading.Event()
+        answer = {}
+
+        def pause():
+            answer["r"] = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS,
+                                     json={"memory": False}, timeout=120)
+            done.set()
+
+        threading.Thread(target=pause, daemon=True).start()
+        seen = 0
+        while not done.is_set():
+            try:
+                sbx.files.read(MARKER, request_timeout=5)
+                continue
+            except Exception:
+                pass
+            # Its data plane no longer answers: whatever the API says now must be paused.
+            if done.is_set():
+                break
+            info = Sandbox.get_info(sbx.sandbox_id)
+            check(info.state == SandboxState.PAUSED, f"envd has stopped answering, info says {info.state}")
+            paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+            running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+            check(any(s.sandbox_id == sbx.sandbox_id for s in paused)
+                  and not any(s.sandbox_id == sbx.sandbox_id for s in running),
+                  "the lists say paused too")
+            seen += 1
+        check(answer["r"].status_code == 204, f"the pause ended ({answer['r'].status_code})")
+        check(seen > 0, f"the state was read while the pause went on ({seen} reads)")
+        check(state_of(sbx.sandbox_id) == SandboxState.PAUSED, "and it is paused")
+        sbx.connect(timeout=60)
+        check(sbx.files.read(MARKER) == "kept", "resumed with its files")
+    finally:
+        sbx.kill()
+
+
+def auto_resume_on_traffic():
+    """autoResume: traffic resumes a paused sandbox, but never one paused with its files only
+    (E2B's rule: that one is resumed by connect)."""
+    r = httpx.post(f"{API}/sandboxes", headers=HEADERS, json={
+        "templateID": "base", "autoPause": True, "autoPauseMemory": False, "autoResume": {"enabled": True}})
+    check(r.status_code == 400 and "autoResume" in r.json()["message"],
+          f"autoResume with a files-only auto-pause is refused ({r.status_code})")
+    sbx = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        sbx.files.write(MARKER, "traffic")
+        wait_for(lambda: state_of(sbx.sandbox_id) == SandboxState.PAUSED, "the auto-pause")
+        check(sbx.files.read(MARKER, request_timeout=60) == "traffic", "a file read resumed it (autoResume)")
+        check(state_of(sbx.sandbox_id) == SandboxState.RUNNING, "running again after the traffic")
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={"memory": False})
+        check(r.status_code == 204, "paused with its files only")
+        try:
+            sbx.files.read(MARKER, request_timeout=10)
+            raise AssertionError("traffic resumed a sandbox paused with memory: false")
+        except AssertionError:
+            raise
+        except Exception:
+            check(state_of(sbx.sandbox_id) == SandboxState.PAUSED, "traffic did not resume the files-only pause")
+        sbx.connect(timeout=60)
+        check(sbx.files.read(MARKER) == "traffic", "connect resumed it")
+    finally:
+        sbx.kill()
+
+
 def fork_and_snapshots():
     sbx = Sandbox.create(timeout=120, metadata={"role": "origin"})
     try:
         sbx.files.write(MARKER, "before fork")
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/fork", headers=HEADERS, json={"count": 1})
+        check(r.status_code == 201 and r.headers.get("waxell-fork") == "filesystem" and "warning" not in r.headers,
+              f"this backend forks the files, and says so without a warning ({r.headers.get('waxell-fork')})")
+        Sandbox.kill(r.json()[0]["sandbox"]["sandboxID"])
         forks = sbx.fork(count=2)
         check(len(forks) == 2 and all(f.sandbox_id != sbx.sandbox_id for f in forks), "two forks, new ids")
         for fork in forks:
@@ -320,6 +400,76 @@ def memory_cycles(owner):
         sbx.kill()
 
 
+def start_worker(sbx):
+    """A variable and a background process counting in memory; the worker's pid."""
+    sbx.run_code("x = 7\nimport subprocess, sys\n"
+                 f"worker = subprocess.Popen([sys.executable, '-c', {COUNTER!r}], start_new_session=True, "
+                 "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
+    pid = int(sbx.run_code("worker.pid").text)
+    wait_for(lambda: sbx.files.exists("/home/user/counter.txt"), "the worker's first count")
+    return pid
+
+
+def check_memory(sbx, pid, x, what):
+    """`sbx` has `x` and the worker `pid`, counting on in it."""
+    got = sbx.run_code("x")
+    check(got.error is None and got.text == str(x), f"{what}: the variable is {x} ({got.text})")
+    check(sbx.run_code("worker.poll()").text in (None, "None"), f"{what}: the worker runs")
+    before = int(sbx.files.read("/home/user/counter.txt").split()[1])
+    wait_for(lambda: int(sbx.files.read("/home/user/counter.txt").split()[1]) > before, f"{what}: counting on")
+    check(int(sbx.files.read("/home/user/counter.txt").split()[0]) == pid, f"{what}: the same worker {pid}")
+
+
+def memory_fork_and_snapshots(owner):
+    """Fork and snapshots keep memory where pauses do: each fork, and each sandbox created from a
+    snapshot, has the variables and the running worker; the source runs on, each on its own."""
+    sbx = Sandbox.create(timeout=180)
+    made = []
+    try:
+        pid = start_worker(sbx)
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/fork", headers=HEADERS, json={"count": 2, "timeout": 120})
+        check(r.status_code == 201 and r.headers.get("waxell-fork") == "memory",
+              f"forked with memory ({r.status_code} {r.headers.get('waxell-fork')} {r.headers.get('warning')})")
+        forks = [Sandbox.connect(f["sandbox"]["sandboxID"]) for f in r.json()]
+        made += forks
+        check(len(engine_containers(owner)) == 3, "three containers: the source and two forks")
+        for i, fork in enumerate(forks):
+            check_memory(fork, pid, 7, f"fork {i}")
+        forks[0].run_code("x = 100")
+        check(forks[1].run_code("x").text == "7", "each fork's variables are its own")
+        check_memory(sbx, pid, 7, "the source after the fork")
+        sbx.run_code("x = 8")
+
+        sbx.pause()
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/fork", headers=HEADERS, json={"count": 1, "timeout": 120})
+        check(r.headers.get("waxell-fork") == "memory", "a paused sandbox forks with memory")
+        of_paused = Sandbox.connect(r.json()[0]["sandbox"]["sandboxID"])
+        made.append(of_paused)
+        check_memory(of_paused, pid, 8, "the paused sandbox's fork")
+        check(state_of(sbx.sandbox_id) == SandboxState.PAUSED, "and the source stays paused")
+        sbx.connect(timeout=180)
+
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/snapshots", headers=HEADERS, json={"name": "with-memory"})
+        check(r.status_code == 201 and r.headers.get("waxell-snapshot") == "memory",
+              f"a snapshot with memory ({r.headers.get('waxell-snapshot')} {r.headers.get('warning')})")
+        snapshot_id = r.json()["snapshotID"]
+        sbx.run_code("x = 9")
+        for i in range(2):
+            r = httpx.post(f"{API}/sandboxes", headers=HEADERS, json={"templateID": snapshot_id, "timeout": 120})
+            check(r.status_code == 201 and r.headers.get("waxell-restore") == "memory",
+                  f"sandbox {i} from the snapshot restored from memory ({r.headers.get('waxell-restore')})")
+            child = Sandbox.connect(r.json()["sandboxID"])
+            made.append(child)
+            check_memory(child, pid, 8, f"sandbox {i} from the snapshot")
+        check_memory(sbx, pid, 9, "the source, changed after the snapshot, keeps its own")
+        check(Sandbox.delete_snapshot(snapshot_id), "the snapshot deleted")
+    finally:
+        for other in made:
+            other.kill()
+        sbx.kill()
+    wait_for(lambda: engine_containers(owner) == [], "no container left over")
+
+
 def memory_pause_for_restart():
     sbx = Sandbox.create(timeout=180)
     sbx.run_code("y = 'across restart'")
@@ -371,8 +521,8 @@ def resume_after_restart(sandbox_id, snapshot_id):
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "all"
     if mode == "all":
-        for step in (unknown_routes, pause_resume_cycles, auto_pause_then_connect, fork_and_snapshots, metrics,
-                     lists):
+        for step in (unknown_routes, pause_resume_cycles, state_while_pausing, auto_pause_then_connect,
+                     auto_resume_on_traffic, fork_and_snapshots, metrics, lists):
             step()
         print("all checks passed")
     elif mode == "pause-for-restart":
@@ -380,6 +530,7 @@ if __name__ == "__main__":
         print("all checks passed")
     elif mode == "memory":
         memory_cycles(sys.argv[2])
+        memory_fork_and_snapshots(sys.argv[2])
         print("all checks passed")
     elif mode == "memory-pause-for-restart":
         memory_pause_for_restart()

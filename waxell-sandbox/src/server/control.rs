@@ -22,9 +22,9 @@ use waxell::sandbox::SandboxMetrics;
 use super::body;
 use super::config::ENVD_VERSION;
 use super::error::ApiError;
-use super::lifecycle::{is_snapshot_id, PauseOutcome, ResumeOutcome};
+use super::lifecycle::{is_snapshot_id, KeptState, ResumeOutcome};
 use super::listing::{page, ListQuery, Listed};
-use super::registry::{constant_time_eq, CreateRequest, Lifecycle, SandboxEntry};
+use super::registry::{constant_time_eq, CreateRequest, Hold, Lifecycle, SandboxEntry};
 use super::state::AppState;
 use super::store::{from_ms, PausedRecord};
 
@@ -111,6 +111,14 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
             "autoResume needs autoPause (lifecycle.onTimeout: pause)",
         ));
     }
+    if auto_resume && !auto_pause_memory {
+        // E2B's rule: traffic never resumes a filesystem-only pause (it would cold-boot the
+        // sandbox under a request that expects its processes).
+        return Err(ApiError::bad_request(
+            "autoResume cannot be combined with autoPauseMemory: false: a sandbox paused with its \
+             files only is resumed by connect, not by traffic",
+        ));
+    }
     if auto_pause_memory && state.config.refuse_memory_pause && state.registry.keeps_memory().is_none() {
         // Said now rather than failing the pause (and killing the sandbox) when its time is up.
         return Err(ApiError::new(
@@ -131,9 +139,22 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
         },
         files: None,
     };
-    // A snapshot's id or name as the template: a sandbox with the snapshot's files.
+    // A snapshot's id or name as the template: a sandbox restored from the snapshot's checkpoint,
+    // or with its files; `Waxell-Restore` says which.
     let entry = match state.registry.saved.snapshot_for(&request.template_id) {
-        Some(snapshot) => state.registry.create_from_snapshot(&snapshot, request).await?,
+        Some(snapshot) => {
+            let (entry, outcome) = state.registry.create_from_snapshot(&snapshot, request).await?;
+            let mut response = (StatusCode::CREATED, Json(sandbox_json(&entry))).into_response();
+            let kind = if outcome == ResumeOutcome::Memory {
+                "memory"
+            } else {
+                "filesystem"
+            };
+            response
+                .headers_mut()
+                .insert("waxell-restore", axum::http::HeaderValue::from_static(kind));
+            return Ok(response);
+        }
         // Any other template is served by the backend's one image, but a snapshot id names a
         // snapshot: a deleted one is an error, not a fresh sandbox.
         None if is_snapshot_id(&request.template_id) => {
@@ -175,16 +196,21 @@ async fn list(State(state): State<Arc<AppState>>, RawQuery(query): RawQuery) -> 
 }
 
 fn list_matching(state: &AppState, query: &ListQuery) -> Result<Response, ApiError> {
-    let live = state.registry.list().into_iter().filter_map(|e| {
-        query
-            .matches(&e.metadata, "running", &e.template_id, e.started_at)
-            .then(|| Listed {
-                id: e.id.clone(),
-                at: e.started_at,
-                item: detail_json(&e),
-            })
+    // The live ones first: a sandbox whose pause ends meanwhile is then in both lists (listed
+    // once, paused), never in neither.
+    let live = state.registry.list_with_pausing();
+    let paused = state.registry.saved.all_paused();
+    let live = live.into_iter().filter_map(|e| {
+        let state = api_state(&e);
+        (!paused.iter().any(|p| p.record.id == e.id)
+            && query.matches(&e.metadata, state, &e.template_id, e.started_at))
+        .then(|| Listed {
+            id: e.id.clone(),
+            at: e.started_at,
+            item: detail_json(&e),
+        })
     });
-    let paused = state.registry.saved.all_paused().into_iter().filter_map(|p| {
+    let paused = paused.iter().filter_map(|p| {
         let r = &p.record;
         let started_at = from_ms(r.started_at_ms);
         query
@@ -264,7 +290,7 @@ async fn connect(
         None => None,
     };
     match state.registry.get(&id) {
-        Some(entry) if !entry.pausing.load(std::sync::atomic::Ordering::SeqCst) => {
+        Some(entry) if entry.hold() == Hold::Free => {
             if let Some(timeout) = timeout {
                 state.registry.set_timeout(&entry, timeout, true).await?;
             }
@@ -330,19 +356,28 @@ async fn pause(
     request: Body,
 ) -> Result<Response, ApiError> {
     let PauseRequest { memory } = body::json_request(&state.config, request).await?;
-    let outcome = state.registry.pause(&id, memory).await?;
-    let mut response = StatusCode::NO_CONTENT.into_response();
+    let kept = state.registry.pause(&id, memory).await?;
+    Ok(telling_kept(
+        StatusCode::NO_CONTENT.into_response(),
+        "waxell-pause",
+        &kept,
+    ))
+}
+
+/// `response` with `header: memory` or `filesystem` saying what a pause, snapshot or fork kept,
+/// and a `Warning` saying why where memory could have been kept but was not.
+fn telling_kept(mut response: Response, header: &'static str, kept: &KeptState) -> Response {
     let headers = response.headers_mut();
-    let kind = if outcome == PauseOutcome::Memory {
+    let kind = if *kept == KeptState::Memory {
         "memory"
     } else {
         "filesystem"
     };
-    headers.insert("waxell-pause", axum::http::HeaderValue::from_static(kind));
-    if let PauseOutcome::FilesNotMemory(reason) = &outcome {
+    headers.insert(header, axum::http::HeaderValue::from_static(kind));
+    if let KeptState::FilesNotMemory(reason) = kept {
         headers.insert(axum::http::header::WARNING, memory_warning(reason));
     }
-    Ok(response)
+    response
 }
 
 /// The `Warning` of a pause that kept the files only: RFC 7234's form, the reason quoted (one line
@@ -369,12 +404,16 @@ async fn snapshot(
     request: Body,
 ) -> Result<Response, ApiError> {
     let SnapshotBody { name } = body::json_request(&state.config, request).await?;
-    let record = state
+    let (record, kept) = state
         .registry
         .snapshot(&id, name.filter(|n| !n.is_empty()))
         .await?;
     let body = json!({"snapshotID": record.snapshot_id, "names": record.names});
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok(telling_kept(
+        (StatusCode::CREATED, Json(body)).into_response(),
+        "waxell-snapshot",
+        &kept,
+    ))
 }
 
 async fn list_snapshots(
@@ -444,7 +483,7 @@ async fn fork(
         Some(seconds) => state.registry.check_timeout(seconds)?,
         None => state.config.default_timeout,
     };
-    let forks = state.registry.fork(&id, count as usize, timeout).await?;
+    let (forks, kept) = state.registry.fork(&id, count as usize, timeout).await?;
     let results: Vec<Value> = forks
         .into_iter()
         .map(|fork| match fork {
@@ -452,7 +491,11 @@ async fn fork(
             Err(e) => json!({"error": {"code": e.status().as_u16(), "message": e.message()}}),
         })
         .collect();
-    Ok((StatusCode::CREATED, Json(Value::Array(results))).into_response())
+    Ok(telling_kept(
+        (StatusCode::CREATED, Json(Value::Array(results))).into_response(),
+        "waxell-fork",
+        &kept,
+    ))
 }
 
 #[derive(Deserialize)]
@@ -584,19 +627,34 @@ fn sandbox_json(entry: &SandboxEntry) -> wire::Sandbox {
     }
 }
 
+/// The state E2B's API gives a live sandbox: `paused` from the moment its pause begins (its
+/// data plane stops answering then).
+fn api_state(entry: &SandboxEntry) -> &'static str {
+    if entry.is_pausing() {
+        "paused"
+    } else {
+        "running"
+    }
+}
+
 /// E2B's `SandboxDetail` (also used for list entries, a superset of `ListedSandbox`).
 fn detail_json(entry: &SandboxEntry) -> Value {
+    let end_at = if entry.is_pausing() {
+        SystemTime::now()
+    } else {
+        entry.end_at()
+    };
     json!({
         "templateID": entry.template_id,
         "alias": entry.template_id,
         "sandboxID": entry.id,
         "clientID": CLIENT_ID,
         "startedAt": rfc3339(entry.started_at),
-        "endAt": rfc3339(entry.end_at()),
+        "endAt": rfc3339(end_at),
         "cpuCount": 1,
         "memoryMB": 512,
         "diskSizeMB": 512,
-        "state": "running",
+        "state": api_state(entry),
         "envdVersion": ENVD_VERSION,
         "metadata": entry.metadata,
         "lifecycle": lifecycle_json(entry.lifecycle),

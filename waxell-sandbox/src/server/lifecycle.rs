@@ -18,11 +18,16 @@
 //! answered with the files kept and says so (headers, log), or refused when the server is
 //! configured to (`refuse_memory_pause`).
 //! A snapshot is the same saved `home`, kept under its own id as a template new sandboxes start
-//! from; a fork saves once and starts `count` sandboxes from it.
+//! from; a fork saves once and starts `count` sandboxes from it. Where the backend keeps memory, a
+//! snapshot or fork of a running sandbox is its checkpoint instead: the sandbox is checkpointed and
+//! restored in place (same id, tokens and remaining lifetime; its commands, terminals and watchers
+//! end, as at a memory pause), and each fork, or each sandbox created from the snapshot, is
+//! restored from that checkpoint, its variables and processes with it. A fork of a paused
+//! sandbox restores from its pause's checkpoint and leaves it paused. If the source cannot be
+//! restored in place it stays paused with the checkpoint (connect resumes it): nothing is lost.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -31,7 +36,7 @@ use rand::distr::{Alphanumeric, SampleString};
 
 use super::config::ServerConfig;
 use super::error::ApiError;
-use super::registry::{new_sandbox_id, CreateRequest, Identity, Lifecycle, Registry, SandboxEntry};
+use super::registry::{new_sandbox_id, CreateRequest, Hold, Identity, Lifecycle, Registry, SandboxEntry};
 use super::saved::{self, SaveLimits};
 use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
 use crate::backend::Checkpoint;
@@ -71,14 +76,15 @@ pub(crate) struct Saved {
     pub(crate) lock: tokio::sync::Mutex<()>,
 }
 
-/// How a pause went.
+/// What a pause, a snapshot or a fork kept of the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PauseOutcome {
-    /// Memory and files kept (a checkpoint).
+pub(crate) enum KeptState {
+    /// Memory and files (a checkpoint).
     Memory,
-    /// Files kept, as asked (`memory: false`).
+    /// Files, as asked (`memory: false`) or all the backend keeps.
     Files,
-    /// Memory was asked for (or defaulted to) but only the files were kept, for this reason.
+    /// The backend keeps memory (or the client asked for it) but only the files were kept, for
+    /// this reason.
     FilesNotMemory(String),
 }
 
@@ -157,9 +163,12 @@ impl Saved {
         true
     }
 
-    /// Whether `id` is paused with `autoResume`.
+    /// Whether traffic to `id` resumes it: paused with `autoResume`, by a pause that did not ask
+    /// for the files only (E2B's rule).
     pub(crate) fn auto_resumes(&self, id: &str) -> bool {
-        lock(&self.paused).get(id).is_some_and(|p| p.record.auto_resume)
+        lock(&self.paused)
+            .get(id)
+            .is_some_and(|p| p.record.auto_resume && !p.record.refuses_auto_resume)
     }
 
     /// Every snapshot, newest first.
@@ -192,7 +201,7 @@ impl Saved {
 impl Registry {
     /// Pause the live sandbox `id`: save its files, kill it, keep its record. `memory`: what the
     /// client asked (`None`: E2B's default, memory).
-    pub(crate) async fn pause(&self, id: &str, memory: Option<bool>) -> Result<PauseOutcome, ApiError> {
+    pub(crate) async fn pause(&self, id: &str, memory: Option<bool>) -> Result<KeptState, ApiError> {
         let wants_memory = memory.unwrap_or(true);
         let keeper = self.keeps_memory();
         if wants_memory && keeper.is_none() && self.config.refuse_memory_pause {
@@ -221,43 +230,39 @@ impl Registry {
             ));
         }
         let entry = self.get(id).ok_or_else(|| sandbox_not_found(id))?;
-        // Requests stop reaching it while its files are saved; info and kill still find it.
-        entry.pausing.store(true, Ordering::SeqCst);
+        // Paused from here on, as info and the lists say: requests stop reaching it while it is
+        // saved; info and kill still find it.
+        entry.set_hold(if wants_memory {
+            Hold::Pausing
+        } else {
+            Hold::PausingFilesOnly
+        });
         let mut not_kept =
             "this backend pauses files only; processes and kernels restart on resume".to_owned();
         if let Some(keeper) = keeper.filter(|_| wants_memory) {
             match self.checkpoint(&entry, keeper).await {
-                Ok(()) => return Ok(PauseOutcome::Memory),
+                Ok(()) => return Ok(KeptState::Memory),
                 Err(reason) => {
                     tracing::warn!(sandbox = %id, "pause with memory failed, keeping the files only: {reason}");
                     not_kept = format!("the checkpoint failed ({reason}); kernels restart on resume");
                 }
             }
         }
-        let saved_files = self.save_live_files(&entry).await;
-        let (staging, files) = match saved_files {
+        let (staging, files) = match self.save_live_files(&entry).await {
             Ok(saved) => saved,
             Err(e) => {
-                entry.pausing.store(false, Ordering::SeqCst);
+                entry.set_hold(Hold::Free);
                 return Err(e);
             }
         };
         if let Err(e) = entry.session.kill().await {
             tracing::warn!(sandbox = %id, error = %e, "killing the paused sandbox failed");
         }
-        let record = self.paused_record(&entry, files.bytes);
-        let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
-            Ok(dir) => dir,
-            Err(e) => {
-                // Killed and not kept: it is gone.
-                saved.store.discard(&staging);
-                self.map().remove(id);
-                return Err(store_error("cannot keep the paused sandbox", e));
-            }
-        };
-        // Paused before it leaves the live map, so info never finds neither.
-        lock(&saved.paused).insert(id.to_owned(), Arc::new(Kept { record, dir }));
-        self.map().remove(id);
+        let mut record = self.paused_record(&entry, files.bytes);
+        record.refuses_auto_resume = !wants_memory;
+        // Killed: kept now, or gone.
+        self.keep_paused(&staging, record)
+            .map_err(|e| store_error("cannot keep the paused sandbox", e))?;
         tracing::info!(sandbox = %id, bytes = files.bytes, files = files.files, "sandbox paused (files kept)");
         Ok(if wants_memory {
             tracing::warn!(
@@ -265,9 +270,9 @@ impl Registry {
                 backend = self.backend_name(),
                 "pause asked to keep memory; memory not kept: {not_kept}"
             );
-            PauseOutcome::FilesNotMemory(not_kept)
+            KeptState::FilesNotMemory(not_kept)
         } else {
-            PauseOutcome::Files
+            KeptState::Files
         })
     }
 
@@ -275,20 +280,9 @@ impl Registry {
     /// pausing): checkpointed into the store, the sandbox ended. On failure, why (the sandbox is
     /// then still live, though its commands and terminals may have ended).
     async fn checkpoint(&self, entry: &SandboxEntry, keeper: &dyn KeepsMemory) -> Result<(), String> {
-        let saved = &self.saved;
         let id = &entry.id;
         let began = std::time::Instant::now();
-        let staging = saved
-            .store
-            .staging()
-            .map_err(|e| format!("cannot make a staging directory: {e}"))?;
-        let checkpoint = match keeper.checkpoint(&*entry.session, &staging).await {
-            Ok(checkpoint) => checkpoint,
-            Err(e) => {
-                saved.store.discard(&staging);
-                return Err(e.to_string());
-            }
-        };
+        let (staging, checkpoint) = self.checkpoint_into_staging(entry, keeper).await?;
         // Stopped now: from here on it is kept or gone.
         let bytes = saved::tree_bytes(&staging).await;
         let files = saved::tree_bytes(&staging.join(HOME_COPY)).await;
@@ -304,17 +298,10 @@ impl Registry {
             record.memory = Some(checkpoint);
         }
         let kept_memory = record.memory.is_some();
-        let dir = match saved.store.commit(&staging, Kind::Paused, id, &record) {
-            Ok(dir) => dir,
-            Err(e) => {
-                saved.store.discard(&staging);
-                self.map().remove(id);
-                tracing::warn!(sandbox = %id, "cannot keep the paused sandbox, it is gone: {e}");
-                return Ok(());
-            }
-        };
-        lock(&saved.paused).insert(id.clone(), Arc::new(Kept { record, dir }));
-        self.map().remove(id);
+        if let Err(e) = self.keep_paused(&staging, record) {
+            tracing::warn!(sandbox = %id, "cannot keep the paused sandbox, it is gone: {e}");
+            return Ok(());
+        }
         tracing::info!(
             sandbox = %id,
             bytes,
@@ -323,6 +310,47 @@ impl Registry {
             "sandbox paused (checkpoint)"
         );
         Ok(())
+    }
+
+    /// Checkpoint the live `entry` into a new staging directory (the sandbox stops). On failure,
+    /// why; nothing is left behind and the sandbox still runs.
+    async fn checkpoint_into_staging(
+        &self,
+        entry: &SandboxEntry,
+        keeper: &dyn KeepsMemory,
+    ) -> Result<(PathBuf, Checkpoint), String> {
+        let store = &self.saved.store;
+        let staging = store
+            .staging()
+            .map_err(|e| format!("cannot make a staging directory: {e}"))?;
+        match keeper.checkpoint(&*entry.session, &staging).await {
+            Ok(checkpoint) => Ok((staging, checkpoint)),
+            Err(e) => {
+                store.discard(&staging);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    /// Keep `record` (its files, and checkpoint if any, in `staging`) as a paused sandbox, and take
+    /// the live one of that id out of the live map. The caller holds [`Saved::lock`]. On failure
+    /// the staging directory is removed and the sandbox, ended already, is forgotten: it is gone.
+    fn keep_paused(&self, staging: &std::path::Path, record: PausedRecord) -> std::io::Result<()> {
+        let saved = &self.saved;
+        let id = record.id.clone();
+        match saved.store.commit(staging, Kind::Paused, &id, &record) {
+            Ok(dir) => {
+                // Paused before it leaves the live map, so info never finds neither.
+                lock(&saved.paused).insert(id.clone(), Arc::new(Kept { record, dir }));
+                self.map().remove(&id);
+                Ok(())
+            }
+            Err(e) => {
+                saved.store.discard(staging);
+                self.map().remove(&id);
+                Err(e)
+            }
+        }
     }
 
     /// The record of `entry` paused now, its files `bytes` large.
@@ -341,7 +369,73 @@ impl Registry {
             auto_resume: entry.lifecycle.auto_resume,
             bytes,
             memory: None,
+            refuses_auto_resume: false,
         }
+    }
+
+    /// Checkpoint the live `entry` for a fork or a snapshot and bring it back in place (same id,
+    /// tokens and remaining lifetime) from the checkpoint, which stays in the returned staging
+    /// directory. If it cannot be brought back it is kept paused with a copy of the checkpoint
+    /// (connect resumes it). On failure to checkpoint, why: the sandbox still runs.
+    async fn checkpoint_in_place(
+        &self,
+        entry: &SandboxEntry,
+        keeper: &dyn KeepsMemory,
+    ) -> Result<(PathBuf, Checkpoint), String> {
+        let id = &entry.id;
+        let began = std::time::Instant::now();
+        entry.set_hold(Hold::Copying);
+        let (staging, checkpoint) = match self.checkpoint_into_staging(entry, keeper).await {
+            Ok(taken) => taken,
+            Err(reason) => {
+                entry.set_hold(Hold::Free);
+                return Err(reason);
+            }
+        };
+        let identity = Identity {
+            id: id.clone(),
+            envd_token: entry.envd_token.clone(),
+            traffic_token: entry.traffic_token.clone(),
+            started_at: entry.started_at,
+        };
+        let remaining = entry
+            .end_at()
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let request = CreateRequest {
+            template_id: entry.template_id.clone(),
+            timeout: remaining.max(Duration::from_secs(1)),
+            metadata: entry.metadata.clone(),
+            env_vars: entry.env_vars.clone(),
+            lifecycle: entry.lifecycle,
+            files: None,
+        };
+        match self
+            .restore(identity, &request, keeper, &checkpoint, &staging)
+            .await
+        {
+            Ok(_) => tracing::info!(
+                sandbox = %id,
+                ms = began.elapsed().as_millis() as u64,
+                "checkpointed and restored in place"
+            ),
+            Err(e) => {
+                tracing::warn!(sandbox = %id, "restoring in place failed, keeping it paused: {}", e.message());
+                let kept = async {
+                    let copy = self.saved.store.staging()?;
+                    saved::link_tree(&staging, &copy).await?;
+                    let files = saved::tree_bytes(&copy.join(HOME_COPY)).await;
+                    let mut record = self.paused_record(entry, files);
+                    record.memory = Some(checkpoint.clone());
+                    self.keep_paused(&copy, record)
+                };
+                if let Err(e) = kept.await {
+                    tracing::warn!(sandbox = %id, "cannot keep it paused either, it is gone: {e}");
+                    self.map().remove(id);
+                }
+            }
+        }
+        Ok((staging, checkpoint))
     }
 
     /// Resume the paused sandbox `id` with a lifetime of `timeout`: restored from its checkpoint
@@ -364,7 +458,7 @@ impl Registry {
         }
         let paused = saved.paused(id).ok_or_else(|| sandbox_not_found(id))?;
         let record = &paused.record;
-        let identity = Identity {
+        let identity = || Identity {
             id: record.id.clone(),
             envd_token: record.envd_token.clone(),
             traffic_token: record.traffic_token.clone(),
@@ -383,59 +477,59 @@ impl Registry {
             files: Some(paused.home()),
         };
         // Kept paused until the new sandbox runs: a failed resume loses nothing.
-        let mut outcome = ResumeOutcome::Files;
-        let mut restored = None;
-        if let Some(checkpoint) = &record.memory {
-            match self.keeps_memory() {
-                Some(keeper) => {
-                    let began = std::time::Instant::now();
-                    match self
-                        .restore(&identity, &request, keeper, checkpoint, &paused.dir)
-                        .await
-                    {
-                        Ok(entry) => {
-                            tracing::info!(sandbox = %id, ms = began.elapsed().as_millis() as u64, "restored from its checkpoint");
-                            restored = Some(entry);
-                            outcome = ResumeOutcome::Memory;
-                        }
-                        Err(e) => tracing::warn!(
-                            sandbox = %id,
-                            "restoring the checkpoint failed, resuming from the files: {}",
-                            e.message()
-                        ),
-                    }
-                }
-                None => tracing::warn!(
-                    sandbox = %id,
-                    "paused with memory, but this server's backend cannot restore it: resuming from the files"
-                ),
-            }
-        }
-        let entry = match restored {
-            Some(entry) => entry,
-            None => self.create_as(identity, request).await?,
-        };
+        let (entry, outcome) = self
+            .restore_or_create(identity, request, record.memory.as_ref(), &paused.dir)
+            .await;
+        let entry = entry?;
         lock(&saved.paused).remove(id);
         saved.store.remove(Kind::Paused, id);
         tracing::info!(sandbox = %id, "sandbox resumed");
         Ok((entry, outcome))
     }
 
+    /// The sandbox `identity` restored from `checkpoint` (in `dir`) where there is one and it
+    /// restores, else made by the backend with `request.files`; registered. What it got back.
+    async fn restore_or_create(
+        &self,
+        identity: impl Fn() -> Identity,
+        request: CreateRequest,
+        checkpoint: Option<&Checkpoint>,
+        dir: &std::path::Path,
+    ) -> (Result<Arc<SandboxEntry>, ApiError>, ResumeOutcome) {
+        if let Some(checkpoint) = checkpoint {
+            match self.keeps_memory() {
+                Some(keeper) => {
+                    let began = std::time::Instant::now();
+                    match self.restore(identity(), &request, keeper, checkpoint, dir).await {
+                        Ok(entry) => {
+                            tracing::info!(sandbox = %entry.id, ms = began.elapsed().as_millis() as u64, "restored from a checkpoint");
+                            return (Ok(entry), ResumeOutcome::Memory);
+                        }
+                        Err(e) => tracing::warn!(
+                            sandbox = %identity().id,
+                            "restoring the checkpoint failed, starting from the files: {}",
+                            e.message()
+                        ),
+                    }
+                }
+                None => tracing::warn!(
+                    sandbox = %identity().id,
+                    "kept with memory, but this server's backend cannot restore it: starting from the files"
+                ),
+            }
+        }
+        (self.create_as(identity(), request).await, ResumeOutcome::Files)
+    }
+
     /// The sandbox `identity` restored from `checkpoint` (in `dir`), registered.
     async fn restore(
         &self,
-        identity: &Identity,
+        identity: Identity,
         request: &CreateRequest,
         keeper: &dyn KeepsMemory,
         checkpoint: &Checkpoint,
         dir: &std::path::Path,
     ) -> Result<Arc<SandboxEntry>, ApiError> {
-        let identity = Identity {
-            id: identity.id.clone(),
-            envd_token: identity.envd_token.clone(),
-            traffic_token: identity.traffic_token.clone(),
-            started_at: identity.started_at,
-        };
         let request = CreateRequest {
             files: None,
             ..request.clone()
@@ -488,8 +582,43 @@ impl Registry {
         Ok((staging, paused.record.template_id.clone(), paused.record.bytes))
     }
 
-    /// A snapshot of sandbox `id`'s files, named `name` if given.
-    pub(crate) async fn snapshot(&self, id: &str, name: Option<String>) -> Result<SnapshotRecord, ApiError> {
+    /// The checkpoint of sandbox `id` for a snapshot, in a new staging directory, where the
+    /// backend keeps memory: a running sandbox is checkpointed in place; a paused one lends a
+    /// copy of its pause's checkpoint. `Err`: why it is files only (`None`: the backend keeps no
+    /// memory, which needs no word).
+    async fn checkpoint_for_copy(&self, id: &str) -> Result<(PathBuf, Checkpoint, String), Option<String>> {
+        let keeper = self.keeps_memory().ok_or(None)?;
+        if let Some(entry) = self.get(id) {
+            let (staging, checkpoint) = self.checkpoint_in_place(&entry, keeper).await.map_err(Some)?;
+            return Ok((staging, checkpoint, entry.template_id.clone()));
+        }
+        let paused = self.saved.paused(id).ok_or(None)?;
+        let checkpoint = paused
+            .record
+            .memory
+            .clone()
+            .ok_or_else(|| Some("the sandbox is paused with its files only".to_owned()))?;
+        let linked = async {
+            let staging = self.saved.store.staging()?;
+            if let Err(e) = saved::link_tree(&paused.dir, &staging).await {
+                self.saved.store.discard(&staging);
+                return Err(e);
+            }
+            Ok(staging)
+        };
+        let staging = linked
+            .await
+            .map_err(|e: std::io::Error| Some(format!("cannot copy its pause's checkpoint: {e}")))?;
+        Ok((staging, checkpoint, paused.record.template_id.clone()))
+    }
+
+    /// A snapshot of sandbox `id`, named `name` if given: its checkpoint where the backend keeps
+    /// memory, else its files.
+    pub(crate) async fn snapshot(
+        &self,
+        id: &str,
+        name: Option<String>,
+    ) -> Result<(SnapshotRecord, KeptState), ApiError> {
         let saved = &self.saved;
         let _guard = saved.lock.lock().await;
         if self.get(id).is_none() && saved.paused(id).is_none() {
@@ -511,10 +640,29 @@ impl Registry {
                 )));
             }
         }
-        let (staging, template_id, bytes) = self.save_files_of(id).await?;
+        let (staging, template_id, memory, kept) = match self.checkpoint_for_copy(id).await {
+            Ok((staging, checkpoint, template_id)) => {
+                let bytes = saved::tree_bytes(&staging).await;
+                if bytes > self.config.max_saved_bytes {
+                    saved::keep_only(&staging, HOME_COPY).await;
+                    let why = format!(
+                        "its checkpoint ({bytes} bytes) is larger than this server keeps (--max-saved-mib)"
+                    );
+                    (staging, template_id, None, KeptState::FilesNotMemory(why))
+                } else {
+                    (staging, template_id, Some(checkpoint), KeptState::Memory)
+                }
+            }
+            Err(why) => {
+                let (staging, template_id, _) = self.save_files_of(id).await?;
+                let kept = why.map_or(KeptState::Files, KeptState::FilesNotMemory);
+                (staging, template_id, None, kept)
+            }
+        };
+        let bytes = saved::tree_bytes(&staging.join(HOME_COPY)).await;
         let record = SnapshotRecord {
             snapshot_id: format!(
-                "snapshot-{}",
+                "{SNAPSHOT_ID_PREFIX}{}",
                 Alphanumeric.sample_string(&mut rand::rng(), 16).to_lowercase()
             ),
             names: name.into_iter().collect(),
@@ -522,11 +670,18 @@ impl Registry {
             template_id,
             created_at_ms: to_ms(SystemTime::now()),
             bytes,
+            memory,
         };
-        let dir = saved
+        let dir = match saved
             .store
             .commit(&staging, Kind::Snapshot, &record.snapshot_id, &record)
-            .map_err(|e| store_error("cannot keep the snapshot", e))?;
+        {
+            Ok(dir) => dir,
+            Err(e) => {
+                saved.store.discard(&staging);
+                return Err(store_error("cannot keep the snapshot", e));
+            }
+        };
         lock(&saved.snapshots).insert(
             record.snapshot_id.clone(),
             Arc::new(Kept {
@@ -534,8 +689,8 @@ impl Registry {
                 dir,
             }),
         );
-        tracing::info!(sandbox = %id, snapshot = %record.snapshot_id, bytes, "snapshot taken");
-        Ok(record)
+        tracing::info!(sandbox = %id, snapshot = %record.snapshot_id, bytes, memory = record.memory.is_some(), "snapshot taken");
+        Ok((record, kept))
     }
 
     /// Delete the snapshot `id` (or the one a name names) and its files; false if there is none.
@@ -551,13 +706,13 @@ impl Registry {
         true
     }
 
-    /// A create from a snapshot: `request` with the snapshot's files, made while the snapshot
-    /// cannot be deleted.
+    /// A create from a snapshot: `request` restored from the snapshot's checkpoint where it has
+    /// one, else with its files; made while the snapshot cannot be deleted.
     pub(crate) async fn create_from_snapshot(
         &self,
         snapshot: &Kept<SnapshotRecord>,
         mut request: CreateRequest,
-    ) -> Result<Arc<SandboxEntry>, ApiError> {
+    ) -> Result<(Arc<SandboxEntry>, ResumeOutcome), ApiError> {
         let _guard = self.saved.lock.lock().await;
         if lock(&self.saved.snapshots)
             .get(&snapshot.record.snapshot_id)
@@ -570,17 +725,27 @@ impl Registry {
         }
         request.files = Some(snapshot.home());
         request.template_id = snapshot.record.snapshot_id.clone();
-        self.create(request).await
+        let id = new_sandbox_id();
+        let (entry, outcome) = self
+            .restore_or_create(
+                || Identity::new(id.clone()),
+                request,
+                snapshot.record.memory.as_ref(),
+                &snapshot.dir,
+            )
+            .await;
+        Ok((entry?, outcome))
     }
 
-    /// `count` new sandboxes with the files of sandbox `id` (live or paused), its template,
-    /// metadata and environment, each living `timeout`. One result per fork.
+    /// `count` new sandboxes with the files of sandbox `id` (live or paused), and its memory where
+    /// the backend keeps it; its template, metadata and environment, each living `timeout`. One
+    /// result per fork, and what they kept.
     pub(crate) async fn fork(
         &self,
         id: &str,
         count: usize,
         timeout: Duration,
-    ) -> Result<Vec<Result<Arc<SandboxEntry>, ApiError>>, ApiError> {
+    ) -> Result<(Vec<Result<Arc<SandboxEntry>, ApiError>>, KeptState), ApiError> {
         let saved = &self.saved;
         let _guard = saved.lock.lock().await;
         let (metadata, env_vars) = if let Some(entry) = self.get(id) {
@@ -590,8 +755,22 @@ impl Registry {
         } else {
             return Err(sandbox_not_found(id));
         };
-        let (staging, template_id, _) = self.save_files_of(id).await?;
+        let (staging, template_id, checkpoint, mut kept) = match self.checkpoint_for_copy(id).await {
+            Ok((staging, checkpoint, template_id)) => {
+                (staging, template_id, Some(checkpoint), KeptState::Memory)
+            }
+            Err(why) => {
+                let (staging, template_id, _) = self.save_files_of(id).await?;
+                (
+                    staging,
+                    template_id,
+                    None,
+                    why.map_or(KeptState::Files, KeptState::FilesNotMemory),
+                )
+            }
+        };
         let mut forks = Vec::with_capacity(count);
+        let mut from_files = 0;
         for _ in 0..count {
             let request = CreateRequest {
                 template_id: template_id.clone(),
@@ -601,10 +780,27 @@ impl Registry {
                 lifecycle: Lifecycle::default(),
                 files: Some(staging.join(HOME_COPY)),
             };
-            forks.push(self.create_as(Identity::new(new_sandbox_id()), request).await);
+            let fork_id = new_sandbox_id();
+            let (fork, outcome) = self
+                .restore_or_create(
+                    || Identity::new(fork_id.clone()),
+                    request,
+                    checkpoint.as_ref(),
+                    &staging,
+                )
+                .await;
+            if checkpoint.is_some() && outcome == ResumeOutcome::Files && fork.is_ok() {
+                from_files += 1;
+            }
+            forks.push(fork);
         }
         saved.store.discard(&staging);
-        tracing::info!(sandbox = %id, count, "sandbox forked");
-        Ok(forks)
+        if from_files > 0 {
+            kept = KeptState::FilesNotMemory(format!(
+                "{from_files} of {count} forks could not be restored from the checkpoint and started from the files"
+            ));
+        }
+        tracing::info!(sandbox = %id, count, memory = checkpoint.is_some(), "sandbox forked");
+        Ok((forks, kept))
     }
 }

@@ -42,11 +42,26 @@ pub(crate) struct SandboxEntry {
     pub(crate) watchers: Watchers,
     /// What happens when its lifetime ends.
     pub(crate) lifecycle: Lifecycle,
-    /// Being paused: its files are being saved, so requests no longer reach it.
-    pub(crate) pausing: std::sync::atomic::AtomicBool,
+    /// Whether a pause, or a fork's or snapshot's checkpoint, holds it now ([`Hold`]).
+    hold: std::sync::atomic::AtomicU8,
     /// Its running processes (envd's process RPCs).
     pub(crate) processes: Arc<super::process::ProcessTable>,
     deadline: Mutex<Deadline>,
+}
+
+/// What holds a live sandbox, so that requests no longer reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Hold {
+    /// Nothing: it serves requests.
+    Free,
+    /// Being paused: info and the lists say `paused`; traffic resumes it when it has autoResume.
+    Pausing,
+    /// Being paused with the files only (`memory: false`): traffic never resumes it (E2B's rule).
+    PausingFilesOnly,
+    /// Checkpointed for a fork or a snapshot, and coming back under its id: still `running`, and
+    /// traffic waits for it.
+    Copying,
 }
 
 /// E2B's `lifecycle`: pause instead of kill at the end of the lifetime (asking to keep memory or
@@ -87,6 +102,25 @@ struct Deadline {
 }
 
 impl SandboxEntry {
+    /// What holds it now.
+    pub(crate) fn hold(&self) -> Hold {
+        match self.hold.load(Ordering::SeqCst) {
+            1 => Hold::Pausing,
+            2 => Hold::PausingFilesOnly,
+            3 => Hold::Copying,
+            _ => Hold::Free,
+        }
+    }
+
+    pub(crate) fn set_hold(&self, hold: Hold) {
+        self.hold.store(hold as u8, Ordering::SeqCst);
+    }
+
+    /// Being paused (the state the API reports).
+    pub(crate) fn is_pausing(&self) -> bool {
+        matches!(self.hold(), Hold::Pausing | Hold::PausingFilesOnly)
+    }
+
     /// When the sandbox will be killed (wall clock).
     pub(crate) fn end_at(&self) -> SystemTime {
         self.deadline.lock().unwrap_or_else(|e| e.into_inner()).wall
@@ -219,7 +253,9 @@ impl Registry {
         let in_flight = self.creating.fetch_add(1, Ordering::SeqCst);
         let _reservation = Reservation(&self.creating);
         let live = self.map().len();
-        if live + in_flight >= self.config.max_sandboxes {
+        // A sandbox restored in place of itself (a fork's or a snapshot's source) takes no new place.
+        let replaces = self.map().contains_key(&identity.id);
+        if !replaces && live + in_flight >= self.config.max_sandboxes {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 format!(
@@ -257,7 +293,7 @@ impl Registry {
             envd_token,
             traffic_token,
             lifecycle: request.lifecycle,
-            pausing: std::sync::atomic::AtomicBool::new(false),
+            hold: std::sync::atomic::AtomicU8::new(Hold::Free as u8),
             processes: Arc::default(),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
@@ -274,12 +310,19 @@ impl Registry {
         self.map().get(id).cloned()
     }
 
+    /// All live sandboxes, those being paused too, oldest first.
+    pub(crate) fn list_with_pausing(&self) -> Vec<Arc<SandboxEntry>> {
+        let mut all: Vec<_> = self.map().values().cloned().collect();
+        all.sort_by_key(|e| e.started_at);
+        all
+    }
+
     /// All live sandboxes (not those being paused), oldest first.
     pub(crate) fn list(&self) -> Vec<Arc<SandboxEntry>> {
         let mut all: Vec<_> = self
             .map()
             .values()
-            .filter(|e| !e.pausing.load(Ordering::SeqCst))
+            .filter(|e| e.hold() == Hold::Free)
             .cloned()
             .collect();
         all.sort_by_key(|e| e.started_at);
@@ -356,10 +399,22 @@ impl Registry {
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| ApiError::bad_request(format!("Missing header: {SANDBOX_ID_HEADER}")))?;
         let entry = match self.get(id) {
-            Some(entry) if entry.pausing.load(Ordering::SeqCst) => {
-                return Err(ApiError::sandbox_not_running(id))
-            }
-            Some(entry) => entry,
+            Some(entry) => match entry.hold() {
+                Hold::Free => entry,
+                // autoResume: traffic during a pause waits for it, then resumes the sandbox.
+                Hold::Pausing if entry.lifecycle.auto_resume => {
+                    self.resume(id, self.config.default_timeout).await?
+                }
+                Hold::Pausing | Hold::PausingFilesOnly => return Err(ApiError::sandbox_not_running(id)),
+                // Back under its id once the fork or snapshot is done (they hold the lock).
+                Hold::Copying => {
+                    drop(self.saved.lock.lock().await);
+                    match self.get(id) {
+                        Some(entry) if entry.hold() == Hold::Free => entry,
+                        _ => return Err(ApiError::sandbox_not_running(id)),
+                    }
+                }
+            },
             None if id == DEBUG_SANDBOX_ID && self.config.debug_sandbox => {
                 if self.config.api_key.is_some() {
                     // Debug mode sends no key and no token: serving it would open the server.

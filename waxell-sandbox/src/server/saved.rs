@@ -386,6 +386,29 @@ pub(crate) async fn keep_only(dir: &Path, keep: &str) {
     }
 }
 
+/// Copy the kept entry `from` (a checkpoint with its files) into the new directory `to` as hard
+/// links (`cp -al`: owners, modes and special files as they are, no data copied): neither copy is
+/// ever written in place, and each can be removed on its own.
+pub(crate) async fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    let output = tokio::process::Command::new("cp")
+        .arg("-al")
+        .arg("--")
+        .arg(from.join("."))
+        .arg(to)
+        .output()
+        .await?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "cp -al {} {}: {}",
+            from.display(),
+            to.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
 /// Copy a saved tree (a paused sandbox's files into a snapshot).
 pub(crate) async fn copy_saved(from: &Path, to: &Path) -> Result<(), ApiError> {
     let (from, to) = (from.to_path_buf(), to.to_path_buf());

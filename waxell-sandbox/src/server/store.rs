@@ -57,9 +57,14 @@ pub(crate) struct PausedRecord {
     /// plain copy of `/home/user`).
     #[serde(default)]
     pub(crate) memory: Option<crate::backend::Checkpoint>,
+    /// The pause asked for the files only (`memory: false`): as E2B, traffic does not resume it
+    /// (autoResume); connect and resume do.
+    #[serde(default)]
+    pub(crate) refuses_auto_resume: bool,
 }
 
-/// A snapshot: a saved `/home/user` new sandboxes start from.
+/// A snapshot: a saved `/home/user` new sandboxes start from, and their memory where the backend
+/// checkpoints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SnapshotRecord {
     pub(crate) snapshot_id: String,
@@ -70,6 +75,10 @@ pub(crate) struct SnapshotRecord {
     pub(crate) template_id: String,
     pub(crate) created_at_ms: u64,
     pub(crate) bytes: u64,
+    /// Taken with the sandbox's memory: the checkpoint in this entry's directory, which every
+    /// sandbox created from it is restored from.
+    #[serde(default)]
+    pub(crate) memory: Option<crate::backend::Checkpoint>,
 }
 
 pub(crate) fn to_ms(time: SystemTime) -> u64 {
