@@ -11,8 +11,9 @@ use waxell_sandbox::server::{router, ServerConfig};
 mod e2b_support;
 
 use e2b_support::{client_config, local_backend, server_config, start_server, API_KEY};
+use opentelemetry::{Array, StringValue, Value};
 use waxell::e2b::E2bBackend;
-use waxell::sandbox::{Sandbox, SandboxBackend, SandboxOptions};
+use waxell::sandbox::{Sandbox, SandboxBackend, SandboxError, SandboxOptions};
 
 fn config(state_dir: &std::path::Path) -> ServerConfig {
     ServerConfig::new()
@@ -191,9 +192,10 @@ async fn a_paused_sandbox_and_a_snapshot_survive_a_restart() {
     );
 }
 
-/// waxell's own E2B client: pause, resume and metrics through the traced `Sandbox` wrapper.
+/// waxell's own E2B client: pause, resume, snapshots, fork and metrics through the traced
+/// `Sandbox` wrapper.
 #[tokio::test]
-async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
+async fn the_rust_client_pauses_resumes_snapshots_forks_and_reads_metrics_in_spans() {
     let capture = waxell::testing::capture();
     let url = start_server(server_config()).await;
     let backend = E2bBackend::new(client_config(&url)).unwrap();
@@ -224,7 +226,78 @@ async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
             .text(),
         Some("42")
     );
+
+    // A snapshot keeps the files as they were when it was taken.
+    let snapshot = sandbox.snapshot(Some("rust-client")).await.unwrap();
+    assert!(snapshot.id.starts_with("snapshot-"), "{snapshot:?}");
+    assert_eq!(snapshot.names, ["rust-client"]);
+    sandbox
+        .write_file("kept.txt", b"after the snapshot")
+        .await
+        .unwrap();
+    let from_snapshot = Sandbox::create(&backend, &options.clone().with_template(&snapshot.id))
+        .await
+        .unwrap();
+    assert_ne!(from_snapshot.sandbox_id(), sandbox.sandbox_id());
+    assert_eq!(
+        from_snapshot.read_file("kept.txt").await.unwrap(),
+        b"through a pause"
+    );
+    from_snapshot.kill().await.unwrap();
+    assert!(backend.delete_snapshot(&snapshot.id).await.unwrap(), "deleted");
+    assert!(
+        !backend.delete_snapshot(&snapshot.id).await.unwrap(),
+        "deleted once only"
+    );
+    let deleted = Sandbox::create(&backend, &options.clone().with_template(&snapshot.id)).await;
+    assert!(
+        matches!(deleted, Err(SandboxError::NotFound(_))),
+        "a deleted snapshot starts nothing: {deleted:?}"
+    );
+
+    // Forks start with the files as they are now, and each has its own.
+    let forks: Vec<Sandbox> = sandbox
+        .fork(2, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(forks.len(), 2);
+    let fork_ids: Vec<String> = forks.iter().map(|f| f.sandbox_id().to_owned()).collect();
+    assert!(
+        fork_ids[0] != fork_ids[1] && !fork_ids.iter().any(|id| id == sandbox.sandbox_id()),
+        "{fork_ids:?}"
+    );
+    for fork in &forks {
+        assert_eq!(fork.backend(), "e2b");
+        assert_eq!(fork.read_file("kept.txt").await.unwrap(), b"after the snapshot");
+    }
+    forks[0]
+        .write_file("kept.txt", b"in the first fork")
+        .await
+        .unwrap();
+    assert_eq!(
+        forks[0].read_file("kept.txt").await.unwrap(),
+        b"in the first fork"
+    );
+    assert_eq!(
+        forks[1].read_file("kept.txt").await.unwrap(),
+        b"after the snapshot"
+    );
+    assert_eq!(
+        sandbox.read_file("kept.txt").await.unwrap(),
+        b"after the snapshot"
+    );
+    for fork in &forks {
+        fork.kill().await.unwrap();
+    }
     sandbox.kill().await.unwrap();
+    let of_killed = sandbox.fork(1, Duration::from_secs(60)).await;
+    assert!(
+        matches!(of_killed, Err(SandboxError::NotFound(_))),
+        "a killed sandbox forks nothing: {of_killed:?}"
+    );
 
     for name in [
         "execute_tool sandbox.pause",
@@ -248,6 +321,26 @@ async fn the_rust_client_pauses_resumes_and_reads_metrics_in_spans() {
         metrics_spans[0].attr("waxell.sandbox.mem_used").is_some(),
         "the metrics span carries the figures"
     );
+
+    let snapshot_span = capture.span("execute_tool sandbox.snapshot");
+    snapshot_span
+        .assert_attr("waxell.sandbox.snapshot.id", snapshot.id.clone())
+        .assert_attr("waxell.sandbox.id", sandbox.sandbox_id().to_owned());
+    assert!(!snapshot_span.is_error());
+    let fork_spans = capture.spans_named("execute_tool sandbox.fork");
+    assert_eq!(fork_spans.len(), 2, "{:?}", capture.names());
+    let (failed, forked): (Vec<_>, Vec<_>) = fork_spans.into_iter().partition(|s| s.is_error());
+    let ids = Value::Array(Array::String(
+        fork_ids.into_iter().map(StringValue::from).collect(),
+    ));
+    forked[0]
+        .assert_attr("waxell.sandbox.fork.count", 2i64)
+        .assert_attr("waxell.sandbox.fork.ids", ids)
+        .assert_no_attr("error.type");
+    failed[0]
+        .assert_attr("waxell.sandbox.fork.count", 1i64)
+        .assert_attr("error.type", "not_found")
+        .assert_no_attr("waxell.sandbox.fork.ids");
 }
 
 /// With `refuse_memory_pause`, a pause asking for memory (E2B's default) is refused with 501, as is

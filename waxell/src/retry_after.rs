@@ -54,6 +54,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "llm")]
     #[test]
     fn numbers_in_other_units() {
         let mut headers = HeaderMap::new();

@@ -198,6 +198,13 @@ pub const WAXELL_SANDBOX_FILE_DESTINATION: &str = "waxell.sandbox.file.destinati
 pub const WAXELL_SANDBOX_FILE_METADATA_COUNT: &str = "waxell.sandbox.file.metadata_count";
 /// `sandbox.watch_dir`: whether subdirectories are watched too.
 pub const WAXELL_SANDBOX_WATCH_RECURSIVE: &str = "waxell.sandbox.watch.recursive";
+/// `sandbox.snapshot`: the snapshot's id (a template new sandboxes start from).
+pub const WAXELL_SANDBOX_SNAPSHOT_ID: &str = "waxell.sandbox.snapshot.id";
+/// `sandbox.fork`: how many forks were asked for.
+pub const WAXELL_SANDBOX_FORK_COUNT: &str = "waxell.sandbox.fork.count";
+/// `sandbox.fork`: the ids of the forks that started (string array; fewer than the count when
+/// some failed).
+pub const WAXELL_SANDBOX_FORK_IDS: &str = "waxell.sandbox.fork.ids";
 
 // ---- resource ----
 pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";

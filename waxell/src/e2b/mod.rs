@@ -1,7 +1,8 @@
 //! E2B sandboxes (E2B's cloud, or any E2B-compatible server such as `waxell-sandbox serve`) as a
 //! backend of [`crate::sandbox`], so they are instrumented like every backend.
 //!
-//! - Control plane (`X-API-KEY`): create (`POST /v2/sandboxes`), connect, set-timeout, kill.
+//! - Control plane (`X-API-KEY`): create (`POST /v2/sandboxes`), connect, set-timeout, kill;
+//!   pause, resume, metrics, snapshots and fork.
 //! - Code Interpreter (port 49999): `run_code` over the streamed NDJSON `/execute`, one fresh
 //!   HTTP/1.1 connection per run, callbacks called as lines arrive; contexts.
 //! - envd (port 49983): files (`/files`) and listings (Connect `ListDir`); commands and terminals

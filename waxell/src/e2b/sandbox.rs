@@ -15,13 +15,14 @@ use super::config::{E2bConfig, Secret};
 use super::http::{self, Endpoint};
 use super::stream::ExecutionAssembler;
 use super::wire::{
-    self, ConnectRequest, EntryResponse, ExecuteRequest, ListDirResponse, MoveRequest, NewContext,
-    NewSandbox, PathRequest, TimeoutRequest, UploadedEntry, CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID,
-    ENVD_PORT, METADATA_HEADER_PREFIX,
+    self, ConnectRequest, EntryResponse, ExecuteRequest, ForkRequest, ForkResult, ListDirResponse,
+    MoveRequest, NewContext, NewSandbox, PathRequest, SnapshotInfo, SnapshotRequest, TimeoutRequest,
+    UploadedEntry, CODE_INTERPRETER_PORT, DEBUG_SANDBOX_ID, ENVD_PORT, METADATA_HEADER_PREFIX,
 };
 use crate::sandbox::{
     CodeContext, DirWatch, EntryInfo, Execution, FsEvent, ProcessSpec, RunOptions, SandboxBackend,
-    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
+    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, SandboxSnapshot,
+    WatchOptions,
 };
 
 /// Default template of E2B Code Interpreter.
@@ -156,15 +157,25 @@ impl E2bBackend {
         Ok(self.session(http::json(&what, response).await?))
     }
 
-    fn session(&self, info: wire::Sandbox) -> E2bSandbox {
-        E2bSandbox {
-            shared: self.inner.clone(),
-            id: info.sandbox_id,
-            envd_version: info.envd_version.unwrap_or_default(),
-            envd_token: info.envd_access_token.map(Secret::new),
-            traffic_token: info.traffic_access_token.map(Secret::new),
-            domain: info.domain,
+    /// Delete a snapshot (`DELETE /templates/{id}`: E2B deletes a snapshot as the template it
+    /// is): `true` when it was deleted, `false` when there was none (404).
+    pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<bool, SandboxError> {
+        let what = format!("delete snapshot {snapshot_id}");
+        // E2B's snapshot ids may hold `/` (`team/name:tag`): one path segment all the same.
+        let path = format!("/templates/{}", path_segment(snapshot_id));
+        match http::send(&self.inner.config, Endpoint::Control, &what, || {
+            self.control(Method::DELETE, &path)
+        })
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(SandboxError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
         }
+    }
+
+    fn session(&self, info: wire::Sandbox) -> E2bSandbox {
+        E2bSandbox::new(self.inner.clone(), info)
     }
 
     fn control(&self, method: Method, path: &str) -> RequestBuilder {
@@ -182,6 +193,19 @@ impl Shared {
             None => request,
         }
     }
+}
+
+/// `text` percent-encoded as one URL path segment (all but RFC 3986's unreserved characters).
+fn path_segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }
 
 /// Whole seconds, at least 1 (E2B's API takes int32 seconds; 0 would not mean "no limit").
@@ -254,6 +278,66 @@ impl From<wire::EntryInfo> for EntryInfo {
 }
 
 impl E2bSandbox {
+    fn new(shared: Arc<Shared>, info: wire::Sandbox) -> Self {
+        Self {
+            shared,
+            id: info.sandbox_id,
+            envd_version: info.envd_version.unwrap_or_default(),
+            envd_token: info.envd_access_token.map(Secret::new),
+            traffic_token: info.traffic_access_token.map(Secret::new),
+            domain: info.domain,
+        }
+    }
+
+    /// [`SandboxSession::fork`] with the forks as this concrete type (`POST
+    /// /sandboxes/{id}/fork`).
+    pub async fn fork_sandboxes(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<E2bSandbox, SandboxError>>, SandboxError> {
+        let what = format!("fork sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/fork", self.id);
+        let body = ForkRequest {
+            timeout: Some(timeout_seconds(timeout)),
+            count: Some(i64::try_from(count).unwrap_or(i64::MAX)),
+        };
+        let response = http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        let results: Vec<ForkResult> = http::json(&what, response).await?;
+        Ok(results
+            .into_iter()
+            .enumerate()
+            .map(|(index, result)| match result {
+                ForkResult {
+                    sandbox: Some(info), ..
+                } => Ok(E2bSandbox::new(self.shared.clone(), info)),
+                ForkResult {
+                    error: Some(error), ..
+                } => {
+                    // The same mapping as a whole request's answer with that status.
+                    let status = u16::try_from(error.code)
+                        .ok()
+                        .and_then(|code| reqwest::StatusCode::from_u16(code).ok())
+                        .unwrap_or(reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+                    let body = serde_json::to_string(&error).unwrap_or_default();
+                    Err(http::status_error(
+                        Endpoint::Control,
+                        &format!("{what} (fork {index})"),
+                        status,
+                        &body,
+                    ))
+                }
+                ForkResult { .. } => Err(SandboxError::Protocol {
+                    message: format!("{what} (fork {index}): neither a sandbox nor an error"),
+                    received: "{}".into(),
+                }),
+            })
+            .collect())
+    }
+
     /// envd version of the sandbox (gates upload format and `username`).
     pub fn envd_version(&self) -> &str {
         &self.envd_version
@@ -633,6 +717,34 @@ impl SandboxSession for E2bSandbox {
         Ok(())
     }
 
+    /// `POST /sandboxes/{id}/snapshots`.
+    async fn snapshot(&self, name: Option<&str>) -> Result<SandboxSnapshot, SandboxError> {
+        let what = format!("snapshot sandbox {}", self.id);
+        let path = format!("/sandboxes/{}/snapshots", self.id);
+        let body = SnapshotRequest {
+            name: name.map(str::to_owned),
+        };
+        let response = http::send(self.config(), Endpoint::Control, &what, || {
+            self.shared.control(Method::POST, &path).json(&body)
+        })
+        .await?;
+        let info: SnapshotInfo = http::json(&what, response).await?;
+        Ok(SandboxSnapshot::new(info.snapshot_id, info.names))
+    }
+
+    /// `POST /sandboxes/{id}/fork` ([`E2bSandbox::fork_sandboxes`]).
+    async fn fork(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<Box<dyn SandboxSession>, SandboxError>>, SandboxError> {
+        let forks = self.fork_sandboxes(count, timeout).await?;
+        Ok(forks
+            .into_iter()
+            .map(|fork| fork.map(|sandbox| Box::new(sandbox) as Box<dyn SandboxSession>))
+            .collect())
+    }
+
     /// The newest sample of `GET /sandboxes/{id}/metrics`.
     async fn metrics(&self) -> Result<SandboxMetrics, SandboxError> {
         let what = format!("metrics of sandbox {}", self.id);
@@ -756,5 +868,17 @@ impl Drop for E2bWatch {
                 let _ = sandbox.filesystem_rpc("RemoveWatcher", &request, &path).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_id_is_one_path_segment() {
+        assert_eq!(path_segment("snapshot-ab12"), "snapshot-ab12");
+        assert_eq!(path_segment("team/name:v1"), "team%2Fname%3Av1");
+        assert_eq!(path_segment("a b?é"), "a%20b%3F%C3%A9");
     }
 }

@@ -120,6 +120,58 @@ pub struct PauseRequest {
     pub memory: Option<bool>,
 }
 
+/// `SandboxSnapshotRequest`: the body of `POST /sandboxes/{id}/snapshots`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    /// A name to create sandboxes from besides the snapshot's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// E2B's `SnapshotInfo`: the answer to a snapshot, and an entry of `GET /snapshots`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// The id, which a create takes as its template; `DELETE /templates/{id}` deletes it.
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    /// Its names (the one it was taken with), also usable as a template.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `SandboxForkRequest`: the body of `POST /sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ForkRequest {
+    /// Lifetime of each fork in seconds (E2B's default: 15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+    /// How many forks, 1 to 100 (default 1); the files are saved once for all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+}
+
+/// `SandboxForkResult`: one fork of a fork's answer (a JSON array of these, one per fork asked
+/// for). Exactly one of the two is set.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ForkResult {
+    /// The fork, when it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    /// Why it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// E2B's `Error`: what a failed request answers, and a failed fork's [`ForkResult::error`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The HTTP status it stands for.
+    pub code: i32,
+    /// What went wrong.
+    #[serde(default)]
+    pub message: String,
+}
+
 /// One sample of `GET /sandboxes/{id}/metrics` (E2B's `SandboxMetric`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -441,6 +493,34 @@ mod tests {
         let written = serde_json::to_value(&entry).unwrap();
         assert_eq!(written["size"], "12");
         assert_eq!(written["modifiedTime"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn snapshots_and_forks_use_e2bs_field_names() {
+        let info: SnapshotInfo =
+            serde_json::from_str(r#"{"snapshotID":"snapshot-a","names":["n"]}"#).unwrap();
+        assert_eq!(
+            (info.snapshot_id.as_str(), info.names),
+            ("snapshot-a", vec!["n".to_owned()])
+        );
+        let fork = ForkRequest {
+            timeout: Some(60),
+            count: Some(2),
+        };
+        assert_eq!(
+            serde_json::to_value(&fork).unwrap(),
+            serde_json::json!({"timeout": 60, "count": 2})
+        );
+        assert_eq!(
+            serde_json::to_value(SnapshotRequest::default()).unwrap(),
+            serde_json::json!({})
+        );
+        let results: Vec<ForkResult> = serde_json::from_str(
+            r#"[{"sandbox":{"sandboxID":"s","templateID":"t"}},{"error":{"code":507,"message":"full"}}]"#,
+        )
+        .unwrap();
+        assert_eq!(results[0].sandbox.as_ref().unwrap().sandbox_id, "s");
+        assert_eq!(results[1].error.as_ref().unwrap().code, 507);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use opentelemetry::KeyValue;
 
 use super::{
     CodeContext, CommandOutput, DirWatch, EntryInfo, Execution, ProcessSpec, RunOptions, SandboxBackend,
-    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
+    SandboxError, SandboxMetrics, SandboxOptions, SandboxProcess, SandboxSession, SandboxSnapshot,
+    WatchOptions,
 };
 use crate::semconv::*;
 use crate::telemetry;
@@ -492,6 +493,55 @@ impl Sandbox {
             },
         )
         .await
+    }
+
+    /// Snapshot the sandbox's files (span `sandbox.snapshot`, with `waxell.sandbox.snapshot.id`);
+    /// see [`SandboxSession::snapshot`].
+    pub async fn snapshot(&self, name: Option<&str>) -> Result<SandboxSnapshot, SandboxError> {
+        traced(
+            "sandbox.snapshot".into(),
+            self.base_attributes(),
+            self.session.snapshot(name),
+            |snapshot: &SandboxSnapshot| vec![KeyValue::new(WAXELL_SANDBOX_SNAPSHOT_ID, snapshot.id.clone())],
+        )
+        .await
+    }
+
+    /// Start `count` sandboxes with this one's files, each living `timeout` (span `sandbox.fork`,
+    /// with `waxell.sandbox.fork.count` asked for and `waxell.sandbox.fork.ids` of the forks that
+    /// started); see [`SandboxSession::fork`]. One result per fork; the forks are traced like this
+    /// sandbox.
+    pub async fn fork(
+        &self,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Result<Sandbox, SandboxError>>, SandboxError> {
+        let mut attributes = self.base_attributes();
+        attributes.push(KeyValue::new(
+            WAXELL_SANDBOX_FORK_COUNT,
+            i64::try_from(count).unwrap_or(i64::MAX),
+        ));
+        let forks = traced(
+            "sandbox.fork".into(),
+            attributes,
+            self.session.fork(count, timeout),
+            |forks: &Vec<Result<Box<dyn SandboxSession>, SandboxError>>| {
+                let started: Vec<&str> = forks
+                    .iter()
+                    .filter_map(|fork| fork.as_ref().ok())
+                    .map(|session| session.sandbox_id())
+                    .collect();
+                vec![KeyValue::new(
+                    WAXELL_SANDBOX_FORK_IDS,
+                    crate::spans::string_array(&started),
+                )]
+            },
+        )
+        .await?;
+        Ok(forks
+            .into_iter()
+            .map(|fork| fork.map(|session| Sandbox::from_session(self.backend, session)))
+            .collect())
     }
 
     /// Span `sandbox.kill`.

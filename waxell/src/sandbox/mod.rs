@@ -16,7 +16,7 @@ pub use process::{
 pub use types::{
     CodeContext, EntryInfo, Execution, ExecutionError, ExecutionResult, FsEvent, FsEventKind, LimitKind,
     Logs, OutputCallback, OutputMessage, ResultCallback, RunOptions, SandboxError, SandboxMetrics,
-    SandboxOptions, WatchOptions,
+    SandboxOptions, SandboxSnapshot, WatchOptions,
 };
 
 use async_trait::async_trait;
@@ -174,6 +174,33 @@ pub trait SandboxSession: Send + Sync {
         Err(SandboxError::Other(
             "resume: not supported by this sandbox backend".into(),
         ))
+    }
+
+    /// Snapshot the sandbox's files, named `name` if given (E2B's `create_snapshot`); the sandbox
+    /// keeps running. New sandboxes start from the snapshot with its id as their template. The
+    /// default says the backend cannot.
+    async fn snapshot(&self, name: Option<&str>) -> Result<SandboxSnapshot, SandboxError> {
+        let _ = name;
+        Err(SandboxError::Unsupported {
+            backend: "current",
+            operation: "snapshot",
+        })
+    }
+
+    /// Start `count` new sandboxes with this one's files, each living `timeout` (E2B's `fork`); this
+    /// one keeps running. One result per fork asked for, so a fork that failed never hides the
+    /// ones that started (and must be killed); `Err` when none was tried (this sandbox is gone, a
+    /// bad count). The default says the backend cannot.
+    async fn fork(
+        &self,
+        count: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<Result<Box<dyn SandboxSession>, SandboxError>>, SandboxError> {
+        let _ = (count, timeout);
+        Err(SandboxError::Unsupported {
+            backend: "current",
+            operation: "fork",
+        })
     }
 
     /// The sandbox's resource use now. The default says the backend cannot measure it.

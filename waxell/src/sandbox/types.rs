@@ -362,6 +362,24 @@ impl SandboxMetrics {
     }
 }
 
+/// A snapshot of a sandbox's files ([`crate::sandbox::SandboxSession::snapshot`]): new sandboxes
+/// start from it by naming its id (or one of its names) as their template, as on E2B.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxSnapshot {
+    /// The snapshot's id.
+    pub id: String,
+    /// Its names (the one it was taken with, if any).
+    pub names: Vec<String>,
+}
+
+impl SandboxSnapshot {
+    /// A snapshot with this id and these names.
+    pub fn new(id: impl Into<String>, names: Vec<String>) -> Self {
+        Self { id: id.into(), names }
+    }
+}
+
 /// Options for creating a sandbox. Backends ignore what does not apply to them.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
