@@ -393,22 +393,20 @@ fn memory_warning(reason: &str) -> axum::http::HeaderValue {
         .unwrap_or_else(|_| axum::http::HeaderValue::from_static("299 waxell-sandbox \"memory not kept\""))
 }
 
-#[derive(Deserialize)]
-struct SnapshotBody {
-    name: Option<String>,
-}
-
 async fn snapshot(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
     request: Body,
 ) -> Result<Response, ApiError> {
-    let SnapshotBody { name } = body::json_request(&state.config, request).await?;
+    let wire::SnapshotRequest { name } = body::json_request(&state.config, request).await?;
     let (record, kept) = state
         .registry
         .snapshot(&id, name.filter(|n| !n.is_empty()))
         .await?;
-    let body = json!({"snapshotID": record.snapshot_id, "names": record.names});
+    let body = wire::SnapshotInfo {
+        snapshot_id: record.snapshot_id,
+        names: record.names,
+    };
     Ok(telling_kept(
         (StatusCode::CREATED, Json(body)).into_response(),
         "waxell-snapshot",
@@ -437,11 +435,14 @@ async fn list_snapshots(
         .map(|s| Listed {
             id: s.record.snapshot_id.clone(),
             at: from_ms(s.record.created_at_ms),
-            item: json!({"snapshotID": s.record.snapshot_id, "names": s.record.names}),
+            item: wire::SnapshotInfo {
+                snapshot_id: s.record.snapshot_id.clone(),
+                names: s.record.names.clone(),
+            },
         })
         .collect();
     let (items, next) = page(items, &query);
-    Ok(with_next_token(Json(Value::Array(items)).into_response(), next))
+    Ok(with_next_token(Json(items).into_response(), next))
 }
 
 /// E2B deletes a snapshot as the template it is.
@@ -458,12 +459,6 @@ async fn delete_snapshot(
     }
 }
 
-#[derive(Deserialize)]
-struct ForkBody {
-    timeout: Option<i64>,
-    count: Option<i64>,
-}
-
 /// Most forks one request may ask for (E2B: 100).
 const MAX_FORKS: i64 = 100;
 
@@ -472,7 +467,7 @@ async fn fork(
     Path(id): Path<String>,
     request: Body,
 ) -> Result<Response, ApiError> {
-    let ForkBody { timeout, count } = body::json_request(&state.config, request).await?;
+    let wire::ForkRequest { timeout, count } = body::json_request(&state.config, request).await?;
     let count = count.unwrap_or(1);
     if !(1..=MAX_FORKS).contains(&count) {
         return Err(ApiError::bad_request(format!(
@@ -484,15 +479,24 @@ async fn fork(
         None => state.config.default_timeout,
     };
     let (forks, kept) = state.registry.fork(&id, count as usize, timeout).await?;
-    let results: Vec<Value> = forks
+    let results: Vec<wire::ForkResult> = forks
         .into_iter()
         .map(|fork| match fork {
-            Ok(entry) => json!({"sandbox": sandbox_json(&entry)}),
-            Err(e) => json!({"error": {"code": e.status().as_u16(), "message": e.message()}}),
+            Ok(entry) => wire::ForkResult {
+                sandbox: Some(sandbox_json(&entry)),
+                error: None,
+            },
+            Err(e) => wire::ForkResult {
+                sandbox: None,
+                error: Some(wire::ErrorBody {
+                    code: e.status().as_u16().into(),
+                    message: e.message().to_owned(),
+                }),
+            },
         })
         .collect();
     Ok(telling_kept(
-        (StatusCode::CREATED, Json(Value::Array(results))).into_response(),
+        (StatusCode::CREATED, Json(results)).into_response(),
         "waxell-fork",
         &kept,
     ))
