@@ -24,6 +24,7 @@ use super::config::ENVD_VERSION;
 use super::error::ApiError;
 use super::lifecycle::{is_snapshot_id, KeptState, ResumeOutcome};
 use super::listing::{page, ListQuery, Listed};
+use super::logs::{self, LogsQuery};
 use super::registry::{constant_time_eq, CreateRequest, Hold, Lifecycle, SandboxEntry};
 use super::state::AppState;
 use super::store::{from_ms, PausedRecord};
@@ -46,6 +47,8 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/sandboxes/{id}/snapshots", post(snapshot))
         .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/sandboxes/{id}/logs", get(logs))
+        .route("/v2/sandboxes/{id}/logs", get(logs_v2))
         .route("/sandboxes/metrics", get(metrics_of_many))
         .route("/snapshots", get(list_snapshots))
         .route("/templates/{id}", delete(delete_snapshot))
@@ -138,6 +141,7 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
             auto_resume,
         },
         files: None,
+        history: Vec::new(),
     };
     // A snapshot's id or name as the template: a sandbox restored from the snapshot's checkpoint,
     // or with its files; `Waxell-Restore` says which.
@@ -145,14 +149,10 @@ async fn create(State(state): State<Arc<AppState>>, request: Body) -> Result<Res
         Some(snapshot) => {
             let (entry, outcome) = state.registry.create_from_snapshot(&snapshot, request).await?;
             let mut response = (StatusCode::CREATED, Json(sandbox_json(&entry))).into_response();
-            let kind = if outcome == ResumeOutcome::Memory {
-                "memory"
-            } else {
-                "filesystem"
-            };
-            response
-                .headers_mut()
-                .insert("waxell-restore", axum::http::HeaderValue::from_static(kind));
+            response.headers_mut().insert(
+                "waxell-restore",
+                axum::http::HeaderValue::from_static(outcome.kept()),
+            );
             return Ok(response);
         }
         // Any other template is served by the backend's one image, but a snapshot id names a
@@ -336,14 +336,12 @@ async fn resume(
 /// came back.
 fn resumed(entry: &super::registry::SandboxEntry, outcome: &ResumeOutcome) -> Response {
     let mut response = (StatusCode::CREATED, Json(sandbox_json(entry))).into_response();
-    let kind = match outcome {
-        ResumeOutcome::Memory => "memory",
-        ResumeOutcome::Files => "filesystem",
-        ResumeOutcome::Running => return response,
-    };
-    response
-        .headers_mut()
-        .insert("waxell-resume", axum::http::HeaderValue::from_static(kind));
+    if *outcome != ResumeOutcome::Running {
+        response.headers_mut().insert(
+            "waxell-resume",
+            axum::http::HeaderValue::from_static(outcome.kept()),
+        );
+    }
     response
 }
 
@@ -368,12 +366,7 @@ async fn pause(
 /// and a `Warning` saying why where memory could have been kept but was not.
 fn telling_kept(mut response: Response, header: &'static str, kept: &KeptState) -> Response {
     let headers = response.headers_mut();
-    let kind = if *kept == KeptState::Memory {
-        "memory"
-    } else {
-        "filesystem"
-    };
-    headers.insert(header, axum::http::HeaderValue::from_static(kind));
+    headers.insert(header, axum::http::HeaderValue::from_static(kept.kind()));
     if let KeptState::FilesNotMemory(reason) = kept {
         headers.insert(axum::http::header::WARNING, memory_warning(reason));
     }
@@ -500,6 +493,31 @@ async fn fork(
         "waxell-fork",
         &kept,
     ))
+}
+
+/// The sandbox's log (logs.rs), live or paused: E2B's first route's lines and entries.
+async fn logs(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<LogsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(logs::logs_json(log_of(&state, &id)?, &query)?))
+}
+
+/// E2B's second logs route: structured entries, with direction, level and search.
+async fn logs_v2(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<LogsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(logs::logs_v2_json(log_of(&state, &id)?, &query)?))
+}
+
+fn log_of(state: &AppState, id: &str) -> Result<Vec<logs::LogEntry>, ApiError> {
+    if let Some(paused) = state.registry.saved.paused(id) {
+        return Ok(paused.record.logs.clone());
+    }
+    Ok(live(state, id)?.log.entries())
 }
 
 #[derive(Deserialize)]

@@ -36,6 +36,7 @@ use rand::distr::{Alphanumeric, SampleString};
 
 use super::config::ServerConfig;
 use super::error::ApiError;
+use super::logs::Level;
 use super::registry::{new_sandbox_id, CreateRequest, Hold, Identity, Lifecycle, Registry, SandboxEntry};
 use super::saved::{self, SaveLimits};
 use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
@@ -97,6 +98,28 @@ pub(crate) enum ResumeOutcome {
     Memory,
     /// From its files (paused without memory, or its checkpoint could not be restored).
     Files,
+}
+
+impl KeptState {
+    /// What was kept, as the answers' headers and the sandbox's log say it.
+    pub(crate) fn kind(&self) -> &'static str {
+        if *self == Self::Memory {
+            "memory"
+        } else {
+            "filesystem"
+        }
+    }
+}
+
+impl ResumeOutcome {
+    /// What came back, as the answers' headers and the sandbox's log say it.
+    pub(crate) fn kept(&self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Memory => "memory",
+            Self::Files => "filesystem",
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -258,6 +281,19 @@ impl Registry {
         if let Err(e) = entry.session.kill().await {
             tracing::warn!(sandbox = %id, error = %e, "killing the paused sandbox failed");
         }
+        if wants_memory {
+            entry.log.add(
+                Level::Warn,
+                "sandbox paused, its files kept: memory not kept",
+                [("kept", "filesystem".to_owned()), ("reason", not_kept.clone())],
+            );
+        } else {
+            entry.log.add(
+                Level::Info,
+                "sandbox paused, its files kept",
+                [("kept", "filesystem".to_owned())],
+            );
+        }
         let mut record = self.paused_record(&entry, files.bytes);
         record.refuses_auto_resume = !wants_memory;
         // Killed: kept now, or gone.
@@ -286,15 +322,34 @@ impl Registry {
         // Stopped now: from here on it is kept or gone.
         let bytes = saved::tree_bytes(&staging).await;
         let files = saved::tree_bytes(&staging.join(HOME_COPY)).await;
-        let mut record = self.paused_record(entry, files);
-        if bytes > self.config.max_saved_bytes {
+        let over_cap = bytes > self.config.max_saved_bytes;
+        if over_cap {
             tracing::warn!(
                 sandbox = %id,
                 bytes,
                 "the checkpoint is larger than this server keeps (max_saved_bytes): files only"
             );
             saved::keep_only(&staging, HOME_COPY).await;
+            entry.log.add(
+                Level::Warn,
+                "sandbox paused, its files kept: memory not kept",
+                [
+                    ("kept", "filesystem".to_owned()),
+                    (
+                        "reason",
+                        format!("the checkpoint ({bytes} bytes) is larger than --max-saved-mib"),
+                    ),
+                ],
+            );
         } else {
+            entry.log.add(
+                Level::Info,
+                "sandbox paused with its memory",
+                [("kept", "memory".to_owned()), ("bytes", bytes.to_string())],
+            );
+        }
+        let mut record = self.paused_record(entry, files);
+        if !over_cap {
             record.memory = Some(checkpoint);
         }
         let kept_memory = record.memory.is_some();
@@ -370,6 +425,7 @@ impl Registry {
             bytes,
             memory: None,
             refuses_auto_resume: false,
+            logs: entry.log.entries(),
         }
     }
 
@@ -409,18 +465,28 @@ impl Registry {
             env_vars: entry.env_vars.clone(),
             lifecycle: entry.lifecycle,
             files: None,
+            history: entry.log.entries(),
         };
         match self
             .restore(identity, &request, keeper, &checkpoint, &staging)
             .await
         {
-            Ok(_) => tracing::info!(
-                sandbox = %id,
-                ms = began.elapsed().as_millis() as u64,
-                "checkpointed and restored in place"
-            ),
+            Ok(restored) => {
+                let ms = began.elapsed().as_millis() as u64;
+                tracing::info!(sandbox = %id, ms, "checkpointed and restored in place");
+                restored.log.add(
+                    Level::Info,
+                    "checkpointed and restored in place (its commands, terminals and watchers ended)",
+                    [("ms", ms.to_string())],
+                );
+            }
             Err(e) => {
                 tracing::warn!(sandbox = %id, "restoring in place failed, keeping it paused: {}", e.message());
+                entry.log.add(
+                    Level::Error,
+                    "restoring in place failed: paused with its checkpoint (connect resumes it)",
+                    [("reason", e.message().to_owned())],
+                );
                 let kept = async {
                     let copy = self.saved.store.staging()?;
                     saved::link_tree(&staging, &copy).await?;
@@ -475,12 +541,18 @@ impl Registry {
                 auto_resume: record.auto_resume,
             },
             files: Some(paused.home()),
+            history: record.logs.clone(),
         };
         // Kept paused until the new sandbox runs: a failed resume loses nothing.
         let (entry, outcome) = self
             .restore_or_create(identity, request, record.memory.as_ref(), &paused.dir)
             .await;
         let entry = entry?;
+        entry.log.add(
+            Level::Info,
+            "sandbox resumed",
+            [("from", outcome.kept().to_owned())],
+        );
         lock(&saved.paused).remove(id);
         saved.store.remove(Kind::Paused, id);
         tracing::info!(sandbox = %id, "sandbox resumed");
@@ -690,6 +762,12 @@ impl Registry {
             }),
         );
         tracing::info!(sandbox = %id, snapshot = %record.snapshot_id, bytes, memory = record.memory.is_some(), "snapshot taken");
+        self.log_on(
+            id,
+            &kept,
+            "snapshot taken",
+            [("snapshot", record.snapshot_id.clone())],
+        );
         Ok((record, kept))
     }
 
@@ -734,7 +812,16 @@ impl Registry {
                 &snapshot.dir,
             )
             .await;
-        Ok((entry?, outcome))
+        let entry = entry?;
+        entry.log.add(
+            Level::Info,
+            "sandbox created from a snapshot",
+            [
+                ("snapshot", snapshot.record.snapshot_id.clone()),
+                ("from", outcome.kept().to_owned()),
+            ],
+        );
+        Ok((entry, outcome))
     }
 
     /// `count` new sandboxes with the files of sandbox `id` (live or paused), and its memory where
@@ -779,6 +866,7 @@ impl Registry {
                 env_vars: env_vars.clone(),
                 lifecycle: Lifecycle::default(),
                 files: Some(staging.join(HOME_COPY)),
+                history: Vec::new(),
             };
             let fork_id = new_sandbox_id();
             let (fork, outcome) = self
@@ -789,8 +877,15 @@ impl Registry {
                     &staging,
                 )
                 .await;
-            if checkpoint.is_some() && outcome == ResumeOutcome::Files && fork.is_ok() {
-                from_files += 1;
+            if let Ok(fork) = &fork {
+                fork.log.add(
+                    Level::Info,
+                    "sandbox created as a fork",
+                    [("source", id.to_owned()), ("from", outcome.kept().to_owned())],
+                );
+                if checkpoint.is_some() && outcome == ResumeOutcome::Files {
+                    from_files += 1;
+                }
             }
             forks.push(fork);
         }
@@ -801,6 +896,27 @@ impl Registry {
             ));
         }
         tracing::info!(sandbox = %id, count, memory = checkpoint.is_some(), "sandbox forked");
+        let ids: Vec<&str> = forks.iter().flatten().map(|f| f.id.as_str()).collect();
+        self.log_on(id, &kept, "sandbox forked", [("forks", ids.join(","))]);
         Ok((forks, kept))
+    }
+
+    /// Log on sandbox `id` (live or paused) that `what` happened, keeping `kept`.
+    fn log_on<const N: usize>(&self, id: &str, kept: &KeptState, what: &str, fields: [(&str, String); N]) {
+        let Some(entry) = self.get(id) else {
+            // Paused: its log is in its record until it resumes; a snapshot or fork of it
+            // changes nothing about it.
+            return;
+        };
+        let mut all: Vec<(&str, String)> = fields.into();
+        all.push(("kept", kept.kind().to_owned()));
+        let level = match kept {
+            KeptState::FilesNotMemory(reason) => {
+                all.push(("reason", reason.clone()));
+                Level::Warn
+            }
+            _ => Level::Info,
+        };
+        entry.log.add_all(level, what, all);
     }
 }

@@ -39,6 +39,7 @@ mod execute;
 mod guard;
 mod lifecycle;
 mod listing;
+mod logs;
 mod process;
 mod registry;
 mod saved;

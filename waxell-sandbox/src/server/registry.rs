@@ -17,6 +17,7 @@ use waxell::sandbox::{SandboxBackend, SandboxOptions, SandboxSession};
 use super::config::{ServerConfig, MIN_TIMEOUT};
 use super::error::ApiError;
 use super::lifecycle::Saved;
+use super::logs::{Level, LogEntry, SandboxLog};
 use super::saved;
 use waxell::e2b::wire::DEBUG_SANDBOX_ID;
 use waxell::e2b::wire::SANDBOX_ID_HEADER;
@@ -46,6 +47,8 @@ pub(crate) struct SandboxEntry {
     hold: std::sync::atomic::AtomicU8,
     /// Its running processes (envd's process RPCs).
     pub(crate) processes: Arc<super::process::ProcessTable>,
+    /// What happened to it (`GET /sandboxes/{id}/logs`).
+    pub(crate) log: SandboxLog,
     deadline: Mutex<Deadline>,
 }
 
@@ -155,6 +158,8 @@ pub(crate) struct CreateRequest {
     pub(crate) lifecycle: Lifecycle,
     /// Saved files (a paused sandbox's or a snapshot's `home`) written into it before it is served.
     pub(crate) files: Option<PathBuf>,
+    /// Its log so far (a paused sandbox's, resuming; a sandbox's restored in place).
+    pub(crate) history: Vec<LogEntry>,
 }
 
 pub(crate) struct Registry {
@@ -221,7 +226,18 @@ impl Registry {
 
     /// Create a sandbox with the backend and register it under a new E2B-style id.
     pub(crate) async fn create(&self, request: CreateRequest) -> Result<Arc<SandboxEntry>, ApiError> {
-        self.create_as(Identity::new(new_sandbox_id()), request).await
+        let timeout = request.timeout;
+        let entry = self.create_as(Identity::new(new_sandbox_id()), request).await?;
+        entry.log.add(
+            Level::Info,
+            "sandbox created",
+            [
+                ("template", entry.template_id.clone()),
+                ("timeout_s", timeout.as_secs().to_string()),
+                ("backend", self.backend_name().to_owned()),
+            ],
+        );
+        Ok(entry)
     }
 
     /// Create a sandbox for `identity` (new, or a paused one resuming), with `request.files`
@@ -295,6 +311,7 @@ impl Registry {
             lifecycle: request.lifecycle,
             hold: std::sync::atomic::AtomicU8::new(Hold::Free as u8),
             processes: Arc::default(),
+            log: SandboxLog::continuing(request.history),
             deadline: Mutex::new(Deadline {
                 at: Instant::now() + request.timeout,
                 wall: SystemTime::now() + request.timeout,
@@ -371,6 +388,14 @@ impl Registry {
             .map(|e| (e.id.clone(), e.lifecycle))
             .collect();
         for (id, lifecycle) in expired {
+            if let Some(entry) = self.get(&id) {
+                let then = if lifecycle.auto_pause { "pause" } else { "kill" };
+                entry.log.add(
+                    Level::Info,
+                    "sandbox lifetime ended",
+                    [("onTimeout", then.to_owned())],
+                );
+            }
             if lifecycle.auto_pause {
                 tracing::info!(sandbox = %id, "sandbox lifetime expired, pausing it (onTimeout: pause)");
                 match self.pause(&id, Some(lifecycle.auto_pause_memory)).await {
@@ -454,6 +479,7 @@ impl Registry {
             env_vars: BTreeMap::new(),
             lifecycle: Lifecycle::default(),
             files: None,
+            history: Vec::new(),
         };
         self.create_as(Identity::new(DEBUG_SANDBOX_ID.into()), request)
             .await

@@ -61,6 +61,9 @@ pub(crate) struct PausedRecord {
     /// (autoResume); connect and resume do.
     #[serde(default)]
     pub(crate) refuses_auto_resume: bool,
+    /// Its log up to the pause (`GET /sandboxes/{id}/logs` while paused; it goes on after resume).
+    #[serde(default)]
+    pub(crate) logs: Vec<super::logs::LogEntry>,
 }
 
 /// A snapshot: a saved `/home/user` new sandboxes start from, and their memory where the backend
