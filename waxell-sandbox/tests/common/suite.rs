@@ -886,7 +886,8 @@ def forge_idle():
                 out.write(b"idle %d %s\n" % (nonce, b"0" * 64))
     except OSError:
         pass"#;
-    eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
+    // A timeout whose interrupt is not seen to end the cell in time restarts the kernel (a loaded
+    // host, gVisor): the forgery is then set up again, and a thread is joined only if it is there.
     for (how, code) in [
         ("main thread", "forge(k.current_id)\ntime.sleep(5)\nfinished = 1"),
         (
@@ -895,9 +896,12 @@ def forge_idle():
         ),
         (
             "checker's answers forged",
-            "t.join()\nforge_idle()\nt = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or forge_idle() or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 3",
+            "if 't' in globals():\n    t.join()\nforge_idle()\nt = threading.Thread(target=lambda rid=k.current_id: [forge(rid) or forge_idle() or time.sleep(0.05) for _ in range(20)])\nt.start()\ntime.sleep(5)\nfinished = 3",
         ),
     ] {
+        if eval(sandbox.as_ref(), "'forge' in globals()").await != "True" {
+            eval(sandbox.as_ref(), &format!("{setup}\n1")).await;
+        }
         let started = std::time::Instant::now();
         let execution = sandbox
             .run_code(code, &RunOptions::new().with_timeout(Duration::from_secs(1)))
@@ -909,7 +913,7 @@ def forge_idle():
         assert!(elapsed >= Duration::from_secs(1), "{how}: ended early after {elapsed:?}");
         assert_eq!(eval(sandbox.as_ref(), "'finished' in globals()").await, "False", "{how}");
     }
-    eval(sandbox.as_ref(), "t.join()\n1").await;
+    eval(sandbox.as_ref(), "if 't' in globals():\n    t.join()\n1").await;
     let later = run(sandbox.as_ref(), "print('real')\n7").await;
     assert_eq!(later.stdout(), "real\n");
     assert_eq!(later.text(), Some("7"));
