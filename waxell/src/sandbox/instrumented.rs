@@ -495,7 +495,7 @@ impl Sandbox {
         .await
     }
 
-    /// Snapshot the sandbox's files (span `sandbox.snapshot`, with `waxell.sandbox.snapshot.id`);
+    /// Snapshot the sandbox (span `sandbox.snapshot`, with `waxell.sandbox.snapshot.id`);
     /// see [`SandboxSession::snapshot`].
     pub async fn snapshot(&self, name: Option<&str>) -> Result<SandboxSnapshot, SandboxError> {
         traced(
@@ -507,7 +507,7 @@ impl Sandbox {
         .await
     }
 
-    /// Start `count` sandboxes with this one's files, each living `timeout` (span `sandbox.fork`,
+    /// Start `count` copies of this sandbox, each living `timeout` (span `sandbox.fork`,
     /// with `waxell.sandbox.fork.count` asked for and `waxell.sandbox.fork.ids` of the forks that
     /// started); see [`SandboxSession::fork`]. One result per fork; the forks are traced like this
     /// sandbox.

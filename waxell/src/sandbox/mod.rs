@@ -176,8 +176,9 @@ pub trait SandboxSession: Send + Sync {
         ))
     }
 
-    /// Snapshot the sandbox's files, named `name` if given (E2B's `create_snapshot`); the sandbox
-    /// keeps running. New sandboxes start from the snapshot with its id as their template. The
+    /// Snapshot the sandbox, named `name` if given (E2B's `create_snapshot`): its files, and its
+    /// memory where the server keeps it (`waxell-sandbox serve` under gVisor); the sandbox keeps
+    /// running. New sandboxes start from the snapshot with its id as their template. The
     /// default says the backend cannot.
     async fn snapshot(&self, name: Option<&str>) -> Result<SandboxSnapshot, SandboxError> {
         let _ = name;
@@ -187,8 +188,8 @@ pub trait SandboxSession: Send + Sync {
         })
     }
 
-    /// Start `count` new sandboxes with this one's files, each living `timeout` (E2B's `fork`); this
-    /// one keeps running. One result per fork asked for, so a fork that failed never hides the
+    /// Start `count` new sandboxes with this one's files (and memory where the server keeps it),
+    /// each living `timeout` (E2B's `fork`); this one keeps running. One result per fork asked for, so a fork that failed never hides the
     /// ones that started (and must be killed); `Err` when none was tried (this sandbox is gone, a
     /// bad count). The default says the backend cannot.
     async fn fork(
