@@ -7,9 +7,9 @@ Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_AP
     python e2b_lifecycle.py all                 # every check
     python e2b_lifecycle.py pause-for-restart   # create, write, pause; prints the sandbox id
     python e2b_lifecycle.py resume-after-restart ID
-    python e2b_lifecycle.py memory OWNER        # pause, fork and snapshot with memory (gVisor on
-                                                # Docker Engine at WAXELL_DOCKER_ENGINE_HOST;
-                                                # OWNER: the server's pid)
+    python e2b_lifecycle.py memory OWNER        # pause, fork and snapshot with memory, commands and
+                                                # terminals living on (gVisor on Docker Engine at
+                                                # WAXELL_DOCKER_ENGINE_HOST; OWNER: the server's pid)
     python e2b_lifecycle.py memory-pause-for-restart
     python e2b_lifecycle.py memory-resume-after-restart ID
 """
@@ -17,11 +17,12 @@ Run by tests/tests/e2b_lifecycle.rs with E2B_API_URL, E2B_SANDBOX_URL and E2B_AP
 import datetime
 import os
 import sys
+import threading
 import time
 import uuid
 
 import httpx
-from e2b import SandboxQuery, SandboxState
+from e2b import CommandExitException, PtySize, SandboxQuery, SandboxState
 from e2b.exceptions import SandboxException, SandboxNotFoundException
 from e2b_code_interpreter import Sandbox
 
@@ -436,6 +437,113 @@ def memory_cycles(owner):
         sbx.kill()
 
 
+def exit_of(handle):
+    """A command handle's exit code and stdout (or terminal output), waiting for its end."""
+    try:
+        result = handle.wait()
+        return result.exit_code, result.stdout
+    except CommandExitException as e:
+        return e.exit_code, e.stdout
+
+
+def memory_commands(owner):
+    """Commands and terminals live on across a pause with memory, a restore in place and a fork:
+    the same pids in the list, a stream opened before the pause reads on after it, input and
+    resizes reach them, exit codes arrive, and each fork has its own copy of them."""
+    sbx = Sandbox.create(timeout=180)
+    made = []
+    try:
+        ticker = sbx.commands.run("i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done",
+                                  background=True)
+        cat = sbx.commands.run("cat", background=True, stdin=True)
+        sbx.commands.send_stdin(cat.pid, "before\n")
+        late = sbx.commands.run("while [ ! -e /home/user/go ]; do sleep 0.1; done; echo late; exit 7",
+                                background=True)
+        seen = []
+        term = sbx.pty.create(PtySize(rows=20, cols=70), timeout=0)
+        ended = {}
+        threading.Thread(target=lambda: ended.update(code=exit_of_pty(term, seen)), daemon=True).start()
+        sbx.pty.send_stdin(term.pid, b"export MARK=kept\n")
+        wait_for(lambda: b"MARK=kept" in b"".join(seen), "the terminal's echo")
+        pids = sorted(p.pid for p in sbx.commands.list())
+        check(len(pids) == 4, f"four processes run: {pids}")
+        sbx.files.make_dir("/home/user/watched")
+        watcher = sbx.files.watch_dir("/home/user/watched")
+
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={})
+        check(r.headers.get("waxell-pause") == "memory", "paused with memory")
+        check(engine_containers(owner) == [], "paused, no container runs")
+        sbx.connect(timeout=180)
+        check(sorted(p.pid for p in sbx.commands.list()) == pids, "after the resume the same processes run")
+        sbx.files.write("/home/user/watched/new.txt", "x")
+        wait_for(lambda: any(e.name == "new.txt" for e in watcher.get_new_events()),
+                 "the directory watcher, started again under its id, sees a new file")
+        watcher.stop()
+        sbx.commands.send_stdin(cat.pid, "after\n")
+        sbx.files.write("/home/user/go", "")
+        code, out = exit_of(late)
+        check((code, out) == (7, "late\n"), f"a command's exit after the resume, through the handle of before: "
+                                            f"{code} {out!r}")
+        again = sbx.commands.connect(ticker.pid)
+        time.sleep(0.6)
+        sbx.commands.kill(ticker.pid)
+        code, out = exit_of(again)
+        ticks = [int(line.split()[1]) for line in out.splitlines() if line.startswith("tick ")]
+        check(code != 0 and len(ticks) >= 2 and ticks[0] >= 5 and ticks == list(range(ticks[0], ticks[-1] + 1)),
+              f"the ticker, connected to again, counts on from where it was ({out[-40:]!r})")
+        sbx.commands.kill(cat.pid)
+        code, out = exit_of(cat)
+        check(out == "before\nafter\n", f"input before and after the pause reached the command: {out!r}")
+        sbx.pty.resize(term.pid, PtySize(rows=30, cols=90))
+        sbx.pty.send_stdin(term.pid, b"echo mark=$MARK; stty size\n")
+        wait_for(lambda: b"30 90" in b"".join(seen), "the terminal's new size")
+        check(b"mark=kept" in b"".join(seen), "the terminal's shell kept its variable")
+
+        worker = sbx.commands.run("i=0; while true; do echo $i > /home/user/n.txt; i=$((i+1)); sleep 0.1; done",
+                                  background=True)
+        r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/fork", headers=HEADERS, json={"count": 1, "timeout": 120})
+        check(r.headers.get("waxell-fork") == "memory", "forked with memory")
+        fork = Sandbox.connect(r.json()[0]["sandbox"]["sandboxID"])
+        made.append(fork)
+        check(sorted(p.pid for p in fork.commands.list()) == sorted([term.pid, worker.pid]),
+              "the fork has the terminal and the worker")
+        count = lambda box: int(box.files.read("/home/user/n.txt").strip() or 0)
+        first = count(fork)
+        wait_for(lambda: count(fork) > first, "the fork's worker counting on")
+        fork.commands.kill(worker.pid)
+        time.sleep(0.3)
+        stopped = count(fork)
+        first = count(sbx)
+        wait_for(lambda: count(sbx) > first, "the source's worker counting on, its own")
+        check(count(fork) == stopped, "the fork's worker, killed, no longer counts")
+        forked = []
+        handle = fork.pty.connect(term.pid, timeout=0)
+        threading.Thread(target=lambda: exit_of_pty(handle, forked), daemon=True).start()
+        fork.pty.send_stdin(term.pid, b"echo in-fork=$MARK\n")
+        wait_for(lambda: b"in-fork=kept" in b"".join(forked), "the fork's terminal, with the shell's variable")
+        sbx.pty.send_stdin(term.pid, b"exit 3\n")
+        wait_for(lambda: "code" in ended, "the source's terminal's end")
+        check(ended["code"] == 3, f"the terminal's exit code, through the stream opened before the pause: {ended}")
+        # Its kernel, restored in place for the fork, is pid 1's child now: its death is still told
+        # as what it was.
+        oom = sbx.run_code("b = b'x' * (900 << 20)")
+        check(oom.error is not None and oom.error.name == "OutOfMemory",
+              f"a restored kernel killed for its memory is reported so ({oom.error and oom.error.name})")
+    finally:
+        for other in made:
+            other.kill()
+        sbx.kill()
+
+
+def exit_of_pty(handle, seen):
+    try:
+        return handle.wait(on_pty=seen.append).exit_code
+    except CommandExitException as e:
+        return e.exit_code
+    except Exception as e:  # the stream ended without an exit
+        return repr(e)
+
+
 def start_worker(sbx):
     """A variable and a background process counting in memory; the worker's pid."""
     sbx.run_code("x = 7\nimport subprocess, sys\n"
@@ -514,12 +622,14 @@ def memory_pause_for_restart():
     sbx = Sandbox.create(timeout=180)
     sbx.run_code("y = 'across restart'")
     sbx.files.write(MARKER, "memory across restart")
+    waiting = sbx.commands.run("read line; echo got $line; exit 5", background=True, stdin=True)
     r = httpx.post(f"{API}/sandboxes/{sbx.sandbox_id}/pause", headers=HEADERS, json={})
     check(r.headers.get("waxell-pause") == "memory", "paused with memory")
+    print(f"process {waiting.pid}")
     print(f"paused {sbx.sandbox_id}")
 
 
-def memory_resume_after_restart(sandbox_id):
+def memory_resume_after_restart(sandbox_id, pid):
     r = httpx.post(f"{API}/sandboxes/{sandbox_id}/connect", headers=HEADERS, json={"timeout": 120})
     check(r.status_code == 201 and r.headers.get("waxell-resume") == "memory",
           f"a new server resumed it from memory ({r.status_code} {r.headers.get('waxell-resume')})")
@@ -528,6 +638,10 @@ def memory_resume_after_restart(sandbox_id):
         y = sbx.run_code("y")
         check(y.text == "across restart", f"the variable came back after the restart ({y.text})")
         check(sbx.files.read(MARKER) == "memory across restart", "and the files")
+        check([p.pid for p in sbx.commands.list()] == [pid], "and the command, waiting for its input")
+        handle = sbx.commands.connect(pid)
+        sbx.commands.send_stdin(pid, "hello\n")
+        check(exit_of(handle) == (5, "got hello\n"), "which reads it and exits as it did before the restart")
     finally:
         sbx.kill()
 
@@ -570,13 +684,14 @@ if __name__ == "__main__":
         print("all checks passed")
     elif mode == "memory":
         memory_cycles(sys.argv[2])
+        memory_commands(sys.argv[2])
         memory_fork_and_snapshots(sys.argv[2])
         print("all checks passed")
     elif mode == "memory-pause-for-restart":
         memory_pause_for_restart()
         print("all checks passed")
     elif mode == "memory-resume-after-restart":
-        memory_resume_after_restart(sys.argv[2])
+        memory_resume_after_restart(sys.argv[2], int(sys.argv[3]))
         print("all checks passed")
     elif mode == "resume-after-restart":
         resume_after_restart(sys.argv[2], sys.argv[3])

@@ -114,9 +114,10 @@ async fn gvisor_on_docker_engine() -> Option<Arc<dyn SandboxBackend>> {
 }
 
 /// E2B's default pause keeps memory under gVisor on Docker Engine: three pauses and resumes keep a
-/// variable, a background process's count and the files, no container runs while paused
-/// (tests/e2b_lifecycle.py `memory`); and a new server over the same state directory resumes a
-/// sandbox paused with memory by the one before, memory included.
+/// variable, a background process's count and the files, no container runs while paused; commands
+/// and terminals live on across a pause and a fork (tests/e2b_lifecycle.py `memory`); and a new
+/// server over the same state directory resumes a sandbox paused with memory by the one before,
+/// memory and a command waiting for input included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() {
     let Some(backend) = gvisor_on_docker_engine().await else {
@@ -132,12 +133,23 @@ async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() 
         .find(|l| l.starts_with("paused "))
         .expect("the script names what it paused");
     let sandbox_id = line.trim_start_matches("paused ").trim().to_owned();
+    let pid = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("process "))
+        .expect("the script names the command it left waiting")
+        .trim()
+        .to_owned();
     let kept = state.path().join("paused").join(&sandbox_id);
     let record = std::fs::read_to_string(kept.join("record.json")).unwrap();
     let parsed: serde_json::Value = serde_json::from_str(&record).unwrap();
     assert!(
         parsed["memory"]["kernels"].is_array(),
         "paused with its checkpoint: {record}"
+    );
+    assert_eq!(
+        parsed["memory"]["processes"][0]["owner"]["pid"].to_string(),
+        pid,
+        "the command is in the checkpoint: {record}"
     );
     assert!(
         kept.join("image").is_dir() && kept.join("home").is_dir(),
@@ -151,7 +163,7 @@ async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() 
     };
     let (_stop, stopped) = tokio::sync::oneshot::channel();
     let (url, _server) = start_with(backend, config(state.path()), stopped).await;
-    script(&url, &["memory-resume-after-restart", &sandbox_id]).await;
+    script(&url, &["memory-resume-after-restart", &sandbox_id, &pid]).await;
     assert!(
         !kept.exists(),
         "resumed: its checkpoint is gone from the state directory"

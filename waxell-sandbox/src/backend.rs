@@ -155,6 +155,18 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Err(unsupported::<Self>("checkpoint"))
     }
 
+    /// Attach to `saved`, a process of a sandbox restored from a checkpoint: its output from now
+    /// on, its exit, and control of it (`pty`: the terminal permit, when it has one). Not supported
+    /// by this backend unless it overrides this.
+    async fn attach_process(
+        &self,
+        _shell: &Self::Shell,
+        _saved: &SavedProcess,
+        _pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        Err(unsupported::<Self>("attach_process"))
+    }
+
     /// A sandbox from `checkpoint` (saved in `dir`), its kernels reconnected (one per entry of
     /// `checkpoint.kernels`, `None` for one that had none). Not supported by this backend unless it
     /// overrides this.
@@ -201,6 +213,23 @@ pub struct Checkpoint {
     pub(crate) kernels: Vec<SavedContext>,
     /// What the backend needs besides the directory.
     pub(crate) state: BTreeMap<String, String>,
+    /// The processes that live on in it (commands and terminals), in the order they started.
+    #[serde(default)]
+    pub(crate) processes: Vec<SavedProcess>,
+}
+
+/// A process that lives on in a checkpoint ([`waxell::sandbox::ProcessControl::durable_pid`]),
+/// attached to again after a restore ([`Backend::attach_process`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SavedProcess {
+    /// Its pid inside the sandbox.
+    pub(crate) sandbox_pid: u32,
+    /// Its terminal's size when it has one (rows, columns).
+    pub(crate) terminal: Option<(u16, u16)>,
+    /// Whether its input was open to the caller.
+    pub(crate) stdin: bool,
+    /// What the caller that started it knows of it (the server: E2B's pid, tag and config).
+    pub(crate) owner: serde_json::Value,
 }
 
 /// One context of a checkpointed sandbox.

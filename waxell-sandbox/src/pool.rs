@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{oneshot, Notify};
-use waxell::sandbox::{SandboxBackend, SandboxError, SandboxOptions, SandboxSession};
+use waxell::sandbox::{SandboxBackend, SandboxError, SandboxOptions, SandboxProcess, SandboxSession};
 
 use crate::backend::{Backend, Checkpoint, Prepared};
 use crate::session::Session;
@@ -286,6 +286,13 @@ pub(crate) trait KeepsMemory: Send + Sync {
     /// Checkpoint `session` (one of this backend's) into `dir` and end it (see
     /// [`Session::checkpoint`]).
     async fn checkpoint(&self, session: &dyn SandboxSession, dir: &Path) -> Result<Checkpoint, SandboxError>;
+    /// Attach to `saved`, a process of `session` (restored by this backend) that lived on in its
+    /// checkpoint.
+    async fn attach_process(
+        &self,
+        session: &dyn SandboxSession,
+        saved: &crate::backend::SavedProcess,
+    ) -> Result<SandboxProcess, SandboxError>;
     /// The sandbox saved in `dir`, with `options`' lifetime and environment.
     async fn restore(
         &self,
@@ -298,11 +305,15 @@ pub(crate) trait KeepsMemory: Send + Sync {
 #[async_trait]
 impl<B: Backend> KeepsMemory for Pooled<B> {
     async fn checkpoint(&self, session: &dyn SandboxSession, dir: &Path) -> Result<Checkpoint, SandboxError> {
-        let session = session
-            .as_any()
-            .and_then(|any| any.downcast_ref::<Session<B>>())
-            .ok_or_else(|| SandboxError::InvalidArgument(format!("not a sandbox of the {} backend", B::NAME)))?;
-        session.checkpoint(dir).await
+        own_session::<B>(session)?.checkpoint(dir).await
+    }
+
+    async fn attach_process(
+        &self,
+        session: &dyn SandboxSession,
+        saved: &crate::backend::SavedProcess,
+    ) -> Result<SandboxProcess, SandboxError> {
+        own_session::<B>(session)?.attach_process(saved).await
     }
 
     async fn restore(
@@ -321,6 +332,14 @@ impl<B: Backend> KeepsMemory for Pooled<B> {
         let session = Session::restore(Arc::clone(&self.inner.backend), checkpoint, dir, options).await?;
         Ok(Box::new(session))
     }
+}
+
+/// `session` as one of backend `B`'s, or an error naming the backend.
+fn own_session<B: Backend>(session: &dyn SandboxSession) -> Result<&Session<B>, SandboxError> {
+    session
+        .as_any()
+        .and_then(|any| any.downcast_ref::<Session<B>>())
+        .ok_or_else(|| SandboxError::InvalidArgument(format!("not a sandbox of the {} backend", B::NAME)))
 }
 
 /// `backend`'s checkpoints, if it keeps sandboxes' memory across a pause where it runs now.

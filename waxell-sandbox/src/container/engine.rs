@@ -366,6 +366,9 @@ pub(crate) struct Control {
     /// Becomes true when pid 1's attach stream ends: the container is gone (under gVisor a fork or
     /// memory bomb ends the whole sandbox, and an exec's stream is then not always closed).
     gone: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Set once pid 1 was asked to end the execs before a checkpoint (`sever`): an exec that ends
+    /// from then on may have been ended by it, while what it ran lives on (keeper.py).
+    severed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Control {
@@ -384,6 +387,7 @@ impl Control {
                 tracing::warn!(container, "cannot attach to the sandbox's pid 1, signals go through execs: {e}");
                 return Self {
                     key,
+                    severed: Arc::default(),
                     requests: None,
                     sent: Arc::default(),
                     answered: None,
@@ -458,6 +462,7 @@ impl Control {
         });
         Self {
             key,
+            severed: Arc::default(),
             requests: Some(tx),
             sent,
             answered: Some(answered_rx),
@@ -473,12 +478,24 @@ impl Control {
     /// Have pid 1 kill every process holding a descriptor of the host's (init.py), and wait until
     /// it has, at most `limit`; false when it did not confirm.
     pub(crate) async fn sever(&self, limit: Duration) -> bool {
+        self.severed.store(true, std::sync::atomic::Ordering::Release);
         if !self.queue(Request::Sever) {
             return false;
         }
         let Some(mut answered) = self.answered.clone() else { return false };
         let sent = self.sent.load(std::sync::atomic::Ordering::Acquire);
         tokio::time::timeout(limit, answered.wait_for(|n| *n >= sent)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// The checkpoint `sever` was for failed and the sandbox runs on: an exec that ends from now
+    /// on ended by itself.
+    pub(crate) fn unsever(&self) {
+        self.severed.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether pid 1 was asked to end the execs before a checkpoint (see `sever`).
+    pub(crate) fn severed(&self) -> bool {
+        self.severed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Queue a signal for `pid`; false when pid 1 can no longer be reached.

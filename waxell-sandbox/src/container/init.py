@@ -22,8 +22,9 @@
 # of the code's reach.
 # "sever" (before a checkpoint of the sandbox's memory, where the host keeps it: gVisor on Docker
 # Engine) kills every process holding a descriptor of the host's, which gVisor could not restore:
-# the execs (commands, terminals, watchers, file helpers, the kernels' relays) and what they started
-# and did not detach; the kernels themselves hold none (relay.py).
+# the execs (the relays of kernels, commands and terminals, watchers, file helpers) and what they
+# started and did not detach; the kernels, and the keepers of commands and terminals with their
+# programs, hold none (relay.py, keeper.py).
 import ctypes, hmac, os, platform, select, signal, sys, time
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
@@ -34,11 +35,32 @@ SETTLE = 0.5
 URGENT = 64 << 20
 
 
+# Where the kernels' FIFOs are (relay.py): a kernel restored from a checkpoint is this process's
+# child, and its status is written beside its FIFOs for the relay that reports it.
+KERNELS = "/dev/shm/waxell-kernels"
+
+
 def reap():
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if not pid:
+                return
+            record_kernel_exit(pid, status)
     except ChildProcessError:
+        pass
+
+
+def record_kernel_exit(pid, status):
+    where = "%s/%d" % (KERNELS, pid)
+    if not os.path.isdir(where):
+        return
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    try:
+        with open(where + "/exit.new", "w") as f:
+            f.write(str(code))
+        os.rename(where + "/exit.new", where + "/exit")
+    except OSError:
         pass
 
 

@@ -6,13 +6,15 @@
 //! checkpoints: the kernels talk over FIFOs in the sandbox's own memory through a relay exec
 //! (relay.py); the writable file systems are tmpfs mounts the host makes (`host_mounts`), since
 //! the engine empties its volumes when the container stops and a restore fails on a missing file
-//! a process holds open. A checkpoint: pid 1 ends every process holding a host descriptor (the
-//! relays; commands, terminals, watchers: `sever` in init.py), the engine checkpoints the container
+//! a process holds open. Commands and terminals run under keepers in the same way (keeper.py). A
+//! checkpoint: pid 1 ends every process holding a host descriptor (the relays of kernels,
+//! commands and terminals; watchers and file helpers: `sever` in init.py), the engine checkpoints the container
 //! into the given directory and stops it (it is then removed: AutoRemove), and the host copies the
 //! writable file systems beside the image (`home/` is a saved `/home/user` as the filesystem-only
 //! pause keeps it). A restore makes a new container (a second restore of one container fails in
 //! the engine: E2B's e2b-dev/E2B#736), puts the files back, starts it from the image (the engine
-//! takes an image only from its own directory: it is linked there) and starts a relay per kernel.
+//! takes an image only from its own directory: it is linked there) and starts a relay per kernel
+//! (the server attaches one to each command and terminal: `Backend::attach_process`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -397,7 +397,10 @@ impl Backend for Container {
         }
         // runsc refuses the terminal exec Podman asks of it (the exec exits 125 with runsc's usage):
         // there a relay in the sandbox makes the terminal. Docker Engine with runsc has terminals.
+        // Where the sandbox's memory is checkpointed every process runs under a keeper, so it
+        // lives on (keeper.py).
         let terminals = match (self.podman, self.gvisor()) {
+            _ if self.memory.is_ok() => process::Terminals::Keeper,
             (true, true) => process::Terminals::Relay,
             (true, false) => process::Terminals::EngineResizedLater,
             (false, _) => process::Terminals::Engine,
@@ -410,6 +413,24 @@ impl Backend for Container {
             spec,
             pty,
             terminals,
+            &self.seccomp,
+        )
+        .await
+    }
+
+    async fn attach_process(
+        &self,
+        container: &ContainerGuard,
+        saved: &crate::backend::SavedProcess,
+        pty: Option<PtyPermit>,
+    ) -> Result<SandboxProcess, SandboxError> {
+        process::attach(
+            &self.docker,
+            &container.id,
+            container.control.clone(),
+            USER,
+            saved,
+            pty,
             &self.seccomp,
         )
         .await
@@ -482,8 +503,9 @@ impl Backend for Container {
         let deadline = Instant::now() + memory::SEVER_LIMIT;
         loop {
             if !container.control.sever(memory::SEVER_LIMIT).await {
+                container.control.unsever();
                 return Err(SandboxError::Unavailable(
-                    "the sandbox's pid 1 did not end its commands, terminals and watchers in time".into(),
+                    "the sandbox's pid 1 did not end the execs holding the host's descriptors in time".into(),
                 ));
             }
             let settle = std::time::Duration::from_millis(100);
@@ -491,6 +513,7 @@ impl Backend for Container {
                 Ok(()) => break,
                 Err(_) if Instant::now() < deadline => continue,
                 Err(running) => {
+                    container.control.unsever();
                     return Err(SandboxError::Unavailable(format!(
                         "execs of the sandbox still ran after pid 1 ended them: {}",
                         running.join("; ")
@@ -499,7 +522,10 @@ impl Backend for Container {
             }
         }
         let severed_at = began.elapsed();
-        engine.checkpoint(&self.docker, &container.id, dir).await?;
+        if let Err(e) = engine.checkpoint(&self.docker, &container.id, dir).await {
+            container.control.unsever();
+            return Err(e);
+        }
         let checkpointed = began.elapsed();
         for (suffix, _, at) in &container.host.scratch {
             let to = dir.join(suffix);

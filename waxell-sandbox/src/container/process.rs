@@ -27,6 +27,7 @@ use waxell::sandbox::{
 
 use super::engine::{api_error, Control};
 use super::seccomp::SeccompOption;
+use crate::backend::SavedProcess;
 use crate::command::{exit_of_code, helper_args, PtyPermit};
 use crate::paths::HOME_DIR;
 
@@ -35,6 +36,11 @@ const EVENTS_BUFFERED: usize = 64;
 
 /// The in-sandbox terminal relay and resizer, for an engine whose execs cannot have a terminal.
 const PTY_RELAY: &str = include_str!("ptyrelay.py");
+/// The keeper of a process that outlives its exec, and its relay.
+const KEEPER: &str = include_str!("keeper.py");
+/// Where the keepers' FIFOs are, one directory per process named by its pid: `/dev/shm` is
+/// gVisor's own tmpfs, saved with the sandbox's memory.
+const PROCESSES_DIR: &str = "/dev/shm/waxell-processes";
 
 /// Where a terminal comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +52,9 @@ pub(crate) enum Terminals {
     EngineResizedLater,
     /// A relay in the sandbox (`ptyrelay.py`), in a plain exec.
     Relay,
+    /// Every process under a keeper (`keeper.py`), which makes its terminal, in a plain exec: where
+    /// the sandbox's memory is checkpointed, so it lives on.
+    Keeper,
 }
 
 /// Start `spec` in `container` as `user`, under the sandbox's syscall policy (`seccomp`).
@@ -60,10 +69,16 @@ pub(crate) async fn start(
     terminals: Terminals,
     seccomp: &SeccompOption,
 ) -> Result<SandboxProcess, SandboxError> {
-    let relay = pty.is_some() && terminals == Terminals::Relay;
+    let relay = pty.is_some() && matches!(terminals, Terminals::Relay | Terminals::Keeper);
     let tty = pty.is_some() && !relay;
+    let with_stdin = pty.is_some() || spec.stdin;
     let mut cmd = vec!["python3".to_owned(), "-I".to_owned()];
     match &pty {
+        _ if terminals == Terminals::Keeper => {
+            let (rows, cols) = pty.as_ref().map_or((0, 0), |p| (p.size.rows, p.size.cols));
+            cmd.extend(["-c", KEEPER, "relay", PROCESSES_DIR].map(str::to_owned));
+            cmd.extend([u8::from(with_stdin).to_string(), rows.to_string(), cols.to_string()]);
+        }
         Some(permit) if relay => cmd.extend([
             "-c".to_owned(),
             PTY_RELAY.to_owned(),
@@ -75,8 +90,79 @@ pub(crate) async fn start(
     }
     cmd.push(spec.cmd.clone());
     cmd.extend(spec.args.iter().cloned());
-    let env = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let with_stdin = pty.is_some() || spec.stdin;
+    let exec = Exec {
+        cmd: seccomp.wrap(cmd),
+        env: spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        cwd: spec.cwd.clone().unwrap_or_else(|| HOME_DIR.to_owned()),
+        with_stdin,
+        tty,
+        relay,
+        durable: terminals == Terminals::Keeper,
+    };
+    run(docker, container, control, user, exec, pty, terminals).await
+}
+
+/// Attach to `saved`, a process that lived on in the checkpoint `container` was restored from
+/// (keeper.py's `attach`).
+pub(crate) async fn attach(
+    docker: &Docker,
+    container: &str,
+    control: Control,
+    user: &str,
+    saved: &SavedProcess,
+    pty: Option<PtyPermit>,
+    seccomp: &SeccompOption,
+) -> Result<SandboxProcess, SandboxError> {
+    let cmd = ["python3", "-I", "-c", KEEPER, "attach"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([format!("{PROCESSES_DIR}/{}", saved.sandbox_pid)])
+        .collect();
+    let exec = Exec {
+        cmd: seccomp.wrap(cmd),
+        env: Vec::new(),
+        cwd: HOME_DIR.to_owned(),
+        with_stdin: pty.is_some() || saved.stdin,
+        tty: false,
+        relay: pty.is_some(),
+        durable: true,
+    };
+    run(docker, container, control, user, exec, pty, Terminals::Keeper).await
+}
+
+/// An exec to run for a process.
+struct Exec {
+    cmd: Vec<String>,
+    env: Vec<String>,
+    cwd: String,
+    with_stdin: bool,
+    /// The engine gives it a terminal.
+    tty: bool,
+    /// A relay in the sandbox gives it a terminal: all its output is the terminal's.
+    relay: bool,
+    /// It runs under a keeper (keeper.py): its end may be the relay's only.
+    durable: bool,
+}
+
+/// Run `exec` in `container` as `user` and hand over its events and control.
+async fn run(
+    docker: &Docker,
+    container: &str,
+    control: Control,
+    user: &str,
+    exec: Exec,
+    pty: Option<PtyPermit>,
+    terminals: Terminals,
+) -> Result<SandboxProcess, SandboxError> {
+    let Exec {
+        cmd,
+        env,
+        cwd,
+        with_stdin,
+        tty,
+        relay,
+        durable,
+    } = exec;
     let exec = docker
         .create_exec(
             container,
@@ -86,11 +172,14 @@ pub(crate) async fn start(
                 attach_stderr: Some(true),
                 tty: Some(tty),
                 // Docker takes the first size here; Podman ignores it (the resize below sets it).
-                console_size: pty.as_ref().map(|p| vec![usize::from(p.size.rows), usize::from(p.size.cols)]),
-                cmd: Some(seccomp.wrap(cmd)),
+                console_size: pty
+                    .as_ref()
+                    .filter(|_| tty)
+                    .map(|p| vec![usize::from(p.size.rows), usize::from(p.size.cols)]),
+                cmd: Some(cmd),
                 env: Some(env),
                 user: Some(user.to_owned()),
-                working_dir: Some(spec.cwd.clone().unwrap_or_else(|| HOME_DIR.to_owned())),
+                working_dir: Some(cwd),
                 ..Default::default()
             },
         )
@@ -139,6 +228,7 @@ pub(crate) async fn start(
         output,
         events,
         last_signal.clone(),
+        durable.then(|| control.clone()),
     ));
     if let Some(permit) = pty.as_ref().filter(|_| tty) {
         // Podman takes the first size only this way, and (under gVisor) only once the exec runs.
@@ -163,6 +253,7 @@ pub(crate) async fn start(
             resizer: (relay || terminals == Terminals::EngineResizedLater)
                 .then(|| (container.to_owned(), user.to_owned())),
             relay,
+            durable,
         }),
     })
 }
@@ -210,7 +301,9 @@ async fn read_pid(output: &mut Output) -> (u32, Vec<ProcessEvent>) {
     (0, early)
 }
 
-/// The exec's events, then its exit.
+/// The exec's events, then its exit. `severable`: the control of a sandbox whose pid 1 may end
+/// the exec before a checkpoint while the process lives on (keeper.py): then the events end
+/// without an exit.
 async fn pump(
     docker: Docker,
     exec_id: String,
@@ -218,6 +311,7 @@ async fn pump(
     mut output: Output,
     events: mpsc::Sender<ProcessEvent>,
     last_signal: Arc<AtomicI32>,
+    severable: Option<Control>,
 ) {
     let mut open = true;
     for event in early {
@@ -239,6 +333,10 @@ async fn pump(
             Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(_) => break,
         }
+    }
+    // Killed by pid 1 for the checkpoint (SIGKILL, or gone with the container): its relay only.
+    if severable.is_some_and(|control| control.severed()) && matches!(code, None | Some(137)) {
+        return;
     }
     let exit = match code {
         Some(code) => exit_of_code(Some(code), last_signal.load(Ordering::Acquire)),
@@ -286,6 +384,8 @@ struct ExecControl {
     resizer: Option<(String, String)>,
     /// The terminal is the relay's: the engine has none to resize.
     relay: bool,
+    /// It runs under a keeper (keeper.py): it outlives a checkpoint.
+    durable: bool,
 }
 
 impl ExecControl {
@@ -381,6 +481,11 @@ impl ProcessControl for ExecControl {
         } else {
             Err(SandboxError::NotFound("the sandbox's container has stopped".into()))
         }
+    }
+
+    fn durable_pid(&self) -> Option<u32> {
+        let pid = self.pid.load(Ordering::Acquire);
+        (self.durable && pid > 1).then_some(pid)
     }
 
     async fn resize(&self, size: PtySize) -> Result<(), SandboxError> {

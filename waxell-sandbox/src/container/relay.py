@@ -6,7 +6,8 @@
 #   start <root> <command...>  start the kernel on FIFOs in <root>/<its pid> (its stdin, stdout and
 #                              stderr, opened read-write so it never sees an end or EPIPE while no
 #                              relay is there), then relay; exit as the kernel did.
-#   attach <root>/<pid>        relay to the kernel already there (after a restore).
+#   attach <root>/<pid>        relay to the kernel already there (after a restore), and exit with
+#                              the status pid 1 wrote as it reaped it.
 # The relay ends when the kernel does, though what the kernel forked may still hold its FIFOs.
 import ctypes, os, sys, threading, time
 
@@ -92,7 +93,15 @@ else:
     pid = int(os.path.basename(where))
     while alive(pid):
         time.sleep(0.05)
+    # pid 1, its parent now, writes its status (init.py) as it reaps it.
     code = 1
+    for _ in range(20):
+        try:
+            with open(os.path.join(where, "exit")) as f:
+                code = int(f.read())
+            break
+        except (OSError, ValueError):
+            time.sleep(0.01)
 time.sleep(0.05)  # the pump takes what the kernel wrote last; then the rest, without waiting
 with output:
     os.set_blocking(out, False)
@@ -104,7 +113,7 @@ with output:
             write_all(1, data)
     except OSError:
         pass
-    for path in fifos(where):
+    for path in fifos(where) + [os.path.join(where, "exit")]:
         try:
             os.unlink(path)
         except OSError:

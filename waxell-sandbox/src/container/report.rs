@@ -231,8 +231,8 @@ impl ContainerReport {
             Ok(()) => push(
                 Feature::PauseMemory,
                 Status::Enforced,
-                "a pause checkpoints the sandbox (gVisor through the engine): processes and variables come back \
-                 on resume; commands, terminals and watchers end at the pause"
+                "a pause checkpoints the sandbox (gVisor through the engine): processes, commands, terminals and \
+                 variables come back on resume"
                     .into(),
             ),
             Err(why) => push(

@@ -96,6 +96,7 @@ async fn what_a_backend_lacks_is_unsupported_not_a_string() {
         backend: "process".into(),
         kernels: Vec::new(),
         state: Default::default(),
+        processes: Vec::new(),
     };
     let restored = KeepsMemory::restore(&backend, &checkpoint, &dir, &SandboxOptions::default()).await;
     unsupported(restored.map(drop), "restore");

@@ -345,8 +345,8 @@ fn resumed(entry: &super::registry::SandboxEntry, outcome: &ResumeOutcome) -> Re
     response
 }
 
-/// Pause (lifecycle.rs). The answer says which pause it got: `Waxell-Pause: memory` (processes
-/// and memory kept; commands, terminals and watchers ended) or `filesystem`, with a `Warning`
+/// Pause (lifecycle.rs). The answer says which pause it got: `Waxell-Pause: memory` (processes,
+/// commands and terminals included, and memory kept; directory watchers ended) or `filesystem`, with a `Warning`
 /// saying why when memory was asked for.
 async fn pause(
     State(state): State<Arc<AppState>>,

@@ -354,12 +354,13 @@ async fn filesystem_rpc(
             "CreateWatcher" => {
                 let request: WatchRequest = body::json(&bytes)?;
                 check_path(&request.path)?;
+                let options = request.options();
                 let watch = entry
                     .session
-                    .watch_dir(&request.path, request.options())
+                    .watch_dir(&request.path, options)
                     .await
                     .map_err(|e| ApiError::from_file(&request.path, e))?;
-                let watcher_id = entry.watchers.add(watch);
+                let watcher_id = entry.watchers.add(&request.path, options, watch);
                 Ok(json!({ "watcherId": watcher_id }))
             }
             "GetWatcherEvents" => {

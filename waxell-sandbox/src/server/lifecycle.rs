@@ -4,10 +4,12 @@
 //! A pause with memory (E2B's default), where the backend keeps it (`pool::keeps_memory`: gVisor on
 //! Docker Engine), checkpoints the sandbox into the store: its processes and memory, and its files
 //! (`home/` as the filesystem-only pause saves it, so fork, snapshots and a fallback use them); the
-//! sandbox stops, and only the checkpoint and the record stay on disk. Commands, terminals and
-//! watchers end at such a pause (gVisor cannot restore the host's descriptors they hold). Resume
-//! restores it into a new sandbox under the same id and tokens; if that fails the files are
-//! resumed as below, said in the log and the answer.
+//! sandbox stops, and only the checkpoint and the record stay on disk. Commands and terminals live
+//! on in it (the backend runs them under keepers that hold no descriptor of the host's): their
+//! entries in the process table are kept with the paused sandbox, and a resume attaches to them
+//! again, so clients still attached read on. Directory watchers end. Resume restores it into a
+//! new sandbox under the same id and tokens; if that fails the files are resumed as below, said in
+//! the log and the answer.
 //!
 //! Elsewhere, or with `memory: false`, or when the checkpoint fails, a pause is E2B's
 //! filesystem-only pause: `/home/user` is saved to the store (saved.rs, store.rs), the sandbox is
@@ -20,9 +22,9 @@
 //! A snapshot is the same saved `home`, kept under its own id as a template new sandboxes start
 //! from; a fork saves once and starts `count` sandboxes from it. Where the backend keeps memory, a
 //! snapshot or fork of a running sandbox is its checkpoint instead: the sandbox is checkpointed and
-//! restored in place (same id, tokens and remaining lifetime; its commands, terminals and watchers
-//! end, as at a memory pause), and each fork, or each sandbox created from the snapshot, is
-//! restored from that checkpoint, its variables and processes with it. A fork of a paused
+//! restored in place (same id, tokens and remaining lifetime; its directory watchers end, as at a
+//! memory pause), and each fork, or each sandbox created from the snapshot, is restored from that
+//! checkpoint, its variables and processes with it, its commands and terminals too (each its own). A fork of a paused
 //! sandbox restores from its pause's checkpoint and leaves it paused. If the source cannot be
 //! restored in place it stays paused with the checkpoint (connect resumes it): nothing is lost.
 
@@ -37,9 +39,11 @@ use rand::distr::{Alphanumeric, SampleString};
 use super::config::ServerConfig;
 use super::error::ApiError;
 use super::logs::Level;
+use super::process::ProcessTable;
 use super::registry::{new_sandbox_id, CreateRequest, Hold, Identity, Lifecycle, Registry, SandboxEntry};
 use super::saved::{self, SaveLimits};
 use super::store::{from_ms, to_ms, Kind, PausedRecord, SnapshotRecord, Store, HOME_COPY};
+use super::watchers::WatcherSpec;
 use crate::backend::Checkpoint;
 use crate::pool::KeepsMemory;
 
@@ -72,9 +76,29 @@ pub(crate) struct Saved {
     store: Store,
     paused: Mutex<HashMap<String, Arc<Kept<PausedRecord>>>>,
     snapshots: Mutex<HashMap<String, Arc<Kept<SnapshotRecord>>>>,
+    /// What sandboxes paused with their memory by this server carry to their resume.
+    carried: Mutex<HashMap<String, Carried>>,
     /// Serialises pause, resume, snapshot, fork and kill, so no two of them race on one sandbox
     /// (each is short: a copy of a capped `/home/user`).
     pub(crate) lock: tokio::sync::Mutex<()>,
+}
+
+/// What a sandbox checkpointed by this server carries to its restore as the same sandbox (a
+/// resume, a restore in place): its process table, whose processes live on in the checkpoint (the
+/// restore attaches them again, and the streams of clients still attached go on), and its polled
+/// directory watchers (started again under the same ids).
+pub(crate) struct Carried {
+    processes: Arc<ProcessTable>,
+    watchers: Vec<WatcherSpec>,
+}
+
+impl Carried {
+    fn of(entry: &SandboxEntry) -> Self {
+        Self {
+            processes: entry.processes.clone(),
+            watchers: entry.watchers.specs(),
+        }
+    }
 }
 
 /// What a pause, a snapshot or a fork kept of the sandbox.
@@ -161,6 +185,7 @@ impl Saved {
             store,
             paused: Mutex::new(paused),
             snapshots: Mutex::new(snapshots),
+            carried: Mutex::default(),
             lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -180,6 +205,10 @@ impl Saved {
     pub(crate) fn remove_paused(&self, id: &str) -> bool {
         if lock(&self.paused).remove(id).is_none() {
             return false;
+        }
+        let carried = lock(&self.carried).remove(id);
+        if let Some(carried) = carried {
+            tokio::spawn(async move { carried.processes.end_all("the paused sandbox was killed").await });
         }
         self.store.remove(Kind::Paused, id);
         tracing::info!(sandbox = %id, "paused sandbox removed");
@@ -357,6 +386,9 @@ impl Registry {
             tracing::warn!(sandbox = %id, "cannot keep the paused sandbox, it is gone: {e}");
             return Ok(());
         }
+        if kept_memory {
+            lock(&self.saved.carried).insert(id.clone(), Carried::of(entry));
+        }
         tracing::info!(
             sandbox = %id,
             bytes,
@@ -378,10 +410,15 @@ impl Registry {
         let staging = store
             .staging()
             .map_err(|e| format!("cannot make a staging directory: {e}"))?;
+        entry.processes.begin_checkpoint();
         match keeper.checkpoint(&*entry.session, &staging).await {
-            Ok(checkpoint) => Ok((staging, checkpoint)),
+            Ok(mut checkpoint) => {
+                checkpoint.processes = entry.processes.saved();
+                Ok((staging, checkpoint))
+            }
             Err(e) => {
                 store.discard(&staging);
+                entry.processes.checkpoint_failed().await;
                 Err(e.to_string())
             }
         }
@@ -468,7 +505,14 @@ impl Registry {
             history: entry.log.entries(),
         };
         match self
-            .restore(identity, &request, keeper, &checkpoint, &staging)
+            .restore(
+                identity,
+                &request,
+                keeper,
+                &checkpoint,
+                &staging,
+                Some(&Carried::of(entry)),
+            )
             .await
         {
             Ok(restored) => {
@@ -476,7 +520,7 @@ impl Registry {
                 tracing::info!(sandbox = %id, ms, "checkpointed and restored in place");
                 restored.log.add(
                     Level::Info,
-                    "checkpointed and restored in place (its commands, terminals and watchers ended)",
+                    "checkpointed and restored in place",
                     [("ms", ms.to_string())],
                 );
             }
@@ -493,7 +537,9 @@ impl Registry {
                     let files = saved::tree_bytes(&copy.join(HOME_COPY)).await;
                     let mut record = self.paused_record(entry, files);
                     record.memory = Some(checkpoint.clone());
-                    self.keep_paused(&copy, record)
+                    self.keep_paused(&copy, record)?;
+                    lock(&self.saved.carried).insert(id.clone(), Carried::of(entry));
+                    Ok::<(), std::io::Error>(())
                 };
                 if let Err(e) = kept.await {
                     tracing::warn!(sandbox = %id, "cannot keep it paused either, it is gone: {e}");
@@ -544,10 +590,32 @@ impl Registry {
             history: record.logs.clone(),
         };
         // Kept paused until the new sandbox runs: a failed resume loses nothing.
+        let previous = lock(&saved.carried).remove(id);
         let (entry, outcome) = self
-            .restore_or_create(identity, request, record.memory.as_ref(), &paused.dir)
+            .restore_or_create(
+                identity,
+                request,
+                record.memory.as_ref(),
+                &paused.dir,
+                previous.as_ref(),
+            )
             .await;
-        let entry = entry?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                // Still paused: it carries the same again to its next resume.
+                if let Some(previous) = previous {
+                    lock(&saved.carried).insert(id.to_owned(), previous);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(previous) = previous.filter(|_| outcome != ResumeOutcome::Memory) {
+            previous
+                .processes
+                .end_all("the sandbox resumed from its files: its processes did not come back")
+                .await;
+        }
         entry.log.add(
             Level::Info,
             "sandbox resumed",
@@ -561,18 +629,24 @@ impl Registry {
 
     /// The sandbox `identity` restored from `checkpoint` (in `dir`) where there is one and it
     /// restores, else made by the backend with `request.files`; registered. What it got back.
+    /// `previous`: what the sandbox checkpointed carries, when this is the same sandbox (see
+    /// [`Registry::restore`]).
     async fn restore_or_create(
         &self,
         identity: impl Fn() -> Identity,
         request: CreateRequest,
         checkpoint: Option<&Checkpoint>,
         dir: &std::path::Path,
+        previous: Option<&Carried>,
     ) -> (Result<Arc<SandboxEntry>, ApiError>, ResumeOutcome) {
         if let Some(checkpoint) = checkpoint {
             match self.keeps_memory() {
                 Some(keeper) => {
                     let began = std::time::Instant::now();
-                    match self.restore(identity(), &request, keeper, checkpoint, dir).await {
+                    match self
+                        .restore(identity(), &request, keeper, checkpoint, dir, previous)
+                        .await
+                    {
                         Ok(entry) => {
                             tracing::info!(sandbox = %entry.id, ms = began.elapsed().as_millis() as u64, "restored from a checkpoint");
                             return (Ok(entry), ResumeOutcome::Memory);
@@ -593,7 +667,10 @@ impl Registry {
         (self.create_as(identity(), request).await, ResumeOutcome::Files)
     }
 
-    /// The sandbox `identity` restored from `checkpoint` (in `dir`), registered.
+    /// The sandbox `identity` restored from `checkpoint` (in `dir`), registered, with the
+    /// processes that lived on in it attached to again. `previous`: what the sandbox checkpointed
+    /// carries, when this is the same sandbox (a resume, a restore in place): the streams attached
+    /// to its processes go on, and its watchers start again.
     async fn restore(
         &self,
         identity: Identity,
@@ -601,15 +678,38 @@ impl Registry {
         keeper: &dyn KeepsMemory,
         checkpoint: &Checkpoint,
         dir: &std::path::Path,
+        previous: Option<&Carried>,
     ) -> Result<Arc<SandboxEntry>, ApiError> {
         let request = CreateRequest {
             files: None,
             ..request.clone()
         };
-        self.register(identity, request, |options| async move {
-            keeper.restore(checkpoint, dir, &options).await
-        })
-        .await
+        let entry = self
+            .register(identity, request, |options| async move {
+                keeper.restore(checkpoint, dir, &options).await
+            })
+            .await?;
+        for saved in &checkpoint.processes {
+            let process = keeper
+                .attach_process(&*entry.session, saved)
+                .await
+                .map_err(|e| e.to_string());
+            entry
+                .processes
+                .adopt(saved, process, previous.map(|p| &*p.processes))
+                .await;
+        }
+        for spec in previous.map_or(&[][..], |p| &p.watchers[..]) {
+            match entry.session.watch_dir(&spec.path, spec.options).await {
+                Ok(watch) => entry.watchers.add_as(spec.clone(), watch),
+                Err(e) => tracing::warn!(
+                    sandbox = %entry.id,
+                    path = %spec.path,
+                    "starting a directory watcher again after the restore failed: {e}"
+                ),
+            }
+        }
+        Ok(entry)
     }
 
     /// Save a live sandbox's files into a new staging directory's `home`.
@@ -810,6 +910,7 @@ impl Registry {
                 request,
                 snapshot.record.memory.as_ref(),
                 &snapshot.dir,
+                None,
             )
             .await;
         let entry = entry?;
@@ -875,6 +976,7 @@ impl Registry {
                     request,
                     checkpoint.as_ref(),
                     &staging,
+                    None,
                 )
                 .await;
             if let Ok(fork) = &fork {

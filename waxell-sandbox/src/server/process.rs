@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use waxell::sandbox::{
     ProcessControl, ProcessEvent, ProcessExit, ProcessOutput, ProcessSignal, ProcessSpec, PtySize,
+    SandboxProcess,
 };
 
 use super::conn::BreakOff;
@@ -32,6 +33,7 @@ use super::connect::{self, EnvelopeReader};
 use super::error::ApiError;
 use super::registry::SandboxEntry;
 use super::state::AppState;
+use crate::backend::SavedProcess;
 
 /// The first pid handed out in a sandbox (small pids look like the sandbox's own daemons).
 const FIRST_PID: u32 = 1000;
@@ -55,6 +57,8 @@ impl Default for ProcessTable {
             inner: Mutex::new(TableInner {
                 next_pid: FIRST_PID,
                 running: BTreeMap::new(),
+                checkpointing: false,
+                detached: Vec::new(),
             }),
         }
     }
@@ -63,6 +67,12 @@ impl Default for ProcessTable {
 struct TableInner {
     next_pid: u32,
     running: BTreeMap<u32, Arc<Tracked>>,
+    /// A checkpoint of the sandbox's memory is being taken: a process that outlives it
+    /// (`ProcessControl::durable_pid`) and whose events end without an exit stays, to be attached
+    /// to again after the restore.
+    checkpointing: bool,
+    /// The pids of those whose events so ended.
+    detached: Vec<u32>,
 }
 
 /// One running process.
@@ -71,7 +81,12 @@ struct Tracked {
     tag: Option<String>,
     /// Its `ProcessConfig`, as `List` reports it.
     config: Value,
-    control: Arc<dyn ProcessControl>,
+    /// Its terminal's size as started, if it has one, and whether its input is open: what a
+    /// checkpoint keeps to attach to it again.
+    terminal: Option<PtySize>,
+    stdin: bool,
+    /// Replaced when it is attached to again after a restore.
+    control: Mutex<Arc<dyn ProcessControl>>,
     listeners: Mutex<Listeners>,
 }
 
@@ -82,7 +97,32 @@ struct Listeners {
     ended: bool,
 }
 
+/// What the server keeps of a process in a checkpoint ([`SavedProcess::owner`]).
+#[derive(Serialize, Deserialize)]
+struct Owned {
+    pid: u32,
+    tag: Option<String>,
+    config: Value,
+}
+
 impl Tracked {
+    fn control(&self) -> Arc<dyn ProcessControl> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Send its end to every stream attached, and let none attach any more.
+    async fn end(&self, exit: &ProcessExit) {
+        let streams = {
+            let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
+            listeners.ended = true;
+            std::mem::take(&mut listeners.streams)
+        };
+        let value = end_event(exit);
+        for stream in streams {
+            let _ = stream.send(value.clone()).await;
+        }
+    }
+
     /// A stream of its events from now on; `None` once it ended.
     fn attach(&self) -> Option<mpsc::Receiver<Value>> {
         let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
@@ -105,6 +145,7 @@ impl ProcessTable {
         self: &Arc<Self>,
         tag: Option<String>,
         config: Value,
+        spec: &ProcessSpec,
         control: Arc<dyn ProcessControl>,
         output: Box<dyn ProcessOutput>,
     ) -> (u32, mpsc::Receiver<Value>) {
@@ -116,7 +157,9 @@ impl ProcessTable {
                 pid,
                 tag,
                 config,
-                control,
+                terminal: spec.pty,
+                stdin: spec.stdin,
+                control: Mutex::new(control),
                 listeners: Mutex::default(),
             });
             inner.running.insert(pid, tracked.clone());
@@ -153,6 +196,128 @@ impl ProcessTable {
 
     fn list(&self) -> Vec<Arc<Tracked>> {
         self.lock().running.values().cloned().collect()
+    }
+
+    /// A checkpoint of the sandbox's memory begins (see [`TableInner::checkpointing`]).
+    pub(crate) fn begin_checkpoint(&self) {
+        self.lock().checkpointing = true;
+    }
+
+    /// The checkpoint was taken: the processes that live on in it.
+    pub(crate) fn saved(&self) -> Vec<SavedProcess> {
+        let inner = self.lock();
+        inner
+            .running
+            .values()
+            .filter_map(|tracked| {
+                let sandbox_pid = tracked.control().durable_pid()?;
+                let owner = Owned {
+                    pid: tracked.pid,
+                    tag: tracked.tag.clone(),
+                    config: tracked.config.clone(),
+                };
+                Some(SavedProcess {
+                    sandbox_pid,
+                    terminal: tracked.terminal.map(|size| (size.rows, size.cols)),
+                    stdin: tracked.stdin,
+                    owner: serde_json::to_value(owner).unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+
+    /// The checkpoint failed and the sandbox runs on: the processes whose events ended meanwhile
+    /// are gone (their relays were ended; nothing brings them back), so their streams get an end.
+    pub(crate) async fn checkpoint_failed(&self) {
+        let gone: Vec<Arc<Tracked>> = {
+            let mut inner = self.lock();
+            inner.checkpointing = false;
+            let detached = std::mem::take(&mut inner.detached);
+            detached
+                .iter()
+                .filter_map(|pid| inner.running.remove(pid))
+                .collect()
+        };
+        let exit = ProcessExit {
+            exit_code: -1,
+            signal: None,
+            error: Some("the process was lost when a checkpoint of the sandbox failed".into()),
+        };
+        for tracked in gone {
+            tracked.end(&exit).await;
+        }
+    }
+
+    /// End every process here for `why` (the sandbox they lived on in is gone): their streams get
+    /// an end.
+    pub(crate) async fn end_all(&self, why: &str) {
+        let gone: Vec<Arc<Tracked>> = std::mem::take(&mut self.lock().running).into_values().collect();
+        let exit = ProcessExit {
+            exit_code: -1,
+            signal: None,
+            error: Some(why.to_owned()),
+        };
+        for tracked in gone {
+            tracked.end(&exit).await;
+        }
+    }
+
+    /// Track `saved`, a process of the checkpoint this table's sandbox was restored from, as
+    /// attached to again (`process`). `previous`: the table of the sandbox it was checkpointed
+    /// from, when that is the same sandbox (a resume, or a restore in place), whose streams
+    /// attached to the process go on. When it could not be attached to, those streams get an end.
+    pub(crate) async fn adopt(
+        self: &Arc<Self>,
+        saved: &SavedProcess,
+        process: Result<SandboxProcess, String>,
+        previous: Option<&ProcessTable>,
+    ) {
+        let Ok(owned) = serde_json::from_value::<Owned>(saved.owner.clone()) else {
+            tracing::warn!("a process in the checkpoint is not one of this server's: left alone");
+            return;
+        };
+        let earlier = previous.and_then(|table| table.lock().running.get(&owned.pid).cloned());
+        let process = match process {
+            Ok(process) => process,
+            Err(why) => {
+                tracing::warn!(
+                    pid = owned.pid,
+                    "attaching to a process of the checkpoint failed: {why}"
+                );
+                if let Some(earlier) = earlier {
+                    let exit = ProcessExit {
+                        exit_code: -1,
+                        signal: None,
+                        error: Some(format!(
+                            "the process could not be attached to after the restore: {why}"
+                        )),
+                    };
+                    earlier.end(&exit).await;
+                }
+                return;
+            }
+        };
+        let tracked = match earlier {
+            Some(earlier) => {
+                *earlier.control.lock().unwrap_or_else(|e| e.into_inner()) = process.control;
+                earlier
+            }
+            None => Arc::new(Tracked {
+                pid: owned.pid,
+                tag: owned.tag,
+                config: owned.config,
+                terminal: saved.terminal.map(|(rows, cols)| PtySize { rows, cols }),
+                stdin: saved.stdin,
+                control: Mutex::new(process.control),
+                listeners: Mutex::default(),
+            }),
+        };
+        {
+            let mut inner = self.lock();
+            inner.next_pid = inner.next_pid.max(tracked.pid.saturating_add(1));
+            inner.running.insert(tracked.pid, tracked.clone());
+        }
+        tokio::spawn(pump(Arc::downgrade(self), tracked, process.output));
     }
 }
 
@@ -194,7 +359,13 @@ async fn pump(
         }
     }
     if let Some(table) = table.upgrade() {
-        table.lock().running.remove(&tracked.pid);
+        let mut inner = table.lock();
+        if inner.checkpointing && tracked.control().durable_pid().is_some() {
+            // Its relay ended for the checkpoint; the process lives on in it.
+            inner.detached.push(tracked.pid);
+            return;
+        }
+        inner.running.remove(&tracked.pid);
     }
 }
 
@@ -454,7 +625,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
             let tracked = table.find(named(&request.process)?)?;
             let data = request.input.unwrap_or_default().bytes()?;
             tracked
-                .control
+                .control()
                 .write_stdin(&data)
                 .await
                 .map_err(ApiError::from_sandbox)?;
@@ -464,7 +635,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
             let request: SelectRequest = super::body::json(bytes)?;
             let tracked = table.find(request.selector()?)?;
             tracked
-                .control
+                .control()
                 .close_stdin()
                 .await
                 .map_err(ApiError::from_sandbox)?;
@@ -474,7 +645,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
             let request: SendSignalRequest = super::body::json(bytes)?;
             let tracked = table.find(named(&request.process)?)?;
             tracked
-                .control
+                .control()
                 .signal(signal_of(&request.signal)?)
                 .await
                 .map_err(ApiError::from_sandbox)?;
@@ -485,7 +656,7 @@ async fn unary(entry: &SandboxEntry, method: &str, bytes: &[u8]) -> Result<Value
             let tracked = table.find(named(&request.process)?)?;
             if let Some(pty) = &request.pty {
                 tracked
-                    .control
+                    .control()
                     .resize(pty.size()?)
                     .await
                     .map_err(ApiError::from_sandbox)?;
@@ -520,7 +691,7 @@ async fn start(
     let config = serde_json::to_value(&config).unwrap_or_default();
     Ok(entry
         .processes
-        .insert(request.tag, config, process.control, process.output))
+        .insert(request.tag, config, &spec, process.control, process.output))
 }
 
 /// `StreamInput`: a start message naming the process, then data messages, in order.
@@ -541,7 +712,7 @@ async fn stream_input(entry: &SandboxEntry, mut reader: EnvelopeReader) -> Resul
                 .transpose()?
                 .unwrap_or_default();
             tracked
-                .control
+                .control()
                 .write_stdin(&bytes)
                 .await
                 .map_err(ApiError::from_sandbox)?;
@@ -618,4 +789,184 @@ fn event_stream(
         }
     });
     connect::broken_stream_response(futures_util::stream::poll_fn(move |cx| envelopes.poll_recv(cx)))
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use waxell::sandbox::SandboxError;
+
+    use super::*;
+
+    /// A process's control that does nothing; `durable`: the pid it outlives checkpoints with.
+    struct Quiet {
+        durable: Option<u32>,
+    }
+
+    #[async_trait]
+    impl ProcessControl for Quiet {
+        async fn write_stdin(&self, _: &[u8]) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn close_stdin(&self) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn signal(&self, _: ProcessSignal) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn resize(&self, _: PtySize) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        fn durable_pid(&self) -> Option<u32> {
+            self.durable
+        }
+    }
+
+    /// Events the test hands the table one by one.
+    struct Feed(mpsc::Receiver<ProcessEvent>);
+
+    #[async_trait]
+    impl ProcessOutput for Feed {
+        async fn next_event(&mut self) -> Option<ProcessEvent> {
+            self.0.recv().await
+        }
+    }
+
+    /// A process as a backend would hand it over, and the sender of its events.
+    fn handed_over(durable: Option<u32>) -> (mpsc::Sender<ProcessEvent>, SandboxProcess) {
+        let (events, feed) = mpsc::channel(8);
+        let process = SandboxProcess {
+            output: Box::new(Feed(feed)),
+            control: Arc::new(Quiet { durable }),
+        };
+        (events, process)
+    }
+
+    fn start(
+        table: &Arc<ProcessTable>,
+        tag: &str,
+        durable: Option<u32>,
+    ) -> (u32, mpsc::Receiver<Value>, mpsc::Sender<ProcessEvent>) {
+        let (events, process) = handed_over(durable);
+        let mut spec = ProcessSpec::new("sleep");
+        spec.stdin = true;
+        let (pid, stream) = table.insert(
+            Some(tag.into()),
+            json!({"cmd": "sleep"}),
+            &spec,
+            process.control,
+            process.output,
+        );
+        (pid, stream, events)
+    }
+
+    async fn settled(table: &ProcessTable, what: impl Fn(&TableInner) -> bool) {
+        for _ in 0..200 {
+            if what(&table.lock()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the table did not settle");
+    }
+
+    #[tokio::test]
+    async fn a_durable_process_outlives_a_checkpoint_and_its_stream_reads_on() {
+        let table = Arc::new(ProcessTable::default());
+        let (pid, mut stream, events) = start(&table, "kept", Some(42));
+        let (other, _, other_events) = start(&table, "plain", None);
+        events
+            .send(ProcessEvent::Stdout(b"before".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.recv().await.unwrap(),
+            json!({"data": {"stdout": BASE64.encode("before")}})
+        );
+
+        table.begin_checkpoint();
+        // Their relays end for the checkpoint: the events end without an exit.
+        drop(events);
+        drop(other_events);
+        settled(&table, |inner| {
+            inner.detached == [pid] && !inner.running.contains_key(&other)
+        })
+        .await;
+        let saved = table.saved();
+        assert_eq!(saved.len(), 1, "only the durable process is in the checkpoint");
+        assert_eq!(
+            (saved[0].sandbox_pid, saved[0].stdin, saved[0].terminal),
+            (42, true, None)
+        );
+        assert_eq!(saved[0].owner["pid"], json!(pid));
+
+        // Restored as the same sandbox: the stream opened before reads on, to its end.
+        let restored = Arc::new(ProcessTable::default());
+        let (events, process) = handed_over(Some(42));
+        restored.adopt(&saved[0], Ok(process), Some(&table)).await;
+        let listed: Vec<(u32, Option<String>)> =
+            restored.list().iter().map(|t| (t.pid, t.tag.clone())).collect();
+        assert_eq!(listed, [(pid, Some("kept".to_owned()))]);
+        events
+            .send(ProcessEvent::Stdout(b"after".to_vec()))
+            .await
+            .unwrap();
+        assert_eq!(
+            stream.recv().await.unwrap(),
+            json!({"data": {"stdout": BASE64.encode("after")}})
+        );
+        events
+            .send(ProcessEvent::Exit(ProcessExit::code(7)))
+            .await
+            .unwrap();
+        assert_eq!(stream.recv().await.unwrap()["end"]["exitCode"], json!(7));
+        settled(&restored, |inner| inner.running.is_empty()).await;
+        let (next, _, _) = start(&restored, "new", None);
+        assert!(
+            next > pid,
+            "a new process takes a pid after the restored ones ({next} > {pid})"
+        );
+
+        // A fork: its own entry under the same pid, with no streams of the source's.
+        let fork = Arc::new(ProcessTable::default());
+        let (_events, process) = handed_over(Some(42));
+        fork.adopt(&saved[0], Ok(process), None).await;
+        let forked = fork
+            .find(&Selector {
+                pid: Some(pid),
+                tag: None,
+            })
+            .unwrap();
+        assert!(forked.listeners.lock().unwrap().streams.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_checkpoint_or_restore_ends_the_streams_of_what_it_cut_off() {
+        let table = Arc::new(ProcessTable::default());
+        let (pid, mut stream, events) = start(&table, "cut", Some(9));
+        let (_, mut running, _running_events) = start(&table, "untouched", Some(10));
+        table.begin_checkpoint();
+        drop(events);
+        settled(&table, |inner| inner.detached == [pid]).await;
+        table.checkpoint_failed().await;
+        let end = stream.recv().await.unwrap();
+        assert!(
+            end["end"]["error"].as_str().unwrap().contains("checkpoint"),
+            "{end}"
+        );
+        assert_eq!(table.list().len(), 1, "the process whose relay lived on stays");
+        assert!(running.try_recv().is_err(), "and its stream goes on");
+
+        let saved = table.saved();
+        let restored = Arc::new(ProcessTable::default());
+        restored
+            .adopt(&saved[0], Err("no such process".into()), Some(&table))
+            .await;
+        let end = running.recv().await.unwrap();
+        assert!(
+            end["end"]["error"].as_str().unwrap().contains("no such process"),
+            "{end}"
+        );
+        assert!(restored.list().is_empty());
+    }
 }

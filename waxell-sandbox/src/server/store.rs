@@ -283,6 +283,12 @@ mod tests {
                 kernel: Some((7, 3)),
             }],
             state: [("init_key".to_owned(), "00ff".to_owned())].into(),
+            processes: vec![crate::backend::SavedProcess {
+                sandbox_pid: 12,
+                terminal: Some((24, 80)),
+                stdin: true,
+                owner: serde_json::json!({"pid": 1000, "tag": "t"}),
+            }],
         });
         let again: PausedRecord = serde_json::from_str(&serde_json::to_string(&with).unwrap()).unwrap();
         assert_eq!(again.memory, with.memory);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 use waxell::sandbox::{
-    CodeContext, DirWatch, EntryInfo, Execution, ProcessSpec, RunOptions, SandboxError, SandboxMetrics,
+    CodeContext, DirWatch, EntryInfo, Execution, ProcessSpec, PtySize, RunOptions, SandboxError, SandboxMetrics,
     SandboxOptions, SandboxProcess, SandboxSession, WatchOptions,
 };
 
@@ -193,6 +193,18 @@ impl<B: Backend> Session<B> {
         self.inner.backend.start_process(&self.inner.shell, &spec, pty).await
     }
 
+    /// Attach to `saved`, a process that lived on in the checkpoint this sandbox was restored
+    /// from, with one of the sandbox's terminals if it has one.
+    #[cfg_attr(not(all(feature = "server", feature = "container")), allow(dead_code, reason = "the server's memory pause, with the container backend"))]
+    pub(crate) async fn attach_process(&self, saved: &crate::backend::SavedProcess) -> Result<SandboxProcess, SandboxError> {
+        self.check_alive()?;
+        let pty = saved
+            .terminal
+            .map(|(rows, cols)| crate::command::PtyPermit::take(PtySize { rows, cols }, &self.inner.open_ptys))
+            .transpose()?;
+        self.inner.backend.attach_process(&self.inner.shell, saved, pty).await
+    }
+
     /// Save the sandbox's whole state into `dir` ([`Backend::checkpoint`]) and end it here. Only
     /// while no cell runs (a run's caller could not get its answer), else `Busy`-like
     /// `InvalidArgument`; on failure the sandbox may be left without its kernels' links (the caller
@@ -237,6 +249,7 @@ impl<B: Backend> Session<B> {
             backend: B::NAME.to_owned(),
             kernels,
             state,
+            processes: Vec::new(),
         })
     }
 }

@@ -200,6 +200,11 @@ pub trait ProcessControl: Send + Sync {
     async fn signal(&self, signal: ProcessSignal) -> Result<(), SandboxError>;
     /// Resize its terminal (it gets `SIGWINCH`).
     async fn resize(&self, size: PtySize) -> Result<(), SandboxError>;
+    /// Its pid inside the sandbox where the backend keeps it across a checkpoint of the sandbox's
+    /// memory (it runs on after a restore, and can be attached to again); `None` elsewhere.
+    fn durable_pid(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A started process.
