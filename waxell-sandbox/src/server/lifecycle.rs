@@ -689,11 +689,16 @@ impl Registry {
                 keeper.restore(checkpoint, dir, &options).await
             })
             .await?;
-        for saved in &checkpoint.processes {
-            let process = keeper
-                .attach_process(&*entry.session, saved)
-                .await
-                .map_err(|e| e.to_string());
+        // At once: each is an exec, about 0.2 s under gVisor.
+        let attached = futures_util::future::join_all(
+            checkpoint
+                .processes
+                .iter()
+                .map(|saved| keeper.attach_process(&*entry.session, saved)),
+        )
+        .await;
+        for (saved, process) in checkpoint.processes.iter().zip(attached) {
+            let process = process.map_err(|e| e.to_string());
             entry
                 .processes
                 .adopt(saved, process, previous.map(|p| &*p.processes))
