@@ -6,23 +6,9 @@
 //
 // Prints one `ok` line per check and "all checks passed"; exits 1 on the first failure (2 if the SDK
 // is missing). tests/tests/e2b_commands.rs runs it against an in-process server.
-import { createRequire } from 'node:module'
-import path from 'node:path'
+import { peerPackage } from './e2b_peer.mjs'
 
-const peer = process.env.WAXELL_E2B_PEER_JS
-if (!peer) {
-  console.error('WAXELL_E2B_PEER_JS is not set')
-  process.exit(2)
-}
-const require = createRequire(path.join(peer, 'package.json'))
-let e2b
-try {
-  e2b = require('e2b')
-} catch (e) {
-  console.error(`the e2b package is not installed in ${peer}: ${e}`)
-  process.exit(2)
-}
-const { Sandbox, CommandExitError } = e2b
+const { Sandbox, CommandExitError } = peerPackage('e2b')
 
 function check(name, condition, detail = '') {
   if (!condition) throw new Error(`${name}: ${typeof detail === 'string' ? detail : JSON.stringify(detail)}`)

@@ -7,22 +7,9 @@
 //
 // Prints one `ok` / `FAIL` line per check; exits 1 if any failed (2 if the SDK is missing).
 // tests/tests/e2b_kernel.rs runs it against an in-process server.
-import { createRequire } from 'node:module'
-import path from 'node:path'
+import { peerPackage } from './e2b_peer.mjs'
 
-const peer = process.env.WAXELL_E2B_PEER_JS
-if (!peer) {
-  console.error('WAXELL_E2B_PEER_JS is not set: run scripts/setup-e2b-peer.sh')
-  process.exit(2)
-}
-const require = createRequire(path.join(peer, 'package.json'))
-let Sandbox
-try {
-  ;({ Sandbox } = require('@e2b/code-interpreter'))
-} catch (e) {
-  console.error(`@e2b/code-interpreter is not installed in ${peer} (${e}): run scripts/setup-e2b-peer.sh`)
-  process.exit(2)
-}
+const { Sandbox } = peerPackage('@e2b/code-interpreter')
 
 const failures = []
 function check(name, condition, detail) {

@@ -23,61 +23,11 @@ async fn commands_are_held_by_the_sandbox_limits() {
     e2b_support::run_peer_script("e2b_commands.py", &["abuse"], &url, Duration::from_secs(240)).await;
 }
 
-/// The directory with E2B's JS SDK (`node_modules/e2b`; scripts/setup-e2b-peer.sh installs it with
-/// the code interpreter's), or why the JS checks cannot run here.
-fn js_peer() -> Result<std::path::PathBuf, String> {
-    let (_, dir) = e2b_support::ensure_peers();
-    if !dir.join("node_modules/e2b/package.json").exists() {
-        return Err(format!(
-            "no E2B JS SDK in {}: run scripts/setup-e2b-peer.sh",
-            dir.display()
-        ));
-    }
-    if std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        return Err("node not found".into());
-    }
-    Ok(dir)
-}
-
 /// The same through E2B's official JS SDK (`e2b` from npm): tests/e2b_commands.mjs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_js_sdk_runs_commands_and_terminals() {
-    let js = match js_peer() {
-        Ok(js) => js,
-        Err(why) => {
-            assert!(
-                std::env::var("WAXELL_REQUIRE_JS_TESTS").as_deref() != Ok("1"),
-                "WAXELL_REQUIRE_JS_TESTS=1 but {why}"
-            );
-            return eprintln!("skipped: {why}");
-        }
-    };
     let url = e2b_support::start_server(e2b_support::server_config()).await;
-    let mut command = tokio::process::Command::new("node");
-    command
-        .arg(e2b_support::repo_root().join("tests/e2b_commands.mjs"))
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_DOMAIN")
-        .env("E2B_API_URL", &url)
-        .env("E2B_SANDBOX_URL", &url)
-        .env("E2B_API_KEY", e2b_support::API_KEY)
-        .env("WAXELL_E2B_PEER_JS", &js)
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(180), command.output())
-        .await
-        .expect("tests/e2b_commands.mjs took over 180 s")
-        .expect("running node");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("all checks passed"),
-        "tests/e2b_commands.mjs failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
+    e2b_support::run_js_script("e2b_commands.mjs", &[], &url, Duration::from_secs(180)).await;
 }
 
 /// The container backend (engine at DOCKER_HOST, scripts/setup-container.sh), or why not.

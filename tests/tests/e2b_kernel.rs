@@ -20,29 +20,16 @@ fn peers() -> (PathBuf, PathBuf) {
 }
 
 async fn run_script(program: &std::path::Path, script: &str, url: &str, js_peer: &std::path::Path) {
-    let mut command = tokio::process::Command::new(program);
-    command
-        .arg(e2b_support::repo_root().join(script))
-        .env_remove("E2B_DEBUG")
-        .env_remove("E2B_DOMAIN")
-        .env("E2B_API_URL", url)
-        .env("E2B_SANDBOX_URL", url)
-        .env("E2B_API_KEY", e2b_support::API_KEY)
-        .env("WAXELL_E2B_PEER_JS", js_peer)
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(300), command.output())
-        .await
-        .unwrap_or_else(|_| panic!("{script} took over 300 s"))
-        .unwrap_or_else(|e| panic!("running {script}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    eprintln!("{stderr}");
-    assert!(
-        output.status.success() && stdout.contains("all checks passed"),
-        "{script} failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
+    let script = e2b_support::repo_root().join(script);
+    e2b_support::run_sdk_script(
+        program,
+        &script,
+        &[],
+        url,
+        Some(js_peer),
+        Duration::from_secs(300),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

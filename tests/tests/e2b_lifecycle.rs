@@ -1,7 +1,8 @@
 //! A sandbox's life (pause and resume, auto-pause, fork, snapshots, metrics, lists, route errors)
-//! through the official E2B Python SDK (the venv of scripts/setup-e2b-peer.sh) against an
-//! in-process `waxell-sandbox serve` on 127.0.0.1: tests/e2b_lifecycle.py must pass. And a paused
-//! sandbox and a snapshot survive a restart of the server over the same state directory.
+//! through the official E2B Python and JS SDKs (the venv and directory of
+//! scripts/setup-e2b-peer.sh) against an in-process `waxell-sandbox serve` on 127.0.0.1:
+//! tests/e2b_lifecycle.py and tests/e2b_lifecycle.mjs must pass. And a paused sandbox and a
+//! snapshot survive a restart of the server over the same state directory.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,9 +114,21 @@ async fn gvisor_on_docker_engine() -> Option<Arc<dyn SandboxBackend>> {
     Some(Arc::new(backend))
 }
 
+/// The same life through E2B's official JS SDK (`e2b` from npm): pause and resume three times,
+/// auto-pause then connect, fork, a snapshot and a sandbox from it, metrics, and lists read page by
+/// page with the metadata and state filters (tests/e2b_lifecycle.mjs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_js_sdk_pauses_forks_snapshots_and_lists() {
+    let state = tempfile::tempdir().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel();
+    let (url, _server) = start(config(state.path()), stopped).await;
+    e2b_support::run_js_script("e2b_lifecycle.mjs", &["all"], &url, Duration::from_secs(300)).await;
+}
+
 /// E2B's default pause keeps memory under gVisor on Docker Engine: three pauses and resumes keep a
 /// variable, a background process's count and the files, no container runs while paused; commands
-/// and terminals live on across a pause and a fork (tests/e2b_lifecycle.py `memory`); and a new
+/// and terminals live on across a pause and a fork (tests/e2b_lifecycle.py `memory`, and through
+/// the JS SDK tests/e2b_lifecycle.mjs `memory`); and a new
 /// server over the same state directory resumes a sandbox paused with memory by the one before,
 /// memory and a command waiting for input included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,6 +140,7 @@ async fn official_python_sdk_pauses_with_memory_under_gvisor_on_docker_engine() 
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let (url, server) = start_with(backend, config(state.path()), stopped).await;
     script(&url, &["memory", &std::process::id().to_string()]).await;
+    e2b_support::run_js_script("e2b_lifecycle.mjs", &["memory"], &url, Duration::from_secs(300)).await;
     let stdout = script(&url, &["memory-pause-for-restart"]).await;
     let line = stdout
         .lines()

@@ -133,9 +133,25 @@ pub fn peer_python() -> PathBuf {
 /// Run a script of tests/ with the peer python against the server at `url`; its output, after
 /// asserting it passed (printed "all checks passed").
 pub async fn run_peer_script(script: &str, args: &[&str], url: &str, limit: Duration) -> String {
-    let mut command = tokio::process::Command::new(peer_python());
+    let script = repo_root().join("tests").join(script);
+    run_sdk_script(&peer_python(), &script, args, url, None, limit).await
+}
+
+/// Run `program` (a Python or node) on `script` with `args` against the server at `url`, configured
+/// as E2B's SDKs read it (and `js_peer` as the JS SDKs' directory); its output, after asserting it
+/// passed (printed "all checks passed").
+pub async fn run_sdk_script(
+    program: &std::path::Path,
+    script: &std::path::Path,
+    args: &[&str],
+    url: &str,
+    js_peer: Option<&std::path::Path>,
+    limit: Duration,
+) -> String {
+    let name = script.display();
+    let mut command = tokio::process::Command::new(program);
     command
-        .arg(repo_root().join("tests").join(script))
+        .arg(script)
         .args(args)
         .env_remove("E2B_DEBUG")
         .env_remove("E2B_DOMAIN")
@@ -143,19 +159,61 @@ pub async fn run_peer_script(script: &str, args: &[&str], url: &str, limit: Dura
         .env("E2B_SANDBOX_URL", url)
         .env("E2B_API_KEY", API_KEY)
         .kill_on_drop(true);
+    if let Some(js_peer) = js_peer {
+        command.env("WAXELL_E2B_PEER_JS", js_peer);
+    }
     let output = tokio::time::timeout(limit, command.output())
         .await
-        .unwrap_or_else(|_| panic!("{script} took over {limit:?}"))
-        .unwrap_or_else(|e| panic!("running {script}: {e}"));
+        .unwrap_or_else(|_| panic!("{name} took over {limit:?}"))
+        .unwrap_or_else(|e| panic!("running {name}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
     assert!(
-        output.status.success(),
-        "{script} failed ({}):\n{stdout}\n{stderr}",
+        output.status.success() && stdout.contains("all checks passed"),
+        "{name} failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
-    assert!(stdout.contains("all checks passed"), "{stdout}");
     stdout
+}
+
+/// The directory with E2B's JS SDK (`node_modules/e2b`; scripts/setup-e2b-peer.sh installs it with
+/// the code interpreter's), or why the JS checks cannot run here.
+pub fn js_peer() -> Result<PathBuf, String> {
+    let (_, dir) = ensure_peers();
+    if !dir.join("node_modules/e2b/package.json").exists() {
+        return Err(format!(
+            "no E2B JS SDK in {}: run scripts/setup-e2b-peer.sh",
+            dir.display()
+        ));
+    }
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return Err("node not found".into());
+    }
+    Ok(dir)
+}
+
+/// Run a script of tests/ with node and E2B's JS SDK against the server at `url`, after asserting
+/// it passed (printed "all checks passed"); its output. `None` (and a line saying why) where the
+/// JS SDK or node is missing, unless WAXELL_REQUIRE_JS_TESTS=1.
+pub async fn run_js_script(script: &str, args: &[&str], url: &str, limit: Duration) -> Option<String> {
+    let js = match js_peer() {
+        Ok(js) => js,
+        Err(why) => {
+            assert!(
+                std::env::var("WAXELL_REQUIRE_JS_TESTS").as_deref() != Ok("1"),
+                "WAXELL_REQUIRE_JS_TESTS=1 but {why}"
+            );
+            eprintln!("skipped: {why}");
+            return None;
+        }
+    };
+    let script = repo_root().join("tests").join(script);
+    let node = std::path::Path::new("node");
+    Some(run_sdk_script(node, &script, args, url, Some(&js), limit).await)
 }

@@ -16,7 +16,7 @@
 # writes a byte there when the program has ended), `exit` (its status, "exit N" or "signal N").
 # The keeper holds a reader of every FIFO until the ack: a FIFO's unread data is lost when its last
 # reader closes, and a relay may come only later (after a restore).
-# A terminal's size is set from outside (ptyrelay.py resize, which sends this keeper, its parent,
+# A terminal's size is set from outside (ptyresize.py, which sends this keeper, its parent,
 # SIGUSR1: it passes SIGWINCH on).
 import fcntl, os, select, signal, struct, sys, termios, time
 

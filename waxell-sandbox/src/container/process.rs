@@ -4,8 +4,9 @@
 //! the in-sandbox helper, which first prints its pid (then the program's); signals go through the
 //! container's pid 1 as the kernel's do. A terminal is the engine's own (`Tty`), resized through
 //! the API, and holds one of the sandbox's terminal permits while it runs. Where the engine cannot
-//! make one (Podman with runsc), a relay in the sandbox makes it (`ptyrelay.py`): the exec is a
-//! plain one, and a resize is a second exec.
+//! make one (Podman with runsc), a keeper in the sandbox makes it (`keeper.py`): the exec is a
+//! plain one, and a resize is a second exec (`ptyresize.py`). Where the sandbox's memory is
+//! checkpointed every command and terminal runs under a keeper, so it outlives its exec.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
@@ -34,8 +35,8 @@ use crate::paths::HOME_DIR;
 /// Events buffered before reading the exec's output waits for the reader.
 const EVENTS_BUFFERED: usize = 64;
 
-/// The in-sandbox terminal relay and resizer, for an engine whose execs cannot have a terminal.
-const PTY_RELAY: &str = include_str!("ptyrelay.py");
+/// The in-sandbox resizer of a keeper's terminal, and of an engine's that Podman resizes late.
+const PTY_RESIZER: &str = include_str!("ptyresize.py");
 /// The keeper of a process that outlives its exec, and its relay.
 const KEEPER: &str = include_str!("keeper.py");
 /// Where the keepers' FIFOs are, one directory per process named by its pid: `/dev/shm` is
@@ -50,7 +51,7 @@ pub(crate) enum Terminals {
     /// The engine's own, whose resize the engine only queues (Podman: conmon applies it later, so
     /// a program started right after could read the old size): the resizer then sets it too.
     EngineResizedLater,
-    /// A relay in the sandbox (`ptyrelay.py`), in a plain exec.
+        /// A keeper in the sandbox (`keeper.py`), in a plain exec.
     Relay,
     /// Every process under a keeper (`keeper.py`), which makes its terminal, in a plain exec: where
     /// the sandbox's memory is checkpointed, so it lives on.
@@ -73,20 +74,12 @@ pub(crate) async fn start(
     let tty = pty.is_some() && !relay;
     let with_stdin = pty.is_some() || spec.stdin;
     let mut cmd = vec!["python3".to_owned(), "-I".to_owned()];
-    match &pty {
-        _ if terminals == Terminals::Keeper => {
-            let (rows, cols) = pty.as_ref().map_or((0, 0), |p| (p.size.rows, p.size.cols));
-            cmd.extend(["-c", KEEPER, "relay", PROCESSES_DIR].map(str::to_owned));
-            cmd.extend([u8::from(with_stdin).to_string(), rows.to_string(), cols.to_string()]);
-        }
-        Some(permit) if relay => cmd.extend([
-            "-c".to_owned(),
-            PTY_RELAY.to_owned(),
-            "relay".to_owned(),
-            permit.size.rows.to_string(),
-            permit.size.cols.to_string(),
-        ]),
-        _ => cmd.extend(helper_args(0, tty, true)),
+        if relay || terminals == Terminals::Keeper {
+        let (rows, cols) = pty.as_ref().map_or((0, 0), |p| (p.size.rows, p.size.cols));
+        cmd.extend(["-c", KEEPER, "relay", PROCESSES_DIR].map(str::to_owned));
+        cmd.extend([u8::from(with_stdin).to_string(), rows.to_string(), cols.to_string()]);
+    } else {
+        cmd.extend(helper_args(0, tty, true));
     }
     cmd.push(spec.cmd.clone());
     cmd.extend(spec.args.iter().cloned());
@@ -396,7 +389,7 @@ impl ExecControl {
         if pid <= 1 {
             return Err(SandboxError::Other("the terminal has not started yet".into()));
         }
-        let cmd = ["python3", "-I", "-c", PTY_RELAY, "resize"]
+        let cmd = ["python3", "-I", "-c", PTY_RESIZER, "resize"]
             .into_iter()
             .map(str::to_owned)
             .chain([pid.to_string(), size.rows.to_string(), size.cols.to_string()])
