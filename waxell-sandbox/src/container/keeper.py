@@ -262,8 +262,8 @@ def relay(where):
         if deadline is not None and (not watched or time.monotonic() > deadline):
             break
         readable = select.select(watched, [], [], 0.05)[0]
-        if deadline is not None and not readable and time.monotonic() > deadline - 0.45:
-            break  # nothing more came for a moment
+        if deadline is not None and not readable:
+            break  # after the end, nothing more came for a moment
         for fd in readable:
             if fd == fds["done"]:
                 os.read(fd, 64)

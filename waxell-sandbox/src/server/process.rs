@@ -238,28 +238,18 @@ impl ProcessTable {
                 .filter_map(|pid| inner.running.remove(pid))
                 .collect()
         };
-        let exit = ProcessExit {
-            exit_code: -1,
-            signal: None,
-            error: Some("the process was lost when a checkpoint of the sandbox failed".into()),
-        };
-        for tracked in gone {
-            tracked.end(&exit).await;
-        }
+        end_each(
+            gone,
+            "the process was lost when a checkpoint of the sandbox failed",
+        )
+        .await;
     }
 
     /// End every process here for `why` (the sandbox they lived on in is gone): their streams get
     /// an end.
     pub(crate) async fn end_all(&self, why: &str) {
         let gone: Vec<Arc<Tracked>> = std::mem::take(&mut self.lock().running).into_values().collect();
-        let exit = ProcessExit {
-            exit_code: -1,
-            signal: None,
-            error: Some(why.to_owned()),
-        };
-        for tracked in gone {
-            tracked.end(&exit).await;
-        }
+        end_each(gone, why).await;
     }
 
     /// Track `saved`, a process of the checkpoint this table's sandbox was restored from, as
@@ -284,16 +274,8 @@ impl ProcessTable {
                     pid = owned.pid,
                     "attaching to a process of the checkpoint failed: {why}"
                 );
-                if let Some(earlier) = earlier {
-                    let exit = ProcessExit {
-                        exit_code: -1,
-                        signal: None,
-                        error: Some(format!(
-                            "the process could not be attached to after the restore: {why}"
-                        )),
-                    };
-                    earlier.end(&exit).await;
-                }
+                let why = format!("the process could not be attached to after the restore: {why}");
+                end_each(earlier.into_iter().collect(), &why).await;
                 return;
             }
         };
@@ -318,6 +300,19 @@ impl ProcessTable {
             inner.running.insert(tracked.pid, tracked.clone());
         }
         tokio::spawn(pump(Arc::downgrade(self), tracked, process.output));
+    }
+}
+
+/// End each of `gone` for `why`, a reason outside the process (it was lost with its sandbox or
+/// its checkpoint): their streams get an end with no exit status.
+async fn end_each(gone: Vec<Arc<Tracked>>, why: &str) {
+    let exit = ProcessExit {
+        exit_code: -1,
+        signal: None,
+        error: Some(why.to_owned()),
+    };
+    for tracked in gone {
+        tracked.end(&exit).await;
     }
 }
 
