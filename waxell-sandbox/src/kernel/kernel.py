@@ -55,7 +55,9 @@ BASH = "/bin/bash"
 
 
 class Kernel:
-    def __init__(self):
+    def __init__(self, shell=None, main=None):
+        """`shell` and `main`: made before the fork by a zygote (`zygote_serve`), else here and later."""
+        KernelRef.target = self
         # Read by the main thread only: between cells it blocks here, which the host checks.
         self.proto_in = os.fdopen(os.dup(0), "rb")
         self.proto_out = os.dup(1)
@@ -81,10 +83,9 @@ class Kernel:
             _thread.start_new_thread(self.pump, (r, fd, name))
         sys.stdout = StreamWriter(self, "stdout", 1)
         sys.stderr = StreamWriter(self, "stderr", 2)
-        self.main = types.ModuleType("__main__")
-        self.main.__dict__["__builtins__"] = builtins
+        self.main = main or new_main_module()
         sys.modules["__main__"] = self.main
-        self.shell = None
+        self.shell = shell
         self.imports = None
         self.runner = None
         self.cell_error = None
@@ -339,7 +340,9 @@ class Kernel:
         warnings.filterwarnings("ignore", message="To exit: use")
         # A kernel told to run another language by now (the host says so right after `ready`)
         # needs no IPython.
-        if self.runner is None:
+        if self.shell is not None:
+            use_profile_dir(self.shell)
+        elif self.runner is None:
             try:
                 self.shell = new_shell(self)
             except Exception:
@@ -422,10 +425,10 @@ def new_shell(kernel):
         import IPython  # noqa: F401
     except ImportError:
         return PlainShell(kernel)
-    return make_shell(kernel)
+    return make_shell(kernel, kernel.main)
 
 
-def make_shell(kernel):
+def make_shell(kernel, main):
     """An IPython shell whose results, displays and errors become protocol frames."""
     import subprocess
 
@@ -506,7 +509,7 @@ def make_shell(kernel):
         # Made before by a call that failed after it (interrupted): IPython allows one shell.
         shell = InteractiveShell.instance()
     else:
-        shell = Shell.instance(config=config, user_module=kernel.main)
+        shell = Shell.instance(config=config, user_module=main)
     # A cell's exit() ends the cell with SystemExit (IPython's would ask the shell to quit).
     shell.user_ns["exit"] = shell.user_ns["quit"] = raise_exit
     add_formatters(shell)
@@ -1283,6 +1286,294 @@ def json_safe(value, depth=0):
         except Exception:
             pass
     return safe_str(value)
+
+
+def new_main_module():
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    return main
+
+
+def use_profile_dir(shell):
+    """A shell made in the zygote found its profile in the zygote's private directory: point it at
+    the sandbox's own (`IPYTHONDIR`), made as a fresh shell would make it."""
+    try:
+        from IPython.core.profiledir import ProfileDir
+
+        shell.ipython_dir = os.environ.get("IPYTHONDIR") or shell.ipython_dir
+        shell.profile_dir = ProfileDir.create_profile_dir_by_name(shell.ipython_dir, "default")
+    except Exception:
+        pass
+
+
+class KernelRef:
+    """Stands for the kernel in a shell made before it exists (in the zygote): every attribute is the
+    kernel's, set once the forked process makes its `Kernel`."""
+
+    target = None
+
+    def __getattr__(self, name):
+        return getattr(KernelRef.target, name)
+
+    def __setattr__(self, name, value):
+        setattr(KernelRef.target, name, value)
+
+
+# ---- zygote -------------------------------------------------------------------------------------
+# The local backend starts kernels by forking them from one zygote that has imported the kernel's
+# modules and made its IPython shell: its pages are shared by every kernel until written, so a
+# kernel takes a few MiB of its own instead of the whole interpreter's, and starts in milliseconds.
+# A forked process joins a sandbox made by bubblewrap (its namespaces, from the host), its cgroup
+# and rlimits, then as its own process in its pid namespace drops to the sandbox's ids, every
+# capability, sets no-new-privs and the sandbox's seccomp filters, and becomes the kernel. Nothing
+# of one sandbox ever passes through the zygote (requests carry ids, limits and descriptors only), so
+# no sandbox finds another's data in the memory it inherits.
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+CAPABILITY_VERSION_3 = 0x20080522
+
+
+def zygote_serve(control_fd):
+    """Serve kernel starts on `control_fd` (a SOCK_SEQPACKET socket from the host) until it closes.
+    A request is a JSON object and descriptors: the reply socket, a pidfd of the sandbox's holder
+    (killed when the kernel ends, which ends the sandbox's pid namespace as bwrap would when its
+    program exits), the kernel's stdin, stdout and stderr, `procs` cgroup.procs files, the namespaces named in `namespaces`, and `seccomp` filter
+    programs. The reply socket gets `pid <host pid>` (or `error <why>`), then `exit <status>`."""
+    import ctypes
+    import gc
+    import json
+    import select
+    import signal
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # The environment a kernel starts with (the zygote's own points IPython and matplotlib elsewhere).
+    kernel_env = json.loads(os.environ.pop("SBX_KERNEL_ENV", "{}"))
+    for name in DEFERRED_IMPORTS + ("threading", "resource"):
+        __import__(name)
+    main = new_main_module()
+    shell = None
+    try:
+        import IPython  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        shell = make_shell(KernelRef(), main)
+    prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
+    # Not readable or traceable by anyone without privileges until a forked kernel has dropped to
+    # the sandbox's ids (`enter_sandbox` makes it dumpable again, as an exec would).
+    prctl(libc, PR_SET_DUMPABLE, 0)
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    if len(os.listdir("/proc/self/task")) != 1:
+        raise SystemExit("the zygote must be single-threaded to join user namespaces")
+    # Out of the collector's reach: a kernel's collections then never write to the shared objects.
+    gc.collect()
+    gc.freeze()
+    kernels = {}
+    control.send(b"ready")
+    while True:
+        ready, _, _ = select.select([control, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            reap(kernels)
+        if control in ready:
+            msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 64)
+            if not msg:
+                os._exit(0)
+            start_kernel(libc, json.loads(msg), fds, kernels, shell, main, kernel_env)
+
+
+def reap(kernels):
+    import signal
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        ends = kernels.pop(pid, None)
+        if ends is not None:
+            reply, holder = ends
+            try:
+                signal.pidfd_send_signal(holder, signal.SIGKILL)
+            except OSError:
+                pass  # already gone
+            os.close(holder)
+            try:
+                os.write(reply, b"exit %d\n" % status)
+            except OSError:
+                pass
+            os.close(reply)
+
+
+def start_kernel(libc, request, fds, kernels, shell, main, env):
+    reply, holder = fds[0], fds[1]
+    pid_r, pid_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(pid_r)
+            enter_sandbox(libc, request, fds, pid_w, env)
+            kernel = Kernel(shell, main)
+            _signal.signal(_signal.SIGINT, kernel.on_interrupt)
+            kernel.serve()
+        except BaseException as e:  # noqa: B902 - reported, then this process ends
+            try:
+                os.write(pid_w, ("error %s\n" % (e,)).encode("utf-8", "replace"))
+            except OSError:
+                pass
+        os._exit(1)
+    os.close(pid_w)
+    for fd in fds[2:]:
+        os.close(fd)
+    import select
+
+    answer = b""
+    while select.select([pid_r], [], [], 5)[0]:
+        chunk = os.read(pid_r, 4096)
+        if not chunk:
+            break
+        answer += chunk
+    os.close(pid_r)
+    if answer.startswith(b"pid "):
+        kernels[int(answer[4:].strip())] = (reply, holder)
+    else:
+        answer = answer or b"error the forked kernel said nothing\n"
+    try:
+        os.write(reply, answer)
+    except OSError:
+        pass
+    if not answer.startswith(b"pid "):
+        os.close(reply)
+        os.close(holder)
+
+
+def enter_sandbox(libc, request, fds, pid_w, env):
+    """In the forked process: join the sandbox, then (in its pid namespace) confine this process.
+    Returns in the kernel process; the process in between reports the kernel's host pid and ends."""
+    import resource
+    import signal
+
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for target, fd in enumerate(fds[2:5]):
+        os.dup2(fd, target)
+    n_procs, names, n_seccomp = request["procs"], request["namespaces"], request["seccomp"]
+    procs = fds[5 : 5 + n_procs]
+    namespaces = fds[5 + n_procs : 5 + n_procs + len(names)]
+    programs = []
+    for fd in fds[5 + n_procs + len(names) :][:n_seccomp]:
+        program = b""
+        while True:
+            chunk = os.pread(fd, 1 << 16, len(program))
+            if not chunk:
+                break
+            program += chunk
+        programs.append(program)
+    # Only what this kernel needs stays open: never the zygote's control socket, nor any other
+    # kernel's reply socket.
+    keep = set(procs) | set(namespaces) | {pid_w}
+    for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    for fd in procs:
+        os.write(fd, b"0\n")
+        os.close(fd)
+    infinite = resource.RLIM_INFINITY
+    for res, soft, hard in request["rlimits"]:
+        # Sent as unsigned 64-bit values; Python's infinity is -1.
+        soft, hard = (infinite if v >= 1 << 63 else v for v in (soft, hard))
+        _, current_hard = resource.getrlimit(res)
+        # Never above the zygote's own hard limit (as spawn.rs for bwrap); lowering always works.
+        if current_hard != infinite:
+            hard = current_hard if hard == infinite else min(hard, current_hard)
+        if soft == infinite or (hard != infinite and soft > hard):
+            soft = hard
+        resource.setrlimit(res, (soft, hard))
+    for name, fd in zip(names, namespaces):
+        if libc.setns(fd, 0) != 0:
+            raise OSError(ctypes_errno(), "cannot join the sandbox's %s namespace" % name)
+        os.close(fd)
+    kernel = os.fork()
+    if kernel:
+        os.write(pid_w, b"pid %d\n" % kernel)
+        os._exit(0)
+    os.close(pid_w)
+    os.setsid()
+    for cap in range(64):
+        if prctl(libc, PR_CAPBSET_DROP, cap, check=False) != 0:
+            break
+    prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    uid = request.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    drop_capabilities(libc)
+    prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
+    for program in programs:
+        install_seccomp(libc, program)
+    prctl(libc, PR_SET_DUMPABLE, 1)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(request["cwd"])
+    sys.argv = [request["argv0"]]
+
+
+def ctypes_errno():
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def prctl(libc, option, arg=0, check=True):
+    import ctypes
+
+    result = libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if result != 0 and check:
+        raise OSError(ctypes_errno(), "prctl(%d) failed" % option)
+    return result
+
+
+def drop_capabilities(libc):
+    import ctypes
+
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes_errno(), "cannot drop the capabilities")
+
+
+def install_seccomp(libc, program):
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    if not program or len(program) % 8:
+        raise OSError(0, "a seccomp program of %d bytes" % len(program))
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    if libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
+                  ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes_errno(), "cannot install the seccomp filter")
 
 
 def main():

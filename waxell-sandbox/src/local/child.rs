@@ -1,7 +1,8 @@
 //! A local kernel: the bwrap launcher child, its pipes and how it is interrupted and killed.
 
-use std::io;
+use std::io::{self, BufRead, BufReader};
 use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,18 +11,35 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use waxell::sandbox::SandboxError;
 
+use crate::local::zygote::Forked;
 use crate::kernel::{append_tail, ExitInfo, KernelProcess, MainThread, ProcessControl, ReadyInfo, StderrTail};
 
 /// A kernel over a local launcher child with piped stdin, stdout and stderr.
 pub(crate) fn attach(mut child: Child) -> Result<KernelProcess, SandboxError> {
     let stdin: OwnedFd = child.stdin.take().expect("stdin piped").into();
-    let request_ino = rustix::fs::fstat(&stdin).map_err(io::Error::from)?.st_ino;
     let stdout: OwnedFd = child.stdout.take().expect("stdout piped").into();
     let stderr: OwnedFd = child.stderr.take().expect("stderr piped").into();
+    attach_pipes(child, None, [stdin, stdout, stderr])
+}
+
+/// A kernel forked from the zygote into the sandbox `holder` (its bwrap) holds open, over the pipes
+/// made for it (`stdio`: the host's ends of its stdin, stdout and stderr).
+pub(crate) fn attach_forked(holder: Child, forked: Forked, stdio: [OwnedFd; 3]) -> Result<KernelProcess, SandboxError> {
+    attach_pipes(holder, Some(forked.exit), stdio)
+}
+
+fn attach_pipes(
+    child: Child,
+    forked_exit: Option<BufReader<UnixStream>>,
+    [stdin, stdout, stderr]: [OwnedFd; 3],
+) -> Result<KernelProcess, SandboxError> {
+    let request_ino = rustix::fs::fstat(&stdin).map_err(io::Error::from)?.st_ino;
     let stderr_tail: StderrTail = Arc::new(Mutex::new(String::new()));
     let mut process = LocalChild {
         child,
         reaped: false,
+        holder_reaped: false,
+        forked_exit,
         inner_pids: Vec::new(),
         exit_status: None,
         request_ino,
@@ -62,11 +80,16 @@ pub(crate) fn attach(mut child: Child) -> Result<KernelProcess, SandboxError> {
     ))
 }
 
-/// A local bwrap launcher child.
+/// A local bwrap launcher child (for a forked kernel, the bwrap holding its sandbox open).
 struct LocalChild {
     child: Child,
-    /// The launcher has been waited for; its pid must not be signalled any more.
+    /// The kernel's exit is known: the launcher has been waited for (its pid must not be signalled
+    /// any more), or for a forked kernel the zygote reported it.
     reaped: bool,
+    /// A forked kernel's holder has been waited for.
+    holder_reaped: bool,
+    /// A forked kernel: where the zygote writes `exit <wait status>` (zygote.rs).
+    forked_exit: Option<BufReader<UnixStream>>,
     /// Host pids (with start times) of the interpreter and of bwrap's init, waited for on kill.
     inner_pids: Vec<(u32, u64)>,
     /// The launcher's exit status once reaped.
@@ -157,7 +180,9 @@ impl ProcessControl for LocalChild {
     /// SIGKILL the launcher's process group; with `--die-with-parent` and the pid namespace the whole
     /// tree goes. Reaps the launcher so no zombie stays.
     fn kill(&mut self) {
-        if !self.reaped {
+        if self.forked_exit.is_some() {
+            self.kill_holder();
+        } else if !self.reaped {
             if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
                 let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
             }
@@ -192,6 +217,23 @@ impl ProcessControl for LocalChild {
 impl LocalChild {
     /// Wait up to `limit` for the launcher to exit and record its status.
     fn reap_within(&mut self, limit: Duration) {
+        if let Some(exit) = &mut self.forked_exit {
+            if !self.reaped {
+                match read_forked_exit(exit, limit) {
+                    Some(status @ Some(_)) => {
+                        self.exit_status = status;
+                        self.reaped = true;
+                    }
+                    // The zygote ended, not necessarily the kernel: gone is what counts then.
+                    Some(None) => {
+                        let kernel = self.inner_pids.first().copied();
+                        self.reaped = kernel.is_none_or(|(pid, started)| process_start_time(pid) != Some(started));
+                    }
+                    None => {}
+                }
+            }
+            return;
+        }
         let deadline = std::time::Instant::now() + limit;
         while !self.reaped {
             match self.child.try_wait() {
@@ -205,6 +247,57 @@ impl LocalChild {
                 Ok(None) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
+    }
+}
+
+impl LocalChild {
+    /// SIGKILL the holder's process group: its pid namespace, and the kernel in it, end with it.
+    fn kill_holder(&mut self) {
+        if self.holder_reaped {
+            return;
+        }
+        if let Some(pgid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.kill();
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while !self.holder_reaped {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => self.holder_reaped = true,
+                Ok(None) if std::time::Instant::now() >= deadline => {
+                    tracing::warn!(pid = self.child.id(), "sandbox holder did not exit after SIGKILL");
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
+}
+
+/// The zygote's `exit <wait status>` line, waited for up to `limit`: `Some(status)` once the
+/// kernel's end is known (`Some(None)` if the zygote ended first), `None` while it runs. The status
+/// reads as bubblewrap's would (128 + the signal for a killed kernel).
+fn read_forked_exit(exit: &mut BufReader<UnixStream>, limit: Duration) -> Option<Option<std::process::ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let socket = exit.get_ref();
+    let set = if limit.is_zero() {
+        socket.set_nonblocking(true)
+    } else {
+        socket.set_nonblocking(false).and_then(|()| socket.set_read_timeout(Some(limit)))
+    };
+    if set.is_err() {
+        return Some(None);
+    }
+    let mut line = String::new();
+    match exit.read_line(&mut line) {
+        Ok(0) => Some(None),
+        Ok(_) => {
+            let status: i32 = line.trim_end().strip_prefix("exit ")?.parse().ok()?;
+            let code = if status & 0x7f != 0 { 128 + (status & 0x7f) } else { (status >> 8) & 0xff };
+            Some(Some(std::process::ExitStatus::from_raw(code << 8)))
+        }
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => None,
+        Err(_) => Some(None),
     }
 }
 

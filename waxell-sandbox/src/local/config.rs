@@ -26,6 +26,10 @@ pub struct LocalOptions {
     pub uid_span: u32,
     /// Parent of the per-sandbox scratch directories (default: `$TMPDIR/waxell-sandbox`).
     pub scratch_root: Option<PathBuf>,
+    /// Fork Python kernels from one prepared interpreter (a zygote) instead of starting each anew:
+    /// they share its pages, so each takes a few MiB of its own and is ready in milliseconds. Off,
+    /// every kernel is its own interpreter, started by bubblewrap (docs/sandbox.md, "Kernels").
+    pub fork_kernels: bool,
 }
 
 impl Default for LocalOptions {
@@ -35,6 +39,7 @@ impl Default for LocalOptions {
             uid_base: 0x7000_0000,
             uid_span: 65_536,
             scratch_root: None,
+            fork_kernels: true,
         }
     }
 }

@@ -23,6 +23,10 @@ use crate::kernel::KernelProcess;
 use crate::local::child;
 use crate::paths::HOME_DIR;
 use crate::local::spawn::{self, ChildSetup, Rlimit};
+use crate::local::zygote::{KernelFds, Zygote, ZygoteStart};
+use crate::kernel::ReadyInfo;
+use std::io;
+use std::os::fd::AsFd;
 
 /// Size of `/dev/shm` (POSIX shared memory and semaphores, e.g. `multiprocessing` locks).
 pub(crate) const SHM_BYTES: u64 = 16 << 20;
@@ -33,7 +37,7 @@ const FD_PASSWD: RawFd = 13;
 const FD_GROUP: RawFd = 14;
 const FD_KERNEL: RawFd = 15;
 /// The kernel inside the sandbox, as the sandbox's Python's byte code (`host.rs`, `KernelPyc`).
-const KERNEL_PYC_PATH: &str = "/opt/waxell/kernel.pyc";
+pub(crate) const KERNEL_PYC_PATH: &str = "/opt/waxell/kernel.pyc";
 const FD_ARGS: RawFd = 16;
 const FD_BOOT_ID: RawFd = 17;
 const FD_SUDO: RawFd = 18;
@@ -53,7 +57,12 @@ pub(crate) struct Launcher {
     pub(crate) root: SandboxRoot,
     pub(crate) config: LocalConfig,
     seccomp_programs: Vec<Vec<u8>>,
+    /// Where kernels are forked from, unless `fork_kernels` is off or unsafe here (`Launcher::new`).
+    zygote: Option<Zygote>,
 }
+
+/// What a forked kernel's sandbox runs to stay up (from the sandbox root's `/usr`).
+const HOLDER: [&str; 2] = ["/usr/bin/sleep", "infinity"];
 
 /// The per-sandbox pieces a kernel is started into.
 pub(crate) struct Slot<'a> {
@@ -89,12 +98,14 @@ impl Launcher {
             )));
         }
         let seccomp_programs = crate::seccomp_bpf::programs().map_err(SandboxError::Unavailable)?;
+        let zygote = (config.fork_kernels && forking_is_safe(&python, tools.rootless)).then(Zygote::default);
         Ok(Self {
             tools,
             python,
             root,
             config,
             seccomp_programs,
+            zygote,
         })
     }
 
@@ -109,6 +120,9 @@ impl Launcher {
                 "refusing to run sandboxed code as uid 0".into(),
             ));
         }
+        if let Some(zygote) = &self.zygote {
+            return self.fork_kernel(zygote, slot).await;
+        }
         let (mut command, options) = self.command(slot, &Program::Kernel);
         let setup = self.child_setup(slot, &options)?;
         command
@@ -122,14 +136,104 @@ impl Launcher {
         let launcher_pid = child.id();
         let mut kernel = child::attach(child)?;
         let ready = kernel.wait_ready(self.config.ready_timeout).await?;
-        if ready.uid != slot.uid || ready.gid != slot.uid || ready.uid == 0 {
-            return Err(SandboxError::IsolationCheck(format!(
-                "kernel reports uid {} gid {}, expected {}",
-                ready.uid, ready.gid, slot.uid
-            )));
-        }
+        check_ids(&ready, slot.uid)?;
         let host_pid = verify_host_identity(slot.cgroup, launcher_pid, ready.pid)?;
         kernel.set_inner_pids(host_pid);
+        self.check_started(&kernel, &ready, host_pid[0])?;
+        Ok(kernel)
+    }
+
+    /// A kernel forked from the zygote into a sandbox bwrap makes as for any process, holding it
+    /// open with [`HOLDER`] (zygote.rs).
+    async fn fork_kernel(&self, zygote: &Zygote, slot: &Slot<'_>) -> Result<KernelProcess, SandboxError> {
+        let timeout = self.config.ready_timeout;
+        let (mut command, options) = self.command(slot, &Program::Holder);
+        let setup = self.child_setup(slot, &options)?;
+        let seccomp = setup.inherit[..FD_SECCOMP.len()]
+            .iter()
+            .map(|(fd, _)| fd.try_clone())
+            .collect::<Result<Vec<_>, _>>()?;
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut holder = spawn::spawn(command, setup).await.map_err(|e| {
+            SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
+        })?;
+        slot.cgroup.add_launcher(holder.id());
+        let fail = |holder: &mut std::process::Child, what: String| {
+            use std::io::Read;
+            let _ = rustix::process::kill_process_group(
+                rustix::process::Pid::from_raw(holder.id() as i32).expect("a child's pid"),
+                rustix::process::Signal::KILL,
+            );
+            let _ = holder.wait();
+            let mut stderr = String::new();
+            if let Some(mut pipe) = holder.stderr.take() {
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            let stderr = stderr.lines().next().map(|l| format!(" ({l})")).unwrap_or_default();
+            SandboxError::Unavailable(format!("cannot start a kernel: {what}{stderr}"))
+        };
+        let holder_pid = match crate::local::zygote::holder_pid(&mut holder, HOLDER[0], timeout).await {
+            Ok(pid) => pid,
+            Err(e) => return Err(fail(&mut holder, e.to_string())),
+        };
+        drop(holder.stderr.take());
+        let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from);
+        let (stdin_read, stdin_write) = pipe()?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        let mut rlimits = sandbox_rlimits(self.limits());
+        if self.tools.rootless {
+            rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
+        }
+        let procs = slot.cgroup.open_procs_files()?;
+        let env = self.sandbox_env();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let start = ZygoteStart {
+            python: &self.python.executable,
+            kernel_pyc: self.python.kernel_pyc().bytes(),
+            env: &env,
+        };
+        let holder_pidfd = rustix::process::Pid::from_raw(holder.id() as i32)
+            .ok_or_else(|| io::Error::other("invalid pid"))
+            .and_then(|pid| {
+                // Our child, not yet waited for: its pid is still its own.
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(io::Error::from)
+            });
+        let holder_pidfd = match holder_pidfd {
+            Ok(fd) => fd,
+            Err(e) => return Err(fail(&mut holder, e.to_string())),
+        };
+        let fds = KernelFds {
+            holder: holder_pidfd.as_fd(),
+            stdio: [stdin_read.as_fd(), stdout_write.as_fd(), stderr_write.as_fd()],
+            cgroup_procs: &procs,
+            seccomp: &seccomp,
+        };
+        let uid = (!self.tools.rootless).then_some(slot.uid);
+        let forked = match zygote
+            .fork_kernel(&start, holder_pid, uid, self.tools.rootless, &rlimits, fds, timeout)
+            .await
+        {
+            Ok(forked) => forked,
+            Err(e) => return Err(fail(&mut holder, e.to_string())),
+        };
+        drop((stdin_read, stdout_write, stderr_write));
+        let kernel_pid = forked.pid;
+        // The watchdog (rootless) follows the kernel's tree from here.
+        slot.cgroup.add_launcher(kernel_pid);
+        let init = only_child(holder.id());
+        let mut kernel = child::attach_forked(holder, forked, [stdin_write, stdout_read, stderr_read])?;
+        let ready = kernel.wait_ready(timeout).await?;
+        check_ids(&ready, slot.uid)?;
+        verify_forked_identity(slot.cgroup, kernel_pid, ready.pid)?;
+        kernel.set_inner_pids([kernel_pid, init.unwrap_or(kernel_pid)]);
+        self.check_started(&kernel, &ready, kernel_pid)?;
+        Ok(kernel)
+    }
+
+    /// What every kernel start checks last: the process cap (rootless) and the interpreter's prefix.
+    fn check_started(&self, _kernel: &KernelProcess, ready: &ReadyInfo, host_pid: u32) -> Result<(), SandboxError> {
+        let host_pid = [host_pid];
         if self.tools.rootless {
             crate::local::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
         }
@@ -141,7 +245,7 @@ impl Launcher {
                 self.python.prefix.display()
             )));
         }
-        Ok(kernel)
+        Ok(())
     }
 
     /// Start a process (E2B's commands and PTYs) in `slot`: the same bwrap, namespaces, seccomp
@@ -353,39 +457,16 @@ impl Launcher {
         args.push(slot.scratch.into());
         let cwd = match program {
             Program::Process { spec, .. } => spec.cwd.as_deref().unwrap_or(HOME_DIR),
-            Program::Kernel => HOME_DIR,
+            Program::Kernel | Program::Holder => HOME_DIR,
         };
         add(&mut args, &[HOME_DIR, "--chdir", cwd]);
         if self.tools.rootless {
             add(&mut args, &crate::local::rootless::AFTER_MOUNTS);
         }
         add(&mut args, &["--clearenv"]);
-        let venv_bin = self.python.prefix.join("bin");
-        let path = format!("{}:/usr/bin:/bin:{SANDBOX_BIN}", venv_bin.display());
-        let env: [(&str, &str); 14] = [
-            ("PATH", &path),
-            ("HOME", HOME_DIR),
-            ("USER", "user"),
-            ("TMPDIR", "/tmp"),
-            ("LANG", "C.UTF-8"),
-            ("MPLBACKEND", "Agg"),
-            ("MPLCONFIGDIR", "/tmp/matplotlib"),
-            // IPython's profile stays out of the user's home (E2B's lists the home as it is).
-            ("IPYTHONDIR", "/tmp/.ipython"),
-            ("OPENBLAS_NUM_THREADS", "1"),
-            ("OMP_NUM_THREADS", "1"),
-            ("PYTHONUNBUFFERED", "1"),
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-            ("SBX_OUTPUT_LIMIT", &limits.output_chars.to_string()),
-            ("SBX_RESULT_LIMIT", &(limits.output_hard_bytes / 2).to_string()),
-        ];
-        for (key, value) in env {
-            add(&mut args, &["--setenv", key, value]);
+        for (key, value) in self.sandbox_env() {
+            add(&mut args, &["--setenv", &key, &value]);
         }
-        add(
-            &mut args,
-            &["--setenv", "SBX_PRELOAD", &self.config.preload.join(",")],
-        );
         if let Program::Process { spec, .. } = program {
             // After the sandbox's own: the last --setenv of a name wins.
             for (key, value) in &spec.env {
@@ -417,6 +498,9 @@ impl Launcher {
             Program::Kernel => {
                 command.arg(&self.python.executable).args(["-I", KERNEL_PYC_PATH]);
             }
+            Program::Holder => {
+                command.args(HOLDER);
+            }
             // Root: the rlimits are all set before bwrap runs; the helper only for a terminal.
             Program::Process { spec, pty: false } if !self.tools.rootless => {
                 command.arg(&spec.cmd).args(&spec.args);
@@ -443,6 +527,34 @@ impl Launcher {
             .env_clear()
             .env("PATH", "/usr/bin:/bin");
         (command, options)
+    }
+
+    /// The environment every sandboxed program starts with (a process's own comes on top).
+    fn sandbox_env(&self) -> Vec<(String, String)> {
+        let limits = self.limits();
+        let venv_bin = self.python.prefix.join("bin");
+        let path = format!("{}:/usr/bin:/bin:{SANDBOX_BIN}", venv_bin.display());
+        [
+            ("PATH", path.as_str()),
+            ("HOME", HOME_DIR),
+            ("USER", "user"),
+            ("TMPDIR", "/tmp"),
+            ("LANG", "C.UTF-8"),
+            ("MPLBACKEND", "Agg"),
+            ("MPLCONFIGDIR", "/tmp/matplotlib"),
+            // IPython's profile stays out of the user's home (E2B's lists the home as it is).
+            ("IPYTHONDIR", "/tmp/.ipython"),
+            ("OPENBLAS_NUM_THREADS", "1"),
+            ("OMP_NUM_THREADS", "1"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("SBX_OUTPUT_LIMIT", &limits.output_chars.to_string()),
+            ("SBX_RESULT_LIMIT", &(limits.output_hard_bytes / 2).to_string()),
+            ("SBX_PRELOAD", &self.config.preload.join(",")),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
     }
 
     /// util-linux's `setsid`, from the package that gives `setpriv`, if the host has it.
@@ -489,6 +601,8 @@ impl Launcher {
 /// What a bwrap instance runs: the kernel, or a process.
 enum Program<'a> {
     Kernel,
+    /// [`HOLDER`], for a kernel forked from the zygote.
+    Holder,
     Process { spec: &'a ProcessSpec, pty: bool },
 }
 
@@ -626,4 +740,64 @@ fn verify_host_identity(cgroup: &Cgroup, launcher: u32, sandbox_pid: u32) -> Res
     Err(SandboxError::IsolationCheck(format!(
         "the kernel (pid {sandbox_pid} inside) was not found in the sandbox's cgroup"
     )))
+}
+
+/// The kernel's own report of its ids: the sandbox's, never 0.
+fn check_ids(ready: &ReadyInfo, uid: u32) -> Result<(), SandboxError> {
+    if ready.uid != uid || ready.gid != uid || ready.uid == 0 {
+        return Err(SandboxError::IsolationCheck(format!(
+            "kernel reports uid {} gid {}, expected {}",
+            ready.uid, ready.gid, uid
+        )));
+    }
+    Ok(())
+}
+
+/// R1 check from the host side for a forked kernel: the zygote's `pid` is the process the kernel
+/// says it is (its pid inside), in the sandbox's cgroup, with no uid or gid 0.
+fn verify_forked_identity(cgroup: &Cgroup, pid: u32, sandbox_pid: u32) -> Result<(), SandboxError> {
+    let status = proc_status(pid)
+        .ok_or_else(|| SandboxError::IsolationCheck(format!("the forked kernel (host pid {pid}) is gone")))?;
+    if status.innermost_pid != sandbox_pid || !cgroup.pids().contains(&pid) {
+        return Err(SandboxError::IsolationCheck(format!(
+            "host process {pid} is not the kernel (pid {sandbox_pid} inside) in the sandbox's cgroup"
+        )));
+    }
+    if status.uids.iter().chain(&status.gids).any(|id| id == "0") || status.uids.len() != 4 {
+        return Err(SandboxError::IsolationCheck(format!(
+            "host process {pid} has uids {:?} and gids {:?}",
+            status.uids, status.gids
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a kernel forked from a zygote on the host is as contained as one bwrap starts. Its
+/// `/proc/self/exe` is the interpreter on the host's mounts, not the sandbox's read-only bind of
+/// it: rootless, the sandbox runs as this user, so an interpreter this user may write (a Python
+/// built in the home directory) could be rewritten through it. Then kernels start as before.
+fn forking_is_safe(python: &PythonRuntime, rootless: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(binary) = std::fs::canonicalize(&python.executable) else { return false };
+    let me = rustix::process::geteuid().as_raw();
+    // As root the sandbox's uid is a leased one: only a world-writable file is its to write.
+    let writable = |path: &Path| {
+        std::fs::metadata(path)
+            .map(|m| m.mode() & 0o002 != 0 || (rootless && (m.uid() == me || m.mode() & 0o020 != 0)))
+            .unwrap_or(true)
+    };
+    let safe = !writable(&binary);
+    if !safe {
+        tracing::info!(
+            python = %binary.display(),
+            "kernels start one by one: this user may write the interpreter, which a forked kernel could reach"
+        );
+    }
+    safe
+}
+
+/// The only child of host process `pid` (bwrap's init, of the launcher).
+fn only_child(pid: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
 }

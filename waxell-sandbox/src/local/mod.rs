@@ -33,6 +33,7 @@ linux_only! {
     mod watch;
     mod usage;
     mod watchdog;
+    mod zygote;
 
     pub use cgroup::subtree_dir as cgroup_subtree_dir;
     pub use host::{default_venv_python, PythonRuntime, PYTHON_ENV_VAR};

@@ -570,3 +570,99 @@ async fn host_files_no_needed_package_owns_are_unreadable() {
         assert!(text.contains(expected), "{language}: {text:?} {execution:?}");
     }
 }
+
+/// Kernels are forked from one zygote (zygote.rs): what one sandbox's kernel held must never be in
+/// the memory another inherits, and nothing of the zygote (its sockets, its host directory) stays
+/// reachable in a kernel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_kernel_holds_nothing_of_another_sandbox_or_the_zygote() {
+    // Finds `WXSECRET` and 32 hex digits anywhere in this process's readable memory, and answers
+    // how many matched the SHA-256 given (so the secret itself is never in the scanning kernel's
+    // code).
+    const SCAN: &str = r#"
+import hashlib, re
+def scan(digest):
+    found = 0
+    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
+        for line in maps.read().splitlines():
+            fields = line.split()
+            start, end = (int(x, 16) for x in fields[0].split('-'))
+            if 'r' not in fields[1] or end - start > 1 << 28 or (len(fields) > 5 and fields[5].startswith('[v')):
+                continue
+            try:
+                mem.seek(start)
+                chunk = mem.read(end - start)
+            except (OSError, ValueError, OverflowError):
+                continue
+            for m in re.finditer(rb'WXSECRET([0-9a-f]{32})', chunk):
+                found += hashlib.sha256(m.group(1)).hexdigest() == digest
+    return found
+"#;
+    let backend = backend();
+    let mut bytes = [0u8; 16];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).unwrap();
+    let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let digest = {
+        let out = std::process::Command::new("sha256sum")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(secret.as_bytes())?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let options =
+        waxell::sandbox::SandboxOptions::default().with_env("API_TOKEN", format!("WXSECRET{secret}"));
+    let first = backend.create_sandbox(&options).await.unwrap();
+    eval(&first, "import os; token = os.environ['API_TOKEN']; len(token)").await;
+    eval(&first, SCAN).await;
+    // The scanner finds it where it is (so it would find it elsewhere).
+    let seen = eval(&first, &format!("scan('{digest}') > 0")).await;
+    assert_eq!(
+        seen, "True",
+        "the scan does not find the secret in the kernel that holds it"
+    );
+    for _ in 0..2 {
+        let other = sandbox(&backend).await;
+        eval(&other, SCAN).await;
+        assert_eq!(
+            eval(&other, &format!("scan('{digest}')")).await,
+            "0",
+            "another sandbox's secret is in this kernel's memory"
+        );
+        let fds = eval(
+            &other,
+            // The listing's own descriptor is gone by the time it is read.
+            "import os\nseen = []\nfor fd in os.listdir('/proc/self/fd'):\n    try:\n        seen.append(os.readlink('/proc/self/fd/' + fd))\n    except OSError:\n        pass\nsorted(seen)",
+        )
+        .await;
+        assert!(!fds.contains("socket:"), "a socket is open in the kernel: {fds}");
+        let shown = eval(
+            &other,
+            "open('/proc/self/environ', 'rb').read() + open('/proc/self/cmdline', 'rb').read()",
+        )
+        .await;
+        assert!(
+            !shown.contains("waxell-zygote"),
+            "the zygote's directory shows: {shown}"
+        );
+        if !rootless(&backend) {
+            // Forked: the kernel's parent (the zygote) is outside its pid namespace.
+            let ppid = eval(
+                &other,
+                "[l for l in open('/proc/self/status') if l.startswith('PPid:')][0].split()[1]",
+            )
+            .await;
+            assert_eq!(ppid, "0", "the kernel was not forked from the zygote");
+        }
+    }
+}
