@@ -181,6 +181,13 @@ impl Cgroup {
         }
     }
 
+    /// A process that joined the sandbox from outside (a forked kernel; a cgroup it joined itself).
+    pub(crate) fn add_member(&self, pid: u32) {
+        if let Cgroup::Watched(watched) = self {
+            watched.add_member(pid);
+        }
+    }
+
     /// `cgroup.procs` files for the child to join before exec (none for the watchdog).
     pub(crate) fn open_procs_files(&self) -> io::Result<Vec<OwnedFd>> {
         match self {

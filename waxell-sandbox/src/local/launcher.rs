@@ -220,7 +220,7 @@ impl Launcher {
         drop((stdin_read, stdout_write, stderr_write));
         let kernel_pid = forked.pid;
         // The watchdog (rootless) follows the kernel's tree from here.
-        slot.cgroup.add_launcher(kernel_pid);
+        slot.cgroup.add_member(kernel_pid);
         let init = only_child(holder.id());
         let mut kernel = child::attach_forked(holder, forked, [stdin_write, stdout_read, stderr_read])?;
         let ready = kernel.wait_ready(timeout).await?;

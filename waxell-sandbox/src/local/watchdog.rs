@@ -92,6 +92,9 @@ impl Schedule {
 #[derive(Debug)]
 pub(crate) struct Watched {
     shared: Arc<Shared>,
+    /// Roots that are the sandbox's own processes, not launchers (kernels forked into it from
+    /// outside): they count towards the process cap.
+    members: Mutex<Vec<u32>>,
 }
 
 impl Watched {
@@ -120,7 +123,10 @@ impl Watched {
         std::thread::Builder::new()
             .name("waxell-sandbox-watchdog".into())
             .spawn(move || watch_memory(&watched, looks))?;
-        Ok(Self { shared })
+        Ok(Self {
+            shared,
+            members: Mutex::new(Vec::new()),
+        })
     }
 
     /// A launcher (bwrap) started for this sandbox: it and its descendants belong to it.
@@ -132,6 +138,17 @@ impl Watched {
             self.shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         self.shared.wake();
+    }
+
+    /// A process that joined this sandbox from outside (a forked kernel): it and its descendants
+    /// belong to it, and it counts as one of its processes.
+    pub(crate) fn add_member(&self, pid: u32) {
+        {
+            let mut members = lock(&self.members);
+            members.retain(|p| process_alive(*p));
+            members.push(pid);
+        }
+        self.add_launcher(pid);
     }
 
     pub(crate) fn pids(&self) -> Vec<u32> {
@@ -155,7 +172,7 @@ impl Watched {
     }
 
     fn is_launcher(&self, pid: u32) -> bool {
-        lock(&self.shared.launchers).contains(&pid)
+        lock(&self.shared.launchers).contains(&pid) && !lock(&self.members).contains(&pid)
     }
 
     pub(crate) fn kill_all(&self) {

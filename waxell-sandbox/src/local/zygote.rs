@@ -45,11 +45,10 @@ g = {'__name__': 'waxell_zygote', '__builtins__': __builtins__}\n\
 exec(code, g)\n\
 g['zygote_serve'](4)\n";
 
-/// The namespaces a kernel joins, in order, after (rootless) the user namespace that owns them:
+/// The namespaces a kernel joins, in order. Rootless, the user namespace that owns them comes first:
 /// joining a mount namespace takes `CAP_SYS_ADMIN` and `CAP_SYS_CHROOT` in the joiner's own user
-/// namespace, which an ordinary user has only once inside. That is the user namespace bubblewrap
-/// made first; the holder runs in one nested in it (`--disable-userns`), whose parent's limit of one
-/// user namespace, taken by the holder's, holds for the kernel too.
+/// namespace, which an ordinary user has only once inside. That is the one bubblewrap made first;
+/// the holder's own, nested in it (`--disable-userns`), comes last.
 const NAMESPACES: [&str; 6] = ["ipc", "uts", "net", "cgroup", "pid", "mnt"];
 
 /// What one kernel start asks of the zygote (kernel.py, `enter_sandbox`).
@@ -130,6 +129,10 @@ impl Zygote {
             let mount = namespaces.last().expect("the mount namespace");
             namespaces.insert(0, crate::local::spawn::owning_user_namespace(mount)?);
             names.insert(0, "user");
+            // Then the holder's own, nested in it: there the sandbox's uid is this user's (in the
+            // outer one it is 0, for bubblewrap's set-up).
+            namespaces.push(OwnedFd::from(std::fs::File::open(format!("/proc/{holder}/ns/user"))?));
+            names.push("user");
         }
         let request = Request {
             uid,
