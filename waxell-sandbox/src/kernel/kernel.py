@@ -334,10 +334,7 @@ class Kernel:
                 pass
         if not PRELOAD:
             seed_matplotlib_cache()
-        import warnings
-
-        warnings.filterwarnings("ignore", message=".*non-interactive.*")
-        warnings.filterwarnings("ignore", message="To exit: use")
+        quiet_warnings()
         # A kernel told to run another language by now (the host says so right after `ready`)
         # needs no IPython.
         if self.shell is not None:
@@ -1294,14 +1291,28 @@ def new_main_module():
     return main
 
 
-def use_profile_dir(shell):
-    """A shell made in the zygote found its profile in the zygote's private directory: point it at
-    the sandbox's own (`IPYTHONDIR`), made as a fresh shell would make it."""
-    try:
-        from IPython.core.profiledir import ProfileDir
+def quiet_warnings():
+    """Once per interpreter (a zygote's kernels inherit its filters)."""
+    global WARNINGS_QUIETED
+    if WARNINGS_QUIETED:
+        return
+    import warnings
 
+    warnings.filterwarnings("ignore", message=".*non-interactive.*")
+    warnings.filterwarnings("ignore", message="To exit: use")
+    WARNINGS_QUIETED = True
+
+
+WARNINGS_QUIETED = False
+
+
+def use_profile_dir(shell):
+    """A shell made in the zygote found its profile in the zygote's private directory: move it to
+    the sandbox's own (`IPYTHONDIR`), whose directories the profile makes as it moves (cheaper in
+    memory than a new profile object)."""
+    try:
         shell.ipython_dir = os.environ.get("IPYTHONDIR") or shell.ipython_dir
-        shell.profile_dir = ProfileDir.create_profile_dir_by_name(shell.ipython_dir, "default")
+        shell.profile_dir.location = os.path.join(shell.ipython_dir, "profile_default")
     except Exception:
         pass
 
@@ -1366,6 +1377,8 @@ def zygote_serve(control_fd):
         pass
     else:
         shell = make_shell(KernelRef(), main)
+        warm_up(shell)
+    quiet_warnings()
     prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)
     prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
     # Not readable or traceable by anyone without privileges until a forked kernel has dropped to
@@ -1383,16 +1396,47 @@ def zygote_serve(control_fd):
     gc.freeze()
     kernels = {}
     control.send(b"ready")
+    # poll, not select: with a socket and a pidfd per live kernel, descriptors pass FD_SETSIZE.
+    poller = select.poll()
+    poller.register(control, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
     while True:
-        ready, _, _ = select.select([control, wake_r], [], [])
+        ready = {fd for fd, _ in poller.poll()}
         if wake_r in ready:
             os.read(wake_r, 4096)
             reap(kernels)
-        if control in ready:
+        if control.fileno() in ready:
             msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 64)
             if not msg:
                 os._exit(0)
             start_kernel(libc, json.loads(msg), fds, kernels, shell, main, kernel_env)
+
+
+class WarmUpSink:
+    """The kernel of the zygote's warm-up cell: what it would send goes nowhere."""
+
+    cell_error = None
+
+    def send_result(self, data, is_main):
+        pass
+
+
+def warm_up(shell):
+    """Run what every kernel's first cell runs (IPython's transforms, compiler, execution, the
+    formatters) once in the zygote: the caches and objects it makes are then shared, not made or
+    written again in each kernel (about 3 MiB less of each kernel's own). No trace stays in the
+    namespace or the counts a kernel starts with."""
+    names = set(shell.user_ns)
+    count = shell.execution_count
+    KernelRef.target = WarmUpSink()
+    try:
+        shell.run_cell("_waxell_warm_up = [str(i) for i in range(8)]", store_history=False)
+        shell.display_formatter.format([1, "a", {"b": 2.5}])
+    finally:
+        KernelRef.target = None
+    for name in set(shell.user_ns) - names:
+        del shell.user_ns[name]
+    shell.execution_count = count
 
 
 def reap(kernels):
@@ -1443,7 +1487,9 @@ def start_kernel(libc, request, fds, kernels, shell, main, env):
     import select
 
     answer = b""
-    while select.select([pid_r], [], [], 5)[0]:
+    poller = select.poll()
+    poller.register(pid_r, select.POLLIN)
+    while poller.poll(5000):
         chunk = os.read(pid_r, 4096)
         if not chunk:
             break
