@@ -28,7 +28,8 @@ pub struct LocalOptions {
     pub scratch_root: Option<PathBuf>,
     /// Fork Python kernels from one prepared interpreter (a zygote) instead of starting each anew:
     /// they share its pages, so each takes a few MiB of its own and is ready in milliseconds. Off,
-    /// every kernel is its own interpreter, started by bubblewrap (docs/sandbox.md, "Kernels").
+    /// every kernel is its own interpreter, started by bubblewrap (docs/sandbox.md, "Kernels forked
+    /// from a zygote"), as rootless kernels still are.
     pub fork_kernels: bool,
 }
 
