@@ -25,6 +25,7 @@ use crate::paths::HOME_DIR;
 use crate::local::spawn::{self, ChildSetup, Rlimit};
 use crate::local::zygote::{KernelFds, Zygote, ZygoteStart};
 use crate::kernel::ReadyInfo;
+use rustix::process::{pidfd_open, PidfdFlags};
 use std::io;
 use std::os::fd::AsFd;
 
@@ -98,7 +99,10 @@ impl Launcher {
             )));
         }
         let seccomp_programs = crate::seccomp_bpf::programs().map_err(SandboxError::Unavailable)?;
-        let zygote = (config.fork_kernels && forking_is_safe(&python, tools.rootless)).then(Zygote::default);
+        // A sandbox root without the holder (a custom one) starts kernels with bubblewrap.
+        let holder_found = root.host_path(Path::new(HOLDER[0])).exists();
+        let zygote =
+            (config.fork_kernels && holder_found && forking_is_safe(&python, tools.rootless)).then(Zygote::default);
         Ok(Self {
             tools,
             python,
@@ -139,7 +143,7 @@ impl Launcher {
         check_ids(&ready, slot.uid)?;
         let host_pid = verify_host_identity(slot.cgroup, launcher_pid, ready.pid)?;
         kernel.set_inner_pids(host_pid);
-        self.check_started(&kernel, &ready, host_pid[0])?;
+        self.check_started(&ready, host_pid[0])?;
         Ok(kernel)
     }
 
@@ -177,31 +181,30 @@ impl Launcher {
             Err(e) => return Err(fail(&mut holder, e.to_string())),
         };
         drop(holder.stderr.take());
-        let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from);
-        let (stdin_read, stdin_write) = pipe()?;
-        let (stdout_read, stdout_write) = pipe()?;
-        let (stderr_read, stderr_write) = pipe()?;
+        let prepared = (|| {
+            let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from);
+            let pipes = [pipe()?, pipe()?, pipe()?];
+            let holder_pidfd = rustix::process::Pid::from_raw(holder.id() as i32)
+                .ok_or_else(|| io::Error::other("invalid pid"))
+                // Our child, not yet waited for: its pid is still its own.
+                .and_then(|pid| pidfd_open(pid, PidfdFlags::empty()).map_err(io::Error::from))?;
+            io::Result::Ok((pipes, slot.cgroup.open_procs_files()?, holder_pidfd))
+        })();
+        let (pipes, procs, holder_pidfd) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(fail(&mut holder, e.to_string())),
+        };
+        let [(stdin_read, stdin_write), (stdout_read, stdout_write), (stderr_read, stderr_write)] = pipes;
         let mut rlimits = sandbox_rlimits(self.limits());
         if self.tools.rootless {
             rlimits.retain(|r| r.resource != libc::RLIMIT_NPROC);
         }
-        let procs = slot.cgroup.open_procs_files()?;
         let env = self.sandbox_env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let start = ZygoteStart {
             python: &self.python.executable,
             kernel_pyc: self.python.kernel_pyc().bytes(),
             env: &env,
-        };
-        let holder_pidfd = rustix::process::Pid::from_raw(holder.id() as i32)
-            .ok_or_else(|| io::Error::other("invalid pid"))
-            .and_then(|pid| {
-                // Our child, not yet waited for: its pid is still its own.
-                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).map_err(io::Error::from)
-            });
-        let holder_pidfd = match holder_pidfd {
-            Ok(fd) => fd,
-            Err(e) => return Err(fail(&mut holder, e.to_string())),
         };
         let fds = KernelFds {
             holder: holder_pidfd.as_fd(),
@@ -221,21 +224,20 @@ impl Launcher {
         let kernel_pid = forked.pid;
         // The watchdog (rootless) follows the kernel's tree from here.
         slot.cgroup.add_member(kernel_pid);
-        let init = only_child(holder.id());
+        let init = crate::local::zygote::only_child(holder.id());
         let mut kernel = child::attach_forked(holder, forked, [stdin_write, stdout_read, stderr_read])?;
         let ready = kernel.wait_ready(timeout).await?;
         check_ids(&ready, slot.uid)?;
         verify_forked_identity(slot.cgroup, kernel_pid, ready.pid)?;
         kernel.set_inner_pids([kernel_pid, init.unwrap_or(kernel_pid)]);
-        self.check_started(&kernel, &ready, kernel_pid)?;
+        self.check_started(&ready, kernel_pid)?;
         Ok(kernel)
     }
 
     /// What every kernel start checks last: the process cap (rootless) and the interpreter's prefix.
-    fn check_started(&self, _kernel: &KernelProcess, ready: &ReadyInfo, host_pid: u32) -> Result<(), SandboxError> {
-        let host_pid = [host_pid];
+    fn check_started(&self, ready: &ReadyInfo, host_pid: u32) -> Result<(), SandboxError> {
         if self.tools.rootless {
-            crate::local::rootless::cap_processes(host_pid[0], self.limits().max_processes)?;
+            crate::local::rootless::cap_processes(host_pid, self.limits().max_processes)?;
         }
         if Path::new(&ready.prefix) != self.python.prefix {
             return Err(SandboxError::IsolationCheck(format!(
@@ -799,8 +801,3 @@ fn forking_is_safe(python: &PythonRuntime, rootless: bool) -> bool {
     safe
 }
 
-/// The only child of host process `pid` (bwrap's init, of the launcher).
-fn only_child(pid: u32) -> Option<u32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-    children.split_whitespace().next()?.parse().ok()
-}

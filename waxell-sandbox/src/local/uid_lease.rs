@@ -18,12 +18,8 @@ pub(crate) struct UidLease {
 }
 
 impl UidLease {
-    /// The first free uid in `[base, base + span)` after the one this process leased last (wrapping
-    /// around): a lease is a lock or two while the range is far from full, however many sandboxes
-    /// live (from the lowest, each one tried every live sandbox's lock first).
+    /// The lowest free uid in `[base, base + span)`.
     pub(crate) fn acquire(base: u32, span: u32) -> Result<Self, SandboxError> {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static LAST: AtomicU32 = AtomicU32::new(0);
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let dir = std::path::Path::new(LEASE_DIR);
         std::fs::DirBuilder::new()
@@ -31,10 +27,7 @@ impl UidLease {
             .mode(0o700)
             .create(dir)
             .map_err(|e| SandboxError::Unavailable(format!("cannot create the uid lease directory {LEASE_DIR}: {e}")))?;
-        let end = base.saturating_add(span);
-        let last = LAST.load(Ordering::Relaxed);
-        let start = if (base..end).contains(&last) { last - base + 1 } else { 0 };
-        for uid in (0..end - base).map(|i| base + (start + i) % (end - base)) {
+        for uid in base..base.saturating_add(span) {
             let lock = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -46,10 +39,7 @@ impl UidLease {
                     SandboxError::Unavailable(format!("cannot open the lease of uid {uid} in {LEASE_DIR}: {e}"))
                 })?;
             match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => {
-                    LAST.store(uid, Ordering::Relaxed);
-                    return Ok(Self { uid, _lock: lock });
-                }
+                Ok(()) => return Ok(Self { uid, _lock: lock }),
                 Err(rustix::io::Errno::WOULDBLOCK) => continue,
                 Err(e) => {
                     return Err(SandboxError::Unavailable(format!(

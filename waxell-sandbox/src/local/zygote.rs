@@ -291,7 +291,8 @@ pub(crate) async fn holder_pid(launcher: &mut Child, program: &str, timeout: Dur
     }
 }
 
-fn only_child(pid: u32) -> Option<u32> {
+/// The only child of host process `pid` (bwrap's init, of the launcher; the holder, of the init).
+pub(crate) fn only_child(pid: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
     children.split_whitespace().next()?.parse().ok()
 }
