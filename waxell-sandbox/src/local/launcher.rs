@@ -214,7 +214,7 @@ impl Launcher {
         };
         let uid = (!self.tools.rootless).then_some(slot.uid);
         let forked = match zygote
-            .fork_kernel(&start, holder_pid, uid, self.tools.rootless, &rlimits, fds, timeout)
+            .fork_kernel(&start, holder_pid, uid, &rlimits, fds, timeout)
             .await
         {
             Ok(forked) => forked,

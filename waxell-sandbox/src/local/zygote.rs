@@ -106,14 +106,13 @@ impl std::fmt::Debug for Zygote {
 }
 
 impl Zygote {
-    /// Fork a kernel into the sandbox whose holder process is `holder` (a host pid).
-    #[allow(clippy::too_many_arguments)]
+    /// Fork a kernel into the sandbox whose holder process is `holder` (a host pid). `uid`: the ids
+    /// to drop to as root; `None` rootless, where the holder's user namespace maps this user's own.
     pub(crate) async fn fork_kernel(
         &self,
         start: &ZygoteStart<'_>,
         holder: u32,
         uid: Option<u32>,
-        rootless: bool,
         rlimits: &[Rlimit],
         fds: KernelFds<'_>,
         timeout: Duration,
@@ -125,7 +124,7 @@ impl Zygote {
             namespaces.push(OwnedFd::from(std::fs::File::open(format!("/proc/{holder}/ns/{name}"))?));
             names.push(name);
         }
-        if rootless {
+        if uid.is_none() {
             let mount = namespaces.last().expect("the mount namespace");
             namespaces.insert(0, crate::local::spawn::owning_user_namespace(mount)?);
             names.insert(0, "user");
