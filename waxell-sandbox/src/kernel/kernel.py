@@ -1363,6 +1363,7 @@ def zygote_serve(control_fd):
     import select
     import signal
     import socket
+    import time
 
     libc = ctypes.CDLL(None, use_errno=True)
     # The environment a kernel starts with (the zygote's own points IPython and matplotlib elsewhere).
@@ -1395,21 +1396,33 @@ def zygote_serve(control_fd):
     gc.collect()
     gc.freeze()
     kernels = {}
+    starting = {}
     control.send(b"ready")
     # poll, not select: with a socket and a pidfd per live kernel, descriptors pass FD_SETSIZE.
     poller = select.poll()
     poller.register(control, select.POLLIN)
     poller.register(wake_r, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in poller.poll()}
+        deadline = min((start.deadline for start in starting.values()), default=None)
+        timeout = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
+        ready = {fd for fd, _ in poller.poll(timeout)}
+        # Every answer read before any reaping: a kernel's pid is written before it can become the
+        # zygote's child to reap, so its exit is never seen before its start.
+        for fd in list(starting):
+            if fd in ready or time.monotonic() >= starting[fd].deadline:
+                starting[fd].read(poller, starting, kernels)
         if wake_r in ready:
             os.read(wake_r, 4096)
+            for fd in list(starting):
+                starting[fd].read(poller, starting, kernels, drain_only=True)
             reap(kernels)
         if control.fileno() in ready:
             msg, fds, _, _ = socket.recv_fds(control, 1 << 16, 64)
             if not msg:
                 os._exit(0)
-            start_kernel(libc, json.loads(msg), fds, kernels, shell, main, kernel_env)
+            start = start_kernel(libc, json.loads(msg), fds, shell, main, kernel_env)
+            starting[start.pid_r] = start
+            poller.register(start.pid_r, select.POLLIN)
 
 
 class WarmUpSink:
@@ -1464,7 +1477,9 @@ def reap(kernels):
             os.close(reply)
 
 
-def start_kernel(libc, request, fds, kernels, shell, main, env):
+def start_kernel(libc, request, fds, shell, main, env):
+    """Fork the process that enters the sandbox and forks the kernel there. Returns at once: the
+    zygote serves other starts while this one sets up (`KernelStart.read` takes its answer)."""
     reply, holder = fds[0], fds[1]
     pid_r, pid_w = os.pipe()
     child = os.fork()
@@ -1484,28 +1499,51 @@ def start_kernel(libc, request, fds, kernels, shell, main, env):
     os.close(pid_w)
     for fd in fds[2:]:
         os.close(fd)
-    import select
+    os.set_blocking(pid_r, False)
+    return KernelStart(pid_r, reply, holder)
 
-    answer = b""
-    poller = select.poll()
-    poller.register(pid_r, select.POLLIN)
-    while poller.poll(5000):
-        chunk = os.read(pid_r, 4096)
-        if not chunk:
-            break
-        answer += chunk
-    os.close(pid_r)
-    if answer.startswith(b"pid "):
-        kernels[int(answer[4:].strip())] = (reply, holder)
-    else:
-        answer = answer or b"error the forked kernel said nothing\n"
-    try:
-        os.write(reply, answer)
-    except OSError:
-        pass
-    if not answer.startswith(b"pid "):
-        os.close(reply)
-        os.close(holder)
+
+class KernelStart:
+    """A kernel being forked: its answer (`pid <host pid>` or `error <why>`) comes on `pid_r`, then
+    end of file once the process between the zygote and the kernel has ended."""
+
+    TIMEOUT_S = 5.0
+
+    def __init__(self, pid_r, reply, holder):
+        import time
+
+        self.pid_r, self.reply, self.holder = pid_r, reply, holder
+        self.answer = b""
+        self.deadline = time.monotonic() + self.TIMEOUT_S
+
+    def read(self, poller, starting, kernels, drain_only=False):
+        import time
+
+        while True:
+            try:
+                chunk = os.read(self.pid_r, 4096)
+            except BlockingIOError:
+                if drain_only or time.monotonic() < self.deadline:
+                    return
+                break
+            if not chunk:
+                break
+            self.answer += chunk
+        poller.unregister(self.pid_r)
+        os.close(self.pid_r)
+        del starting[self.pid_r]
+        answer = self.answer
+        if answer.startswith(b"pid "):
+            kernels[int(answer[4:].strip())] = (self.reply, self.holder)
+        else:
+            answer = answer or b"error the forked kernel said nothing\n"
+        try:
+            os.write(self.reply, answer)
+        except OSError:
+            pass
+        if not answer.startswith(b"pid "):
+            os.close(self.reply)
+            os.close(self.holder)
 
 
 def enter_sandbox(libc, request, fds, pid_w, env):
@@ -1532,13 +1570,7 @@ def enter_sandbox(libc, request, fds, pid_w, env):
         programs.append(program)
     # Only what this kernel needs stays open: never the zygote's control socket, nor any other
     # kernel's reply socket.
-    keep = set(procs) | set(namespaces) | {pid_w}
-    for fd in [int(n) for n in os.listdir("/proc/self/fd")]:
-        if fd > 2 and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    close_all_but(libc, set(procs) | set(namespaces) | {0, 1, 2, pid_w})
     for fd in procs:
         os.write(fd, b"0\n")
         os.close(fd)
@@ -1581,6 +1613,29 @@ def enter_sandbox(libc, request, fds, pid_w, env):
     os.environ.update(env)
     os.chdir(request["cwd"])
     sys.argv = [request["argv0"]]
+
+
+SYS_CLOSE_RANGE = 436  # the same number on x86_64 and aarch64
+
+
+def close_all_but(libc, keep):
+    """Close every descriptor not in `keep`, with close_range(2) between the kept ones: the zygote
+    holds descriptors of every live kernel, and listing them here would cost each kernel time and
+    memory in proportion to how many live."""
+    import ctypes
+
+    low = 0
+    for fd in sorted(keep) + [None]:
+        high = 0xFFFFFFFF if fd is None else fd - 1
+        if low <= high and libc.syscall(ctypes.c_long(SYS_CLOSE_RANGE), ctypes.c_uint(low), ctypes.c_uint(high), ctypes.c_uint(0)) != 0:
+            for stale in [int(n) for n in os.listdir("/proc/self/fd")]:  # a kernel before Linux 5.9
+                if stale >= low and stale <= high:
+                    try:
+                        os.close(stale)
+                    except OSError:
+                        pass
+        if fd is not None:
+            low = fd + 1
 
 
 def ctypes_errno():

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use waxell::sandbox::{ProcessSignal, ProcessSpec, SandboxError};
 
@@ -22,7 +22,7 @@ use crate::command::{helper_args, HostEnds, Launched, Pty, Signaller};
 use crate::kernel::KernelProcess;
 use crate::local::child;
 use crate::paths::HOME_DIR;
-use crate::local::spawn::{self, ChildSetup, Rlimit};
+use crate::local::spawn::{self, ChildSetup, Rlimit, Stream, Streams};
 use crate::local::zygote::{KernelFds, Zygote, ZygoteStart};
 use crate::kernel::ReadyInfo;
 use rustix::process::{pidfd_open, PidfdFlags};
@@ -127,13 +127,10 @@ impl Launcher {
         if let Some(zygote) = &self.zygote {
             return self.fork_kernel(zygote, slot).await;
         }
-        let (mut command, options) = self.command(slot, &Program::Kernel);
+        let (command, options) = self.command(slot, &Program::Kernel);
         let setup = self.child_setup(slot, &options)?;
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = spawn::spawn(command, setup).await.map_err(|e| {
+        let streams = Streams([Stream::Piped, Stream::Piped, Stream::Piped]);
+        let child = spawn::spawn(command, streams, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
         slot.cgroup.add_launcher(child.id());
@@ -151,14 +148,14 @@ impl Launcher {
     /// open with [`HOLDER`] (zygote.rs).
     async fn fork_kernel(&self, zygote: &Zygote, slot: &Slot<'_>) -> Result<KernelProcess, SandboxError> {
         let timeout = self.config.ready_timeout;
-        let (mut command, options) = self.command(slot, &Program::Holder);
+        let (command, options) = self.command(slot, &Program::Holder);
         let setup = self.child_setup(slot, &options)?;
         let seccomp = setup.inherit[..FD_SECCOMP.len()]
             .iter()
             .map(|(fd, _)| fd.try_clone())
             .collect::<Result<Vec<_>, _>>()?;
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut holder = spawn::spawn(command, setup).await.map_err(|e| {
+        let streams = Streams([Stream::Null, Stream::Null, Stream::Piped]);
+        let mut holder = spawn::spawn(command, streams, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
         slot.cgroup.add_launcher(holder.id());
@@ -265,26 +262,20 @@ impl Launcher {
                 "refusing to run sandboxed code as uid 0".into(),
             ));
         }
-        let (mut command, options) = self.command(slot, &Program::Process { spec, pty: pty.is_some() });
+        let (command, options) = self.command(slot, &Program::Process { spec, pty: pty.is_some() });
         let setup = self.child_setup(slot, &options)?;
-        let ends = match pty {
+        let (ends, streams) = match pty {
             Some(pty) => {
                 let [stdin, stdout, stderr] = pty.terminal()?;
-                command
-                    .stdin(Stdio::from(stdin))
-                    .stdout(Stdio::from(stdout))
-                    .stderr(Stdio::from(stderr));
-                Some(HostEnds::Pty(pty))
+                let streams = Streams([Stream::Fd(stdin), Stream::Fd(stdout), Stream::Fd(stderr)]);
+                (Some(HostEnds::Pty(pty)), streams)
             }
             None => {
-                command
-                    .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped());
-                None
+                let stdin = if spec.stdin { Stream::Piped } else { Stream::Null };
+                (None, Streams([stdin, Stream::Piped, Stream::Piped]))
             }
         };
-        let mut child = spawn::spawn(command, setup).await.map_err(|e| {
+        let mut child = spawn::spawn(command, streams, setup).await.map_err(|e| {
             SandboxError::Unavailable(format!("cannot start {}: {e}", self.tools.bwrap.display()))
         })?;
         slot.cgroup.add_launcher(child.id());

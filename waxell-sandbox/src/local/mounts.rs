@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use waxell::sandbox::SandboxError;
@@ -22,6 +22,7 @@ use waxell::sandbox::SandboxError;
 use crate::config::Limits;
 use crate::local::cgroup::Cgroup;
 use crate::local::launcher::{Slot, SHM_BYTES};
+use crate::local::spawn::{Stream, Streams};
 use crate::naming;
 
 /// A directory of the host that one of a sandbox's tmpfs mounts sits on in the sandbox's mount
@@ -214,13 +215,9 @@ impl MountNamespace {
                 .collect::<Result<_, SandboxError>>()?,
         };
         let mut command = Command::new("cat");
-        command
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = crate::local::spawn::spawn_mount_holder(command, setup).map_err(|e| {
+        command.env_clear().env("PATH", "/usr/bin:/bin");
+        let streams = Streams([Stream::Piped, Stream::Null, Stream::Null]);
+        let mut child = crate::local::spawn::spawn_mount_holder(command, streams, setup).map_err(|e| {
             let needs = if user_namespace {
                 "in a user namespace of its own"
             } else {

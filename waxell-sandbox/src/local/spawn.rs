@@ -103,45 +103,296 @@ impl ChildSetup {
     }
 }
 
+/// One of a child's standard streams, as the spawner thread is to set it up.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Null,
+    Inherit,
+    /// A pipe: the child gets one end, the caller the other (`Child::stdin` and so on).
+    Piped,
+    Fd(OwnedFd),
+}
+
+/// A child's stdin, stdout and stderr.
+#[derive(Debug)]
+pub(crate) struct Streams(pub(crate) [Stream; 3]);
+
+/// What the child does between `fork` and `exec`.
+enum PreExec {
+    Child(ChildSetup),
+    MountHolder(HolderSetup),
+}
+
+/// A spawn request as the spawner thread gets it: its descriptors arrive beside it over the
+/// spawner's socket, in the order `with_fds` takes them back.
 struct SpawnJob {
     command: Command,
-    reply: tokio::sync::oneshot::Sender<io::Result<Child>>,
+    streams: [StreamKind; 3],
+    pre_exec: PreExecShape,
+    fds: usize,
+    /// A std channel: a tokio waker would write to the runtime's eventfd by a number this
+    /// thread's table does not have.
+    reply: mpsc::Sender<io::Result<Child>>,
 }
 
-fn spawner() -> &'static Mutex<mpsc::Sender<SpawnJob>> {
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
-    SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnJob>();
-        std::thread::Builder::new()
-            .name("waxell-sandbox-spawner".into())
-            .spawn(move || {
-                for mut job in rx {
-                    let _ = job.reply.send(job.command.spawn());
-                }
-            })
-            .expect("spawning the sandbox spawner thread");
-        Mutex::new(tx)
-    })
+#[derive(Clone, Copy)]
+enum StreamKind {
+    Null,
+    Inherit,
+    Fd,
 }
 
-/// Spawn `command` from the long-lived spawner thread with `setup` applied in the child.
-/// The child gets its own process group so the whole launcher can be signalled at once.
-pub(crate) async fn spawn(mut command: Command, setup: ChildSetup) -> io::Result<Child> {
-    command.process_group(0);
-    // SAFETY: `ChildSetup::apply` only makes async-signal-safe syscalls (fcntl, dup2, write,
-    // setrlimit) on data prepared before the fork and never allocates.
+enum PreExecShape {
+    Child {
+        targets: Vec<RawFd>,
+        procs: usize,
+        join: usize,
+        rlimits: Vec<Rlimit>,
+    },
+    MountHolder(HolderSetup),
+}
+
+/// The most descriptors one spawn passes: 16 inherited, the cgroup files, namespaces, 3 streams.
+const MAX_SPAWN_FDS: usize = 32;
+
+struct Spawner {
+    jobs: mpsc::Sender<SpawnJob>,
+    /// Our end of the socket the jobs' descriptors go through to the spawner thread's table.
+    fds: OwnedFd,
+}
+
+/// The spawner thread. It forks every launcher from a descriptor table of its own, which holds
+/// only its standard streams, its socket and the descriptors of the spawn at hand: a fork copies
+/// the forking thread's table and `exec` closes it again, which from the process's shared table
+/// (several descriptors per live sandbox) cost each spawn time in proportion to the sandboxes
+/// alive, and held every spawn up behind it. No descriptor of the process reaches a launcher
+/// unless it was passed for that spawn, whether or not it is close-on-exec.
+fn spawner() -> io::Result<&'static Mutex<Spawner>> {
+    static SPAWNER: OnceLock<Result<Mutex<Spawner>, String>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| start_spawner().map(Mutex::new).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io::Error::other(format!("cannot start the sandbox spawner thread: {e}")))
+}
+
+fn start_spawner() -> io::Result<Spawner> {
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    let (ours, theirs) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+    let (jobs, rx) = mpsc::channel::<SpawnJob>();
+    let (started, unshared) = mpsc::channel::<io::Result<()>>();
+    let socket = theirs.as_raw_fd();
+    std::thread::Builder::new()
+        .name("waxell-sandbox-spawner".into())
+        .spawn(move || {
+            if let Err(e) = own_descriptor_table(socket) {
+                let _ = started.send(Err(e));
+                return;
+            }
+            let _ = started.send(Ok(()));
+            // SAFETY: the socket is open in this table (kept by `own_descriptor_table`) and
+            // owned by this thread alone from here.
+            let socket = unsafe { OwnedFd::from_raw_fd(socket) };
+            for job in rx {
+                let reply = match receive_fds(&socket, job.fds) {
+                    Ok(fds) => run_job(job.command, job.streams, job.pre_exec, fds),
+                    Err(e) => Err(e),
+                };
+                let _ = job.reply.send(reply);
+            }
+        })?;
+    unshared
+        .recv()
+        .map_err(|_| io::Error::other("the spawner thread ended at once"))??;
+    // The thread has its own copy now; the process's table no longer needs this end.
+    drop(theirs);
+    Ok(Spawner { jobs, fds: ours })
+}
+
+/// Gives the calling thread a descriptor table of its own (`unshare(CLONE_FILES)` affects this
+/// thread only) and closes all of it but the standard streams and `keep`.
+fn own_descriptor_table(keep: RawFd) -> io::Result<()> {
+    // SAFETY: unshare and close_range change this thread's own table; the descriptors closed are
+    // this table's copies, the process's table keeps its own.
     unsafe {
-        command.pre_exec(move || setup.apply());
+        if libc::unshare(libc::CLONE_FILES) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (first, last) in [(3, keep - 1), (keep + 1, libc::c_int::MAX)] {
+            if first <= last && libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // A closed standard stream would be the number the first received descriptor takes,
+        // which the child's stream set-up would then overwrite.
+        for fd in 0..3 {
+            if libc::fcntl(fd, libc::F_GETFD) < 0 && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
     }
-    let (reply, result) = tokio::sync::oneshot::channel();
-    spawner()
+    Ok(())
+}
+
+fn send_fds(socket: &OwnedFd, fds: &[OwnedFd]) -> io::Result<()> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::os::fd::{AsFd, BorrowedFd};
+    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(AsFd::as_fd).collect();
+    let mut space = vec![std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_SPAWN_FDS))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if !borrowed.is_empty() && !ancillary.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+        return Err(io::Error::other("too many descriptors for one spawn"));
+    }
+    sendmsg(socket, &[io::IoSlice::new(b"s")], &mut ancillary, SendFlags::empty())?;
+    Ok(())
+}
+
+fn receive_fds(socket: &OwnedFd, expected: usize) -> io::Result<Vec<OwnedFd>> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags};
+    let mut space = vec![std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_SPAWN_FDS))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let msg = recvmsg(socket, &mut [io::IoSliceMut::new(&mut byte)], &mut ancillary, RecvFlags::CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for message in ancillary.drain() {
+        if let RecvAncillaryMessage::ScmRights(rights) = message {
+            fds.extend(rights);
+        }
+    }
+    if msg.flags.contains(ReturnFlags::CTRUNC) || fds.len() != expected {
+        return Err(io::Error::other(format!(
+            "the spawner got {} descriptors for a spawn of {expected}",
+            fds.len()
+        )));
+    }
+    Ok(fds)
+}
+
+/// In the spawner thread: the request's streams and set-up with the descriptors as this table
+/// numbers them, then the spawn.
+fn run_job(mut command: Command, streams: [StreamKind; 3], shape: PreExecShape, fds: Vec<OwnedFd>) -> io::Result<Child> {
+    use std::process::Stdio;
+    let mut fds = fds.into_iter();
+    let mut next = || fds.next().ok_or_else(|| io::Error::other("a spawn's descriptors ran short"));
+    let mut stdio = Vec::with_capacity(3);
+    for kind in streams {
+        stdio.push(match kind {
+            StreamKind::Null => Stdio::null(),
+            StreamKind::Inherit => Stdio::inherit(),
+            StreamKind::Fd => Stdio::from(next()?),
+        });
+    }
+    let [stdin, stdout, stderr]: [Stdio; 3] = stdio.try_into().map_err(|_| io::Error::other("three streams"))?;
+    command.stdin(stdin).stdout(stdout).stderr(stderr);
+    let pre_exec = match shape {
+        PreExecShape::Child {
+            targets,
+            procs,
+            join,
+            rlimits,
+        } => PreExec::Child(ChildSetup {
+            inherit: targets.into_iter().map(|t| Ok((next()?, t))).collect::<io::Result<_>>()?,
+            cgroup_procs: (0..procs).map(|_| next()).collect::<io::Result<_>>()?,
+            join: (0..join).map(|_| next()).collect::<io::Result<_>>()?,
+            rlimits,
+        }),
+        PreExecShape::MountHolder(setup) => PreExec::MountHolder(setup),
+    };
+    match pre_exec {
+        // SAFETY: `ChildSetup::apply` only makes async-signal-safe syscalls (fcntl, dup2, write,
+        // setrlimit) on data prepared before the fork and never allocates.
+        PreExec::Child(setup) => unsafe {
+            command.pre_exec(move || setup.apply());
+        },
+        // SAFETY: `HolderSetup::apply` only makes async-signal-safe syscalls (unshare, open, write,
+        // close, mount) on data prepared before the fork and never allocates.
+        PreExec::MountHolder(setup) => unsafe {
+            command.pre_exec(move || setup.apply());
+        },
+    }
+    command.spawn()
+}
+
+/// Hands a spawn to the spawner thread; returns the caller's ends of the piped streams.
+fn submit(
+    command: Command,
+    streams: Streams,
+    pre_exec: PreExec,
+    reply: mpsc::Sender<io::Result<Child>>,
+) -> io::Result<[Option<OwnedFd>; 3]> {
+    let mut fds = Vec::new();
+    let mut kinds = [StreamKind::Null; 3];
+    let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
+    for (i, stream) in streams.0.into_iter().enumerate() {
+        kinds[i] = match stream {
+            Stream::Null => StreamKind::Null,
+            Stream::Inherit => StreamKind::Inherit,
+            Stream::Fd(fd) => {
+                fds.push(fd);
+                StreamKind::Fd
+            }
+            Stream::Piped => {
+                let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+                let (theirs, kept) = if i == 0 { (read, write) } else { (write, read) };
+                fds.push(theirs);
+                ours[i] = Some(kept);
+                StreamKind::Fd
+            }
+        };
+    }
+    let shape = match pre_exec {
+        PreExec::Child(setup) => {
+            let targets = setup.inherit.iter().map(|(_, target)| *target).collect();
+            let (procs, join) = (setup.cgroup_procs.len(), setup.join.len());
+            fds.extend(setup.inherit.into_iter().map(|(fd, _)| fd));
+            fds.extend(setup.cgroup_procs);
+            fds.extend(setup.join);
+            PreExecShape::Child {
+                targets,
+                procs,
+                join,
+                rlimits: setup.rlimits,
+            }
+        }
+        PreExec::MountHolder(setup) => PreExecShape::MountHolder(setup),
+    };
+    let spawner = spawner()?
         .lock()
-        .map_err(|_| io::Error::other("sandbox spawner lock poisoned"))?
-        .send(SpawnJob { command, reply })
+        .map_err(|_| io::Error::other("sandbox spawner lock poisoned"))?;
+    // Under the lock: each job's descriptors are the next message on the socket.
+    send_fds(&spawner.fds, &fds)?;
+    spawner
+        .jobs
+        .send(SpawnJob {
+            command,
+            streams: kinds,
+            pre_exec: shape,
+            fds: fds.len(),
+            reply,
+        })
         .map_err(|_| io::Error::other("sandbox spawner thread is gone"))?;
-    result
+    Ok(ours)
+}
+
+/// Gives `child` the caller's ends of its piped streams.
+fn with_pipes(mut child: Child, [stdin, stdout, stderr]: [Option<OwnedFd>; 3]) -> Child {
+    child.stdin = stdin.map(std::process::ChildStdin::from);
+    child.stdout = stdout.map(std::process::ChildStdout::from);
+    child.stderr = stderr.map(std::process::ChildStderr::from);
+    child
+}
+
+/// Spawn `command` from the long-lived spawner thread with `streams` and `setup` applied in the
+/// child (any stdio set on `command` itself is replaced). The child gets its own process group so
+/// the whole launcher can be signalled at once.
+pub(crate) async fn spawn(mut command: Command, streams: Streams, setup: ChildSetup) -> io::Result<Child> {
+    command.process_group(0);
+    let (reply, result) = mpsc::channel();
+    let pipes = submit(command, streams, PreExec::Child(setup), reply)?;
+    let child = tokio::task::spawn_blocking(move || result.recv())
         .await
-        .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))?
+        .map_err(io::Error::other)?
+        .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))??;
+    Ok(with_pipes(child, pipes))
 }
 
 /// What the mount holder's child does before it execs: its own mount namespace (rootless, in its
@@ -211,13 +462,13 @@ impl HolderSetup {
 /// Start `command` (a process that waits for its stdin to close) in the new namespaces set up by
 /// `setup`. The caller opens the namespaces through `/proc/<pid>/ns` and then
 /// lets it exit: open namespace fds keep them, and their mounts, alive.
-pub(crate) fn spawn_mount_holder(mut command: Command, setup: HolderSetup) -> io::Result<Child> {
-    // SAFETY: `HolderSetup::apply` only makes async-signal-safe syscalls (unshare, open, write,
-    // close, mount) on data prepared before the fork and never allocates.
-    unsafe {
-        command.pre_exec(move || setup.apply());
-    }
-    command.spawn()
+pub(crate) fn spawn_mount_holder(command: Command, streams: Streams, setup: HolderSetup) -> io::Result<Child> {
+    let (reply, result) = mpsc::channel();
+    let pipes = submit(command, streams, PreExec::MountHolder(setup), reply)?;
+    let child = result
+        .recv()
+        .map_err(|_| io::Error::other("sandbox spawner thread dropped the request"))??;
+    Ok(with_pipes(child, pipes))
 }
 
 /// A `NETLINK_SOCK_DIAG` socket inside the network namespace `net`, for the memory watchdog to
@@ -341,6 +592,37 @@ mod tests {
     use super::*;
     use std::io::{Read, Seek, SeekFrom, Write};
 
+    /// The spawner forks from a descriptor table of its own: a descriptor the process holds,
+    /// even one without close-on-exec, never reaches a launcher unless passed for that spawn.
+    #[tokio::test]
+    async fn a_launcher_gets_only_the_descriptors_passed_for_its_spawn() {
+        let null = rustix::fs::open("/dev/null", rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
+        // SAFETY: F_DUPFD allocates a new descriptor (inheritable: no close-on-exec) owned below.
+        let leaked = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD, 100) };
+        assert!(leaked >= 100, "an inheritable descriptor of the process");
+        // SAFETY: just allocated above and owned by nothing else.
+        let _leaked = unsafe { OwnedFd::from_raw_fd(leaked) };
+        let passed = rustix::fs::memfd_create("spawn-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+
+        let mut command = Command::new("ls");
+        command.args(["-1", "/proc/self/fd"]);
+        let streams = Streams([Stream::Null, Stream::Piped, Stream::Inherit]);
+        let setup = ChildSetup {
+            inherit: vec![(passed, 7)],
+            ..ChildSetup::default()
+        };
+        let output = spawn(command, streams, setup).await.unwrap().wait_with_output().unwrap();
+        let listed: Vec<i32> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert!(listed.contains(&7), "the descriptor passed for the spawn is there: {listed:?}");
+        assert!(
+            listed.iter().all(|fd| [0, 1, 2, 3, 7].contains(fd)),
+            "only the streams, the passed descriptor and ls's own directory: {listed:?} (the process's inheritable {leaked} must not be)"
+        );
+    }
+
     /// Regression: in CI the parent's `cgroup.procs` fd happened to be number 15, the kernel
     /// memfd's target. The child then wrote "0\n" into the memfd instead of the cgroup, and Python
     /// read the kernel source from byte 2 (a SyntaxError in every sandbox).
@@ -388,16 +670,15 @@ mod tests {
         drop(join_write);
 
         let mut command = Command::new("bash");
-        command
-            .args(["-c", &format!("cat <&{TARGET}")])
-            .stdout(std::process::Stdio::piped());
+        command.args(["-c", &format!("cat <&{TARGET}")]);
+        let streams = Streams([Stream::Null, Stream::Piped, Stream::Inherit]);
         let setup = ChildSetup {
             inherit: vec![(data.into(), TARGET)],
             cgroup_procs: vec![join_fd],
             join: Vec::new(),
             rlimits: Vec::new(),
         };
-        let child = spawn(command, setup).await.unwrap();
+        let child = spawn(command, streams, setup).await.unwrap();
         let output = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),

@@ -6,6 +6,10 @@ use waxell::sandbox::{LimitKind, SandboxError};
 /// Where the uid leases live: one lock file per uid, shared by every process on the host.
 pub(crate) const LEASE_DIR: &str = "/run/waxell-sandbox/uids";
 
+/// The uids this process holds leases on: skipped without a syscall when looking for a free one
+/// (their locks would refuse anyway), so a lease costs no more with thousands live here.
+static HELD: std::sync::Mutex<std::collections::BTreeSet<u32>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// Exclusive use of one sandbox uid on this host, across processes: an `flock` on
 /// `LEASE_DIR/<uid>`. Released when dropped; the kernel releases it too when the holder dies
 /// (SIGKILL, abort), so a dead host's uids are reclaimed without any sweep. Two live sandboxes
@@ -27,7 +31,11 @@ impl UidLease {
             .mode(0o700)
             .create(dir)
             .map_err(|e| SandboxError::Unavailable(format!("cannot create the uid lease directory {LEASE_DIR}: {e}")))?;
+        let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for uid in base..base.saturating_add(span) {
+            if held.contains(&uid) {
+                continue;
+            }
             let lock = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -39,7 +47,10 @@ impl UidLease {
                     SandboxError::Unavailable(format!("cannot open the lease of uid {uid} in {LEASE_DIR}: {e}"))
                 })?;
             match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => return Ok(Self { uid, _lock: lock }),
+                Ok(()) => {
+                    held.insert(uid);
+                    return Ok(Self { uid, _lock: lock });
+                }
                 Err(rustix::io::Errno::WOULDBLOCK) => continue,
                 Err(e) => {
                     return Err(SandboxError::Unavailable(format!(
@@ -59,6 +70,15 @@ impl UidLease {
 
     pub(crate) fn uid(&self) -> u32 {
         self.uid
+    }
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        // The lock itself is released just after, when `_lock` closes.
+        HELD.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.uid);
     }
 }
 

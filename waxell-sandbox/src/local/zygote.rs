@@ -16,7 +16,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use rustix::net::{
 };
 use serde::Serialize;
 
-use crate::local::spawn::{self, ChildSetup, Rlimit};
+use crate::local::spawn::{self, ChildSetup, Rlimit, Stream, Streams};
 
 /// The zygote's fd numbers for the kernel's byte code and its control socket.
 const FD_CODE: i32 = 3;
@@ -232,10 +232,7 @@ impl ZygoteStart<'_> {
             .env_clear()
             .envs(self.env.iter().copied())
             .env("SBX_KERNEL_ENV", serde_json::Value::Object(kernel_env).to_string())
-            .current_dir(scratch.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .current_dir(scratch.path());
         let setup = ChildSetup {
             inherit: vec![(code, FD_CODE), (theirs, FD_CONTROL)],
             // It holds one socket per live kernel: as many open files as this process may have.
@@ -246,7 +243,8 @@ impl ZygoteStart<'_> {
             }],
             ..ChildSetup::default()
         };
-        let child = spawn::spawn(command, setup).await?;
+        let streams = Streams([Stream::Null, Stream::Null, Stream::Inherit]);
+        let child = spawn::spawn(command, streams, setup).await?;
         let running = Running {
             control,
             child: Mutex::new(child),
