@@ -29,8 +29,11 @@ impl<B: Backend> Clone for Pooled<B> {
 }
 
 struct PoolInner<B: Backend> {
-    backend: Arc<B>,
+    /// Before `backend`: fields drop in order, and the pooled sandboxes must go while the backend's
+    /// parts they end through are still there (a local kernel's zygote reaps it; with the zygote
+    /// gone first, its sandbox's pid namespace waited a second for the host's init to reap it).
     state: Mutex<PoolState<Prepared<B::Shell>>>,
+    backend: Arc<B>,
     /// Wakes the refill task; also notified when the backend is dropped so the task exits.
     refill: Arc<Notify>,
     refill_started: AtomicBool,

@@ -6,7 +6,9 @@
 //!
 //! Why a dedicated thread: bwrap's `--die-with-parent` uses `PR_SET_PDEATHSIG`, whose "parent" is the
 //! *thread* that forked. Spawning from a tokio blocking-pool thread would kill the sandbox when that
-//! thread retires, so every spawn goes through one thread that lives as long as the process.
+//! thread retires, so every spawn goes through one thread that lives as long as the process. That
+//! thread has a descriptor table of its own (`unshare(CLONE_FILES)`), and each spawn's descriptors
+//! reach it over a socket: a fork copies only those, not the process's several per live sandbox.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
