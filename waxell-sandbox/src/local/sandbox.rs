@@ -198,7 +198,7 @@ impl Backend for Local {
         &self.languages
     }
 
-    /// Make a sandbox shell and start its default kernel (the cold path, ~60 ms).
+    /// Make a sandbox shell and start its default kernel (the cold path, ~40 ms as root).
     async fn prepare(&self) -> Result<Prepared<LocalShell>, SandboxError> {
         let launcher = &self.launcher;
         let config = &launcher.config;
