@@ -262,7 +262,7 @@ fn receive_fds(socket: &OwnedFd, expected: usize) -> io::Result<Vec<OwnedFd>> {
     }
     if msg.flags.contains(ReturnFlags::CTRUNC) || fds.len() != expected {
         return Err(io::Error::other(format!(
-            "the spawner got {} descriptors for a spawn of {expected}",
+            "got {} descriptors where {expected} were sent",
             fds.len()
         )));
     }
@@ -504,7 +504,10 @@ pub(crate) fn sock_diag_socket_in(true_bin: &std::path::Path, user: Option<&Owne
     if !status.success() {
         return Err(io::Error::other(format!("the sock_diag helper exited with {status}")));
     }
-    receive_fd(&ours)
+    receive_fds(&ours, 1)
+        .map_err(|e| io::Error::other(format!("the sock_diag helper's socket: {e}")))?
+        .pop()
+        .ok_or_else(|| io::Error::other("the sock_diag helper sent no descriptor"))
 }
 
 /// The user namespace owning the namespace `ns` (`NS_GET_USERNS`): the one to join before a
@@ -561,33 +564,6 @@ fn send_sock_diag_socket(user: Option<RawFd>, net: RawFd, channel: RawFd) -> io:
     Ok(())
 }
 
-/// The one descriptor sent over `channel` with `SCM_RIGHTS`.
-fn receive_fd(channel: &OwnedFd) -> io::Result<OwnedFd> {
-    let mut byte = 0u8;
-    let mut iov = libc::iovec {
-        iov_base: (&raw mut byte).cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: a zeroed msghdr is valid; recvmsg writes at most `msg_controllen` bytes into the
-    // control buffer and one into `byte`; the descriptor read out of a SCM_RIGHTS message is ours.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &raw mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        if libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-            return Err(io::Error::other("the sock_diag helper sent no descriptor"));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
-}
 
 #[cfg(test)]
 mod tests {
